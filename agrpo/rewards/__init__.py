@@ -1,0 +1,1 @@
+"""Reward functions. Each follows TRL's reward signature and is picklable (TRL scores in a spawned child)."""

@@ -1,0 +1,43 @@
+"""Shared pieces of every reward: reading a completion's text, and weighting a reward function.
+
+TRL's async rollout worker calls each reward as ``fn(completions=..., prompts=..., completion_ids=..., **columns)``
+where ``columns`` are the dataset's other columns repeated per completion, and sums the results with weight 1.
+Rewards therefore carry their own weight (:class:`WeightedReward`), and must be picklable: module-level functions or
+instances of module-level classes, never lambdas.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+
+def completion_text(completion: Any) -> str:
+    """The generated text of one completion, whether TRL passed a string or a list of chat messages."""
+    if isinstance(completion, str):
+        return completion
+    if isinstance(completion, dict):
+        return str(completion.get("content") or "")
+    if isinstance(completion, list):
+        return "".join(completion_text(message) for message in completion if _is_assistant(message))
+    raise TypeError(f"Cannot read a completion of type {type(completion).__name__}")
+
+
+def _is_assistant(message: Any) -> bool:
+    return isinstance(message, str) or message.get("role", "assistant") == "assistant"
+
+
+class WeightedReward:
+    """A reward function scaled by a weight, picklable, named after the function (TRL logs it under that name)."""
+
+    def __init__(self, func: Callable[..., list[float | None]], weight: float = 1.0):
+        self.func = func
+        self.weight = float(weight)
+        self.__name__ = getattr(func, "__name__", type(func).__name__)
+
+    def __call__(self, **kwargs: Any) -> list[float | None]:
+        scores = self.func(**kwargs)
+        return [None if score is None else self.weight * float(score) for score in scores]
+
+    def __repr__(self) -> str:
+        return f"WeightedReward({self.__name__}, weight={self.weight})"
