@@ -76,7 +76,7 @@ def _equivalent(gold: Sequence[Any], predicted: Sequence[Any]) -> bool:
 
 
 def _numbers_equal(a: float, b: float) -> bool:
-    return math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-9)
+    return math.isclose(a, b, rel_tol=1e-12, abs_tol=1e-9)
 
 
 def gsm8k_score(completion: str, gold: str) -> float | None:
@@ -85,6 +85,8 @@ def gsm8k_score(completion: str, gold: str) -> float | None:
     ``gold`` is either the bare number or GSM8K's full solution ending in ``#### N``. Plain numbers (with ``$``,
     thousands separators, ``%``, units, a trailing ``.0``) compare numerically; anything else goes to math-verify.
     """
+    if gold is None:
+        return None
     gold_text = gsm8k_gold(str(gold))
     gold_number = plain_number(gold_text)
     if gold_number is None:
@@ -106,7 +108,7 @@ def math_score(completion: str, gold: str) -> float | None:
 
     ``gold`` is a MATH-style LaTeX answer without delimiters ("\frac{1}{2}", "(1, 8)", "\text{May}").
     """
-    gold_parsed = _parse_latex(str(gold))
+    gold_parsed = _parse_latex(str(gold)) if gold is not None else ()
     if not gold_parsed:
         return None
     answer = final_answer(completion)
