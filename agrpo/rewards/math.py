@@ -199,3 +199,21 @@ class TruncationAware:
 
     def __repr__(self) -> str:
         return f"TruncationAware({self.__name__}, max_completion_length={self.max_completion_length})"
+
+
+def zero_if_truncated(
+    completions: list[Any],
+    completion_ids: list[Any] | None = None,
+    *,
+    reward: Callable[..., list[float | None]] | str,
+    max_completion_length: int,
+    eos_token_ids: Sequence[int] | None = None,
+    **kwargs: Any,
+) -> list[float | None]:
+    """:class:`TruncationAware` as a function, for configs that bind keyword arguments to a reward function.
+
+    ``{_target_: agrpo.rewards.math.zero_if_truncated, reward: agrpo.rewards.math.math_accuracy,
+    max_completion_length: ${trainer.max_completion_length}}``
+    """
+    wrapped = TruncationAware(reward, max_completion_length, eos_token_ids)
+    return wrapped(completions=completions, completion_ids=completion_ids, **kwargs)

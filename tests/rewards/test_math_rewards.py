@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import multiprocessing
 import pickle
 import threading
@@ -14,7 +15,7 @@ from hypothesis import strategies as st
 
 from agrpo.rewards.answers import final_answer, gsm8k_gold, last_boxed, last_hash_answer, plain_number, stated_answer
 from agrpo.rewards.base import WeightedReward
-from agrpo.rewards.math import TruncationAware, boxed_format, gsm8k_accuracy, math_accuracy
+from agrpo.rewards.math import TruncationAware, boxed_format, gsm8k_accuracy, math_accuracy, zero_if_truncated
 
 
 @pytest.mark.parametrize(
@@ -163,6 +164,9 @@ def test_truncation_zeroes_completions_cut_at_the_limit() -> None:
     assert by_length.__name__ == "gsm8k_accuracy"
     with pytest.raises(ValueError, match="positive"):
         TruncationAware(gsm8k_accuracy, max_completion_length=0)
+    bound = functools.partial(zero_if_truncated, reward="agrpo.rewards.math.gsm8k_accuracy", max_completion_length=4)
+    bound = pickle.loads(pickle.dumps(bound))
+    assert bound(completions=completions, completion_ids=ids, answer=["5"] * 4) == [0.0, 0.0, 1.0, 0.0]
 
 
 def test_boxed_format() -> None:
