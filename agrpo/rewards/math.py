@@ -29,7 +29,7 @@ _MAX_MAGNITUDE = 10_000
 
 
 def _math_verify():
-    """math-verify, imported on first use: it pulls in sympy (about a second), which the trainer's parent never needs."""
+    """math-verify, imported on first use: it pulls in sympy (about a second), which the trainer never needs."""
     import math_verify
 
     return math_verify

@@ -81,7 +81,7 @@ def test_every_local_format_with_a_column_mapping(tmp_path: Path, small: dataset
     else:
         datasets.DatasetDict({"test": small}).save_to_disk(path)
     dataset = load_math_dataset(path, "test", columns={"q": "problem", "final": "answer"}, instruction=None)
-    assert dataset["prompt"] == [[{"role": "user", "content": "What is 2+2?"}], [{"role": "user", "content": "What is 3*3?"}]]
+    assert dataset["prompt"] == [[{"role": "user", "content": q}] for q in ("What is 2+2?", "What is 3*3?")]
     assert dataset["answer"] == ["4", "9"]
 
 

@@ -79,10 +79,11 @@ def test_gsm8k_latex_answers_go_through_math_verify() -> None:
 
 def _math_forms(gold: str) -> list[object]:
     r"""A MATH gold answer as models write it: boxed at the end, the Minerva sentence, \dfrac, a chat message."""
+    dfrac = gold.replace("\\frac", "\\dfrac")
     return [
         f"Putting it together, the answer is $\\boxed{{{gold}}}$.",
         f"Final Answer: The final answer is $\\boxed{{{gold}}}$. I hope it is correct.",
-        f"First try: \\boxed{{-12345}}. Wait, that is wrong.\n\\[\n\\boxed{{{gold.replace(chr(92) + 'frac', chr(92) + 'dfrac')}}}\n\\]",
+        "First try: \\boxed{-12345}. Wait, that is wrong.\n\\[\n\\boxed{" + dfrac + "}\n\\]",
         [{"role": "assistant", "content": f"<think>easy</think>\nThe answer is \\boxed{{ {gold} }}"}],
     ]
 

@@ -170,7 +170,8 @@ def test_truncation_zeroes_completions_cut_at_the_limit() -> None:
 
 
 def test_boxed_format() -> None:
-    completions = [r"so \boxed{4}", "#### 4", r"\boxed{}", "The answer is 4.", [{"role": "assistant", "content": "#### 4"}]]
+    chat = [{"role": "assistant", "content": "#### 4"}]
+    completions = [r"so \boxed{4}", "#### 4", r"\boxed{}", "The answer is 4.", chat]
     assert boxed_format(completions) == [1.0, 1.0, 0.0, 0.0, 1.0]
 
 
