@@ -1,0 +1,221 @@
+"""State changes sent to every replica, all-or-nothing, with honest reports.
+
+The transport is injected (`send(replica, method, path_qs, body) -> Reply`), so these rules are
+tested without sockets: a policy name must never end up loaded on only some replicas, and
+pause/resume must leave every replica in the same state.
+"""
+
+import asyncio
+import json
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+
+from agrpo.proxy.replicas import Replica
+
+
+@dataclass(frozen=True, slots=True)
+class Reply:
+    """What one replica answered; `status` None means no HTTP answer (connection, timeout)."""
+
+    status: int | None
+    body: bytes = b""
+    content_type: str = "application/json"
+    error: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.status is not None and 200 <= self.status < 300
+
+    def summary(self, limit: int = 300) -> str:
+        if self.status is None:
+            return f"no answer ({self.error})"
+        text = self.body.decode("utf-8", "replace").strip()
+        try:
+            text = json.loads(text)["error"]["message"]
+        except (ValueError, KeyError, TypeError):
+            try:
+                text = json.loads(text)["error"]
+            except (ValueError, KeyError, TypeError):
+                pass
+        text = str(text)
+        if len(text) > limit:
+            text = text[:limit] + "..."
+        return f"HTTP {self.status}: {text}"
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """The proxy's single answer to a broadcast."""
+
+    status: int
+    body: bytes
+    content_type: str = "application/json"
+
+    @property
+    def ok(self) -> bool:
+        return 200 <= self.status < 300
+
+
+Send = Callable[[Replica, str, str, bytes], Awaitable[Reply]]
+
+_DEADLINE = 504
+
+
+def error_outcome(status: int, message: str, kind: str = "ProxyError") -> Outcome:
+    body = {"error": {"message": message, "type": kind, "code": status}}
+    return Outcome(status, json.dumps(body).encode())
+
+
+def adapter_missing(reply: Reply) -> bool:
+    """vLLM's answer when the adapter path does not exist (yet) on that replica's disk."""
+    return reply.status == 404 and b"No adapter found" in reply.body
+
+
+def _name(replica: Replica) -> str:
+    return f"replica {replica.index} ({replica.url})"
+
+
+def _names(replicas: Sequence[Replica]) -> str:
+    return ", ".join(str(r.index) for r in replicas)
+
+
+def _success(replies: Sequence[Reply]) -> Outcome:
+    first = replies[0]
+    return Outcome(first.status or 200, first.body, first.content_type)
+
+
+def _failure_status(reply: Reply) -> int:
+    return reply.status if reply.status is not None else 502
+
+
+@dataclass(frozen=True)
+class LoadRetry:
+    """How long a replica whose mount has not caught up is retried."""
+
+    deadline_s: float = 60.0
+    initial_s: float = 0.25
+    max_s: float = 4.0
+
+
+async def load_adapter(
+    replicas: Sequence[Replica], body: bytes, send: Send, retry: LoadRetry,
+    clock: Callable[[], float] = time.monotonic,
+) -> Outcome:
+    """Load on every replica or on none: roll back the accepted ones on any failure."""
+    if not replicas:
+        return error_outcome(503, "no healthy replica to load the adapter on")
+    deadline_at = clock() + retry.deadline_s
+    abort = asyncio.Event()
+
+    async def until_loaded(replica: Replica) -> Reply:
+        delay = retry.initial_s
+        while True:
+            reply = await send(replica, "POST", "/v1/load_lora_adapter", body)
+            if reply.ok or abort.is_set():
+                return reply
+            if not adapter_missing(reply):
+                abort.set()  # a real failure: stop the others from retrying
+                return reply
+            remaining = deadline_at - clock()
+            if remaining <= 0:
+                abort.set()
+                return Reply(_DEADLINE, reply.body, reply.content_type, "deadline")
+            try:
+                await asyncio.wait_for(abort.wait(), min(delay, remaining))
+            except asyncio.TimeoutError:
+                pass
+            delay = min(delay * 2, retry.max_s)
+
+    replies = await asyncio.gather(*(until_loaded(r) for r in replicas))
+    if all(reply.ok for reply in replies):
+        return _success(replies)
+
+    accepted = [r for r, reply in zip(replicas, replies) if reply.ok]
+    failed = [(r, reply) for r, reply in zip(replicas, replies) if not reply.ok]
+    # the cause is a hard failure if there is one; replicas merely stopped by the abort are not
+    causes = [(r, p) for r, p in failed if p.error != "deadline" and not adapter_missing(p)]
+    timed_out = [(r, p) for r, p in failed if p.error == "deadline"]
+    culprits = causes or timed_out or failed
+    status = _failure_status(culprits[0][1]) if causes else _DEADLINE
+    name = _adapter_name(body)
+    details = "; ".join(
+        f"{_name(r)} still found no adapter after {retry.deadline_s:g}s"
+        if p.error == "deadline" else f"{_name(r)} answered {p.summary()}"
+        for r, p in culprits
+    )
+    message = f"adapter {name!r} was loaded on no replica: {details}"
+    if accepted:
+        undo_body = json.dumps({"lora_name": name}).encode()
+        undone = await asyncio.gather(
+            *(send(r, "POST", "/v1/unload_lora_adapter", undo_body) for r in accepted)
+        )
+        stuck = [r for r, reply in zip(accepted, undone) if not reply.ok]
+        message += f"; unloaded it again from replica(s) {_names(accepted)}"
+        if stuck:
+            message += (f", but the unload FAILED on replica(s) {_names(stuck)}: "
+                        "their state is inconsistent until the adapter is unloaded")
+    return error_outcome(status, message, "AdapterLoadError")
+
+
+async def unload_adapter(replicas: Sequence[Replica], body: bytes, send: Send) -> Outcome:
+    """Unload everywhere; any replica that did not confirm makes the answer a failure."""
+    if not replicas:
+        return error_outcome(503, "no healthy replica to unload the adapter from")
+    replies = await asyncio.gather(
+        *(send(r, "POST", "/v1/unload_lora_adapter", body) for r in replicas)
+    )
+    failed = [(r, p) for r, p in zip(replicas, replies) if not p.ok]
+    if not failed:
+        return _success(replies)
+    done = [r for r, p in zip(replicas, replies) if p.ok]
+    details = "; ".join(f"{_name(r)} answered {p.summary()}" for r, p in failed)
+    message = f"adapter {_adapter_name(body)!r} was not unloaded everywhere: {details}"
+    if done:
+        message += f" (unloaded from replica(s) {_names(done)})"
+    return error_outcome(_failure_status(failed[0][1]), message, "AdapterUnloadError")
+
+
+async def everywhere_or_undo(
+    replicas: Sequence[Replica], path_qs: str, body: bytes, send: Send, undo_path_qs: str,
+) -> Outcome:
+    """Pause or resume all replicas; if some fail, send `undo_path_qs` to those that obeyed."""
+    if not replicas:
+        return error_outcome(503, f"no healthy replica for {path_qs}")
+    replies = await asyncio.gather(*(send(r, "POST", path_qs, body) for r in replicas))
+    failed = [(r, p) for r, p in zip(replicas, replies) if not p.ok]
+    if not failed:
+        return _success(replies)
+    obeyed = [r for r, p in zip(replicas, replies) if p.ok]
+    details = "; ".join(f"{_name(r)} answered {p.summary()}" for r, p in failed)
+    message = f"{path_qs} failed on some replicas: {details}"
+    if obeyed:
+        undone = await asyncio.gather(*(send(r, "POST", undo_path_qs, b"") for r in obeyed))
+        stuck = [r for r, p in zip(obeyed, undone) if not p.ok]
+        message += f"; sent {undo_path_qs} to replica(s) {_names(obeyed)} to undo it"
+        if stuck:
+            message += f", which FAILED on replica(s) {_names(stuck)}"
+    return error_outcome(_failure_status(failed[0][1]), message, "BroadcastError")
+
+
+async def everywhere(
+    replicas: Sequence[Replica], method: str, path_qs: str, body: bytes, send: Send,
+) -> Outcome:
+    """Send to all replicas (reset_prefix_cache, sleep, wake_up); report every failure."""
+    if not replicas:
+        return error_outcome(503, f"no healthy replica for {path_qs}")
+    replies = await asyncio.gather(*(send(r, method, path_qs, body) for r in replicas))
+    failed = [(r, p) for r, p in zip(replicas, replies) if not p.ok]
+    if not failed:
+        return _success(replies)
+    details = "; ".join(f"{_name(r)} answered {p.summary()}" for r, p in failed)
+    return error_outcome(_failure_status(failed[0][1]),
+                         f"{path_qs} failed on some replicas: {details}", "BroadcastError")
+
+
+def _adapter_name(body: bytes) -> str:
+    try:
+        name = json.loads(body).get("lora_name")
+    except (ValueError, AttributeError):
+        return "?"
+    return name if isinstance(name, str) else "?"

@@ -1,0 +1,244 @@
+"""The proxy's control plane: broadcasts, health, stats, and replicas joining or leaving.
+
+State changes are serialised by one lock and remembered (loaded adapters, pause), so a replica
+that comes back or is added at runtime first receives the same state as the others and only
+then takes traffic.
+"""
+
+import asyncio
+import json
+import logging
+from time import perf_counter
+
+import aiohttp
+from aiohttp import web
+
+from agrpo.proxy import broadcast
+from agrpo.proxy.broadcast import LoadRetry, Outcome, Reply
+from agrpo.proxy.replicas import Replica
+from agrpo.proxy.settings import url_problems
+from agrpo.proxy.upstream import (
+    describe_error,
+    json_error,
+    send_once,
+    upstream_headers,
+)
+
+log = logging.getLogger("agrpo.proxy")
+
+
+class Control:
+    """Handlers and background work that are not on the routed hot path."""
+
+    def __init__(self, server):
+        self.server = server
+        self.settings = server.settings
+        self.replicas = server.replicas
+        self.metrics = server.metrics
+        self.retry = LoadRetry(self.settings.load_retry_deadline_s,
+                               self.settings.load_retry_initial_s, self.settings.load_retry_max_s)
+        self.loaded: dict[str, bytes] = {}  # adapter name -> its load body, replayed on (re)admission
+        self.unloaded: set[str] = set()  # routing state to forget at the next successful load
+        self.paused_qs: str | None = None
+        self._lock = asyncio.Lock()
+        self._probe_task: asyncio.Task | None = None
+        self._broadcast_timeout = aiohttp.ClientTimeout(
+            total=self.settings.broadcast_timeout_s, connect=self.settings.connect_timeout_s)
+        self._probe_timeout = aiohttp.ClientTimeout(total=self.settings.health_timeout_s)
+        self._headers = upstream_headers({"Content-Type": "application/json"},
+                                         server.authorization)
+
+    # ------------------------------------------------------------------ failures
+    def transport_failed(self, replica: Replica, err: BaseException) -> str:
+        """No HTTP answer: the replica is down until a probe says otherwise."""
+        reason = describe_error(err)
+        if replica.healthy:
+            log.warning("replica %d (%s) marked unhealthy: %s", replica.index, replica.url, reason)
+        replica.healthy = False
+        replica.last_error = reason
+        return f"replica {replica.index}: {reason}"
+
+    def error_status(self, replica: Replica, status: int) -> None:
+        replica.consecutive_errors += 1
+        replica.last_error = f"HTTP {status}"
+        if replica.consecutive_errors >= self.settings.error_threshold and replica.healthy:
+            log.warning("replica %d (%s) marked unhealthy after %d errors", replica.index,
+                        replica.url, replica.consecutive_errors)
+            replica.healthy = False
+
+    # ------------------------------------------------------------------ broadcast
+    async def _send(self, replica: Replica, method: str, path_qs: str, body: bytes) -> Reply:
+        return await send_once(self.server.session, replica, method, path_qs, body,
+                               self._headers, self._broadcast_timeout)
+
+    async def broadcast(self, request: web.Request) -> web.Response:
+        try:
+            body = await request.read()
+        except web.HTTPRequestEntityTooLarge:
+            return json_error(413, "request body too large (--max-body-bytes)", "RequestTooLarge")
+        path, path_qs = request.path, request.raw_path
+        started = perf_counter()
+        try:
+            async with self._lock:
+                outcome = await self._apply(path, path_qs, body)
+        except Exception as err:  # never a traceback to the client
+            log.exception("broadcast %s failed", path)
+            outcome = broadcast.error_outcome(500, f"proxy error during {path}: {describe_error(err)}")
+        self.metrics.observe_broadcast(path.rsplit("/", 1)[-1], outcome.ok, perf_counter() - started)
+        if not outcome.ok:
+            log.warning("%s -> %d: %s", path, outcome.status, outcome.body[:500])
+        return web.Response(status=outcome.status, body=outcome.body,
+                            content_type=outcome.content_type.split(";")[0])
+
+    async def _apply(self, path: str, path_qs: str, body: bytes) -> Outcome:
+        targets = self.replicas.healthy()
+        if path == "/v1/load_lora_adapter":
+            name = _lora_name(body)
+            if name is None:
+                return broadcast.error_outcome(400, "load_lora_adapter needs a JSON body with "
+                                                    "a string 'lora_name'", "BadRequestError")
+            outcome = await broadcast.load_adapter(targets, body, self._send, self.retry)
+            if outcome.ok:
+                self.loaded[name] = body
+                forgotten = self.server.router.forget_adapters(self.unloaded | {name})
+                log.info("adapter %s loaded on %d replica(s); forgot %d routing entries of %s",
+                         name, len(targets), forgotten, sorted(self.unloaded) or "none")
+                self.unloaded.clear()
+            return outcome
+        if path == "/v1/unload_lora_adapter":
+            name = _lora_name(body)
+            outcome = await broadcast.unload_adapter(targets, body, self._send)
+            if name is not None:
+                self.loaded.pop(name, None)
+                self.unloaded.add(name)
+            return outcome
+        if path == "/pause":
+            outcome = await broadcast.everywhere_or_undo(targets, path_qs, body, self._send,
+                                                         "/resume")
+            if outcome.ok:
+                self.paused_qs = path_qs
+            return outcome
+        if path == "/resume":
+            outcome = await broadcast.everywhere_or_undo(targets, path_qs, body, self._send,
+                                                         self.paused_qs or "/pause?mode=keep")
+            if outcome.ok:
+                self.paused_qs = None
+            return outcome
+        return await broadcast.everywhere(targets, "POST", path_qs, body, self._send)
+
+    # ------------------------------------------------------------------ health
+    async def probe_all(self) -> None:
+        await asyncio.gather(*(self.probe(r) for r in self.replicas))
+
+    async def probe(self, replica: Replica) -> bool:
+        """GET /health; a replica coming back is re-synchronised before it takes traffic."""
+        reply = await send_once(self.server.session, replica, "GET", "/health", b"",
+                                self._headers, self._probe_timeout)
+        if not reply.ok:
+            if replica.healthy:
+                log.warning("replica %d (%s) failed its health probe: %s", replica.index,
+                            replica.url, reply.summary())
+            replica.healthy = False
+            replica.last_error = reply.summary()
+            return False
+        if not replica.healthy:
+            async with self._lock:
+                if self.replicas.get(replica.index) is replica and not replica.healthy:
+                    await self._admit(replica)
+        return replica.healthy
+
+    async def _admit(self, replica: Replica) -> None:
+        for name, body in self.loaded.items():
+            reply = await self._send(replica, "POST", "/v1/load_lora_adapter", body)
+            if not reply.ok and b"already been loaded" not in reply.body:
+                replica.last_error = f"replaying adapter {name}: {reply.summary()}"
+                log.warning("replica %d not re-admitted: %s", replica.index, replica.last_error)
+                return
+        if self.paused_qs is not None:
+            reply = await self._send(replica, "POST", self.paused_qs, b"")
+            if not reply.ok:
+                replica.last_error = f"replaying {self.paused_qs}: {reply.summary()}"
+                return
+        replica.healthy = True
+        replica.consecutive_errors = 0
+        replica.last_error = ""
+        log.info("replica %d (%s) admitted", replica.index, replica.url)
+
+    def start_probing(self) -> None:
+        self._probe_task = asyncio.get_running_loop().create_task(self._probe_forever())
+
+    async def stop_probing(self) -> None:
+        if self._probe_task is not None:
+            self._probe_task.cancel()
+            try:
+                await self._probe_task
+            except asyncio.CancelledError:
+                pass
+            self._probe_task = None
+
+    async def _probe_forever(self) -> None:
+        while True:
+            await asyncio.sleep(self.settings.health_interval_s)
+            try:
+                await self.probe_all()
+            except Exception:  # keep probing whatever happens
+                log.exception("health probe round failed")
+
+    async def health(self, request: web.Request) -> web.Response:
+        total = len(self.replicas)
+        healthy = len(self.replicas.healthy())
+        needed = self.settings.health_quorum or total
+        ok = total > 0 and healthy >= needed
+        body = {"status": "ok" if ok else "unhealthy", "healthy": healthy, "replicas": total,
+                "needed": needed}
+        return web.json_response(body, status=200 if ok else 503)
+
+    # ------------------------------------------------------------------ stats
+    async def stats(self, request: web.Request) -> web.Response:
+        return web.json_response(self.metrics.stats(self.replicas, self.server.router.tracked))
+
+    async def prometheus(self, request: web.Request) -> web.Response:
+        text = self.metrics.prometheus(self.replicas, self.server.router.tracked)
+        return web.Response(text=text, content_type="text/plain", charset="utf-8",
+                            headers={"X-Content-Type-Options": "nosniff"})
+
+    # ------------------------------------------------------------------ replicas
+    async def add_replica(self, request: web.Request) -> web.Response:
+        url = await _url_from(request)
+        if isinstance(url, web.Response):
+            return url
+        if self.replicas.find(url) is not None:
+            return json_error(409, f"replica {url} is already behind the proxy", "Conflict")
+        replica = self.replicas.add(url, healthy=False)
+        await self.probe(replica)  # synchronises adapters and pause state, then admits
+        log.info("replica %d (%s) added (healthy=%s)", replica.index, replica.url, replica.healthy)
+        return web.json_response(replica.describe(), status=201)
+
+    async def remove_replica(self, request: web.Request) -> web.Response:
+        url = await _url_from(request)
+        if isinstance(url, web.Response):
+            return url
+        replica = self.replicas.remove(url)
+        if replica is None:
+            return json_error(404, f"replica {url} is not behind the proxy", "NotFoundError")
+        log.info("replica %d (%s) removed", replica.index, replica.url)
+        return web.json_response(replica.describe())
+
+
+async def _url_from(request: web.Request):
+    try:
+        url = json.loads(await request.read())["url"]
+    except (ValueError, KeyError, TypeError):
+        return json_error(400, 'expected a JSON body like {"url": "http://host:port"}',
+                          "BadRequestError")
+    if not isinstance(url, str) or url_problems(url):
+        return json_error(400, f"not a replica URL: {url!r}", "BadRequestError")
+    return url.rstrip("/")
+
+
+def _lora_name(body: bytes) -> str | None:
+    try:
+        name = json.loads(body).get("lora_name")
+    except (ValueError, AttributeError):
+        return None
+    return name if isinstance(name, str) and name else None

@@ -1,0 +1,105 @@
+"""The replicas behind the proxy: address, health and outstanding work. No I/O here."""
+
+from dataclasses import dataclass, field
+
+import yarl
+
+
+@dataclass(eq=False)
+class Replica:
+    """One vLLM server. `index` is stable for its lifetime (the X-Agrpo-Replica value)."""
+
+    index: int
+    url: str
+    healthy: bool = True
+    inflight: int = 0
+    work: float = 0.0  # outstanding prompt tokens + max_tokens x n of its in-flight requests
+    routed: int = 0
+    consecutive_errors: int = 0
+    last_error: str = ""
+    _urls: dict = field(default_factory=dict, repr=False)
+
+    def target(self, path_qs: str) -> yarl.URL:
+        """Upstream URL for a path (cached: building yarl URLs is not free on the hot path)."""
+        url = self._urls.get(path_qs)
+        if url is None:
+            if len(self._urls) > 256:
+                self._urls.clear()
+            url = self._urls[path_qs] = yarl.URL(self.url + path_qs, encoded=True)
+        return url
+
+    def begin(self, work: float) -> None:
+        self.inflight += 1
+        self.work += work
+        self.routed += 1
+
+    def end(self, work: float) -> None:
+        self.inflight -= 1
+        self.work = max(0.0, self.work - work)
+
+    def describe(self) -> dict:
+        return {
+            "index": self.index,
+            "url": self.url,
+            "healthy": self.healthy,
+            "inflight": self.inflight,
+            "routed": self.routed,
+            "outstanding_work": self.work,
+            "last_error": self.last_error,
+        }
+
+
+class ReplicaSet:
+    """Replicas in `--upstream` order; indices of later additions continue the count."""
+
+    def __init__(self, urls: list[str]):
+        self._by_index: dict[int, Replica] = {}
+        self._next_index = 0
+        for url in urls:
+            self.add(url)
+
+    def __iter__(self):
+        return iter(list(self._by_index.values()))
+
+    def __len__(self) -> int:
+        return len(self._by_index)
+
+    def __getitem__(self, index: int) -> Replica:
+        return self._by_index[index]
+
+    def get(self, index: int) -> Replica | None:
+        return self._by_index.get(index)
+
+    def find(self, url: str) -> Replica | None:
+        url = normalize_url(url)
+        for replica in self._by_index.values():
+            if replica.url == url:
+                return replica
+        return None
+
+    def add(self, url: str, healthy: bool = True) -> Replica:
+        replica = Replica(index=self._next_index, url=normalize_url(url), healthy=healthy)
+        self._by_index[replica.index] = replica
+        self._next_index += 1
+        return replica
+
+    def remove(self, url: str) -> Replica | None:
+        replica = self.find(url)
+        if replica is not None:
+            del self._by_index[replica.index]
+        return replica
+
+    def healthy(self) -> list[Replica]:
+        return [r for r in self._by_index.values() if r.healthy]
+
+    def loads(self, exclude: set[int] | frozenset = frozenset()) -> dict[int, float]:
+        """Outstanding work of the replicas a request may go to (all, if none is healthy)."""
+        loads = {i: r.work for i, r in self._by_index.items() if r.healthy and i not in exclude}
+        if not loads and not any(r.healthy for r in self._by_index.values()):
+            # every replica is marked down: the marks may be stale, so try them anyway
+            loads = {i: r.work for i, r in self._by_index.items() if i not in exclude}
+        return loads
+
+
+def normalize_url(url: str) -> str:
+    return url.strip().rstrip("/")

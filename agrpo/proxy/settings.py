@@ -1,0 +1,128 @@
+"""Every knob of the replica proxy, with its default and why, in one plain dataclass.
+
+The CLI builds one flag per field from this class and the Hydra schema embeds it as the
+`proxy:` section, so it holds only simple typed fields with defaults (OmegaConf structured
+config compatible). The `help` metadata is the one-line "why" shown by `--help`.
+"""
+
+from dataclasses import dataclass, field, fields
+from typing import Optional
+from urllib.parse import urlsplit
+
+
+def _knob(default, why: str, **kwargs):
+    return field(default=default, metadata={"help": why}, **kwargs)
+
+
+@dataclass
+class ProxySettings:
+    """Configuration of one proxy in front of N vLLM replicas."""
+
+    # --- where it listens and what it fronts
+    upstreams: list[str] = field(
+        default_factory=list,
+        metadata={"help": "vLLM replica base URLs; X-Agrpo-Replica indexes this order"},
+    )
+    host: str = _knob("127.0.0.1", "loopback by default: the proxy adds a bearer token upstream")
+    port: int = _knob(8000, "the port the trainer's vllm_server_url points at (0 = any free)")
+    token_env: Optional[str] = _knob(
+        None, "env var whose value is sent as 'Authorization: Bearer' to every upstream (HF Jobs)"
+    )
+
+    # --- routing policy
+    block_size: int = _knob(16, "tokens per hashed block; vLLM's default KV-cache block size")
+    text_chars_per_token: int = _knob(
+        4, "characters per token assumed for text prompts (their block size and load estimate)"
+    )
+    default_max_tokens: int = _knob(
+        1024, "completion tokens assumed when a request omits max_tokens (load estimate)"
+    )
+    spill_factor: float = _knob(
+        1.5, "leave the affinity replica only when its work exceeds this x the mean work ..."
+    )
+    spill_slack_requests: float = _knob(
+        8.0, "... plus this many copies of the request's own work (one GRPO group's worth)"
+    )
+    template_fanout: int = _knob(
+        64, "a prompt continued by more distinct prompts than this is a shared template, not affinity"
+    )
+    lru_size: int = _knob(
+        262144, "routing entries remembered (prompts + continuation anchors); bounds memory"
+    )
+
+    # --- robustness
+    connect_timeout_s: float = _knob(5.0, "a replica that does not accept a connection by then is down")
+    total_timeout_s: float = _knob(
+        900.0, "longest a routed request may take, so a hung replica never hangs the client"
+    )
+    broadcast_timeout_s: float = _knob(
+        600.0, "longest one replica may take to answer a broadcast (load, pause, resume...)"
+    )
+    load_retry_deadline_s: float = _knob(
+        60.0, "how long to retry a replica whose mount does not show the adapter yet (then 504)"
+    )
+    load_retry_initial_s: float = _knob(0.25, "first wait before retrying an adapter not found yet")
+    load_retry_max_s: float = _knob(4.0, "cap of the doubling wait between adapter-load retries")
+    health_interval_s: float = _knob(2.0, "how often every replica's /health is probed")
+    health_timeout_s: float = _knob(5.0, "a probe slower than this marks the replica unhealthy")
+    error_threshold: int = _knob(
+        3, "consecutive 5xx answers that mark a replica unhealthy (connection errors: at once)"
+    )
+    health_quorum: int = _knob(
+        0, "healthy replicas /health needs for 200; 0 means all of them (no degraded mode)"
+    )
+    max_body_bytes: int = _knob(64 * 1024 * 1024, "larger request bodies get 413")
+    log_level: str = _knob("info", "logging level of the agrpo.proxy logger")
+    use_uvloop: bool = _knob(True, "run the CLI on uvloop when installed (more requests/s per core)")
+
+    def problems(self) -> list[str]:
+        """Everything wrong with these settings, as sentences naming the flag to change."""
+        found = []
+        if not self.upstreams:
+            found.append("no replica given: pass --upstream URL at least once")
+        for url in self.upstreams:
+            found.extend(url_problems(url))
+        if len(set(u.rstrip("/") for u in self.upstreams)) != len(self.upstreams):
+            found.append("the same --upstream URL is given twice")
+        if not 0 <= self.port <= 65535:
+            found.append(f"--port {self.port} is not a TCP port (0-65535)")
+        for name in ("block_size", "text_chars_per_token", "default_max_tokens", "lru_size",
+                     "error_threshold", "template_fanout", "max_body_bytes"):
+            if getattr(self, name) < 1:
+                found.append(f"--{flag_name(name)} must be at least 1")
+        for name in ("connect_timeout_s", "total_timeout_s", "broadcast_timeout_s",
+                     "load_retry_initial_s", "load_retry_max_s", "health_interval_s",
+                     "health_timeout_s"):
+            if getattr(self, name) <= 0:
+                found.append(f"--{flag_name(name)} must be positive")
+        if self.spill_factor < 1:
+            found.append("--spill-factor below 1 would spill from a replica under the mean load")
+        if self.spill_slack_requests < 0 or self.load_retry_deadline_s < 0 or self.health_quorum < 0:
+            found.append("--spill-slack-requests, --load-retry-deadline-s and --health-quorum "
+                         "cannot be negative")
+        if self.health_quorum > len(self.upstreams) > 0:
+            found.append(f"--health-quorum {self.health_quorum} exceeds the "
+                         f"{len(self.upstreams)} replicas given")
+        return found
+
+
+def url_problems(url: str) -> list[str]:
+    """Why `url` cannot be a replica base URL (empty list when it can)."""
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        return [f"replica URL {url!r} must look like http://host:port"]
+    try:
+        parts.port
+    except ValueError:
+        return [f"replica URL {url!r} has an invalid port"]
+    return []
+
+
+def flag_name(field_name: str) -> str:
+    """The CLI flag for a settings field (`upstreams` is repeated as `--upstream`)."""
+    return "upstream" if field_name == "upstreams" else field_name.replace("_", "-")
+
+
+def knob_help() -> dict[str, str]:
+    """Field name -> its one-line why."""
+    return {f.name: f.metadata.get("help", "") for f in fields(ProxySettings)}

@@ -1,0 +1,70 @@
+"""HTTP plumbing shared by the proxy's handlers: headers in and out, error bodies, one send."""
+
+import asyncio
+import json
+
+import aiohttp
+from aiohttp import web
+from multidict import CIMultiDict
+
+from agrpo.proxy.broadcast import Reply
+from agrpo.proxy.replicas import Replica
+
+# never forwarded upstream: hop-by-hop, recomputed, or the client's own credentials
+_DROP_UPSTREAM = frozenset((
+    "host", "authorization", "content-length", "connection", "keep-alive", "proxy-authorization",
+    "proxy-connection", "te", "trailer", "trailers", "transfer-encoding", "upgrade", "expect",
+))
+# never copied back to the client: hop-by-hop or set by our own server
+_DROP_DOWNSTREAM = frozenset((
+    "connection", "keep-alive", "proxy-authenticate", "te", "trailer", "trailers",
+    "transfer-encoding", "upgrade", "content-length", "date", "server",
+))
+TRANSPORT_ERRORS = (aiohttp.ClientError, asyncio.TimeoutError, OSError)
+REPLICA_HEADER = "X-Agrpo-Replica"
+
+
+def upstream_headers(incoming, authorization: str | None) -> dict[str, str]:
+    """The client's headers minus hop-by-hop ones and its Authorization; plus ours."""
+    headers = {k: v for k, v in incoming.items() if k.lower() not in _DROP_UPSTREAM}
+    if authorization:
+        headers["Authorization"] = authorization
+    return headers
+
+
+def downstream_headers(upstream_response, replica: Replica | None) -> CIMultiDict:
+    headers = CIMultiDict(
+        (k, v) for k, v in upstream_response.headers.items() if k.lower() not in _DROP_DOWNSTREAM
+    )
+    if replica is not None:
+        headers[REPLICA_HEADER] = str(replica.index)
+    return headers
+
+
+def json_error(status: int, message: str, kind: str = "ProxyError",
+               replica: Replica | None = None) -> web.Response:
+    """An error in vLLM's shape, so clients that print vLLM errors print ours too."""
+    body = json.dumps({"error": {"message": message, "type": kind, "code": status}})
+    headers = {REPLICA_HEADER: str(replica.index)} if replica is not None else None
+    return web.Response(status=status, text=body, content_type="application/json",
+                        headers=headers)
+
+
+def describe_error(err: BaseException) -> str:
+    if isinstance(err, asyncio.TimeoutError):
+        return "timed out"
+    text = str(err) or type(err).__name__
+    return f"{type(err).__name__}: {text}"
+
+
+async def send_once(session: aiohttp.ClientSession, replica: Replica, method: str,
+                    path_qs: str, body: bytes, headers: dict, timeout) -> Reply:
+    """One buffered request to one replica; transport failures become `Reply(None, ...)`."""
+    try:
+        async with session.request(method, replica.target(path_qs), data=body or None,
+                                   headers=headers, timeout=timeout) as response:
+            payload = await response.read()
+            return Reply(response.status, payload,
+                         response.headers.get("Content-Type", "application/octet-stream"))
+    except TRANSPORT_ERRORS as err:
+        return Reply(None, b"", error=describe_error(err))

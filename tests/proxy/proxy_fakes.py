@@ -1,0 +1,147 @@
+"""In-process fake vLLM replicas and a helper that puts a proxy in front of them."""
+
+import asyncio
+import contextlib
+import json
+from dataclasses import dataclass, field
+
+import aiohttp
+from aiohttp import web
+
+from agrpo.proxy import ProxyServer, ProxySettings
+
+
+@dataclass
+class FakeReplica:
+    """Speaks the slice of vLLM's HTTP API the proxy uses; every behaviour is switchable."""
+
+    name: str
+    seen: list = field(default_factory=list)  # (method, path_qs, body bytes, headers)
+    loaded: set = field(default_factory=set)
+    paused: bool = False
+    healthy: bool = True
+    missing_adapter_answers: int = 0  # answer "No adapter found" this many times first
+    fail_paths: dict = field(default_factory=dict)  # path -> status to answer instead
+    completion_delay_s: float = 0.0
+    stream_chunks: int = 3
+    stream_gap_s: float = 0.05
+    url: str = ""
+    _runner: web.AppRunner | None = None
+
+    def app(self) -> web.Application:
+        app = web.Application()
+        app.router.add_route("*", "/{tail:.*}", self._handle)
+        return app
+
+    async def start(self, port: int = 0) -> None:
+        self._runner = web.AppRunner(self.app(), access_log=None)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, "127.0.0.1", port)
+        await site.start()
+        self.port = self._runner.addresses[0][1]
+        self.url = f"http://127.0.0.1:{self.port}"
+
+    async def stop(self) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+
+    def requests(self, path: str) -> list:
+        return [s for s in self.seen if s[1].split("?")[0] == path]
+
+    async def _handle(self, request: web.Request) -> web.StreamResponse:
+        body = await request.read()
+        path = request.path
+        self.seen.append((request.method, request.raw_path, body, dict(request.headers)))
+        if path in self.fail_paths:
+            return web.json_response({"error": {"message": f"{self.name} broke",
+                                                "code": self.fail_paths[path]}},
+                                     status=self.fail_paths[path])
+        if path == "/health":
+            return web.Response(status=200 if self.healthy else 503)
+        if path in ("/v1/completions", "/v1/chat/completions"):
+            return await self._complete(request, json.loads(body))
+        if path == "/v1/load_lora_adapter":
+            data = json.loads(body)
+            if self.missing_adapter_answers > 0:
+                self.missing_adapter_answers -= 1
+                message = (f"Loading lora {data['lora_name']} failed: No adapter found for "
+                           f"{data['lora_path']}")
+                return web.json_response({"error": {"message": message, "type": "NotFoundError",
+                                                    "code": 404}}, status=404)
+            if data["lora_name"] in self.loaded and not data.get("load_inplace"):
+                return web.json_response({"error": {"message": "has already been loaded"}},
+                                         status=400)
+            self.loaded.add(data["lora_name"])
+            return web.Response(text=f"Success: LoRA adapter '{data['lora_name']}' added")
+        if path == "/v1/unload_lora_adapter":
+            name = json.loads(body)["lora_name"]
+            if name not in self.loaded:
+                return web.json_response({"error": {"message": f"'{name}' cannot be found"}},
+                                         status=404)
+            self.loaded.discard(name)
+            return web.Response(text=f"Success: LoRA adapter '{name}' removed")
+        if path == "/pause":
+            self.paused = True
+            return web.json_response({"status": "paused"})
+        if path == "/resume":
+            self.paused = False
+            return web.json_response({"status": "resumed"})
+        if path == "/server_info":
+            return web.json_response({"vllm_config": {
+                "parallel_config": {"data_parallel_size": 2, "tensor_parallel_size": 1},
+                "lora_config": {"max_lora_rank": 16}}})
+        if path in ("/reset_prefix_cache", "/sleep", "/wake_up"):
+            return web.Response(status=200)
+        if path == "/v1/models":
+            return web.json_response({"data": [{"id": "base", "max_model_len": 512}],
+                                      "served_by": self.name})
+        return web.json_response({"error": {"message": "Not Found"}}, status=404)
+
+    async def _complete(self, request: web.Request, data: dict) -> web.StreamResponse:
+        if self.completion_delay_s:
+            await asyncio.sleep(self.completion_delay_s)
+        if data.get("stream"):
+            response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+            await response.prepare(request)
+            for i in range(self.stream_chunks):
+                await response.write(f"data: {json.dumps({'i': i, 'by': self.name})}\n\n".encode())
+                await asyncio.sleep(self.stream_gap_s)
+            await response.write(b"data: [DONE]\n\n")
+            await response.write_eof()
+            return response
+        return web.json_response({"choices": [{"text": "ok", "token_ids": [1, 2]}],
+                                  "model": data.get("model"), "served_by": self.name},
+                                 headers={"X-Request-Id": "r1"})
+
+
+@contextlib.asynccontextmanager
+async def cluster(n: int = 2, **overrides):
+    """n started fake replicas, a proxy on a free port in front of them, and a client."""
+    fakes = [FakeReplica(name=f"r{i}") for i in range(n)]
+    for fake in fakes:
+        await fake.start()
+    settings = ProxySettings(upstreams=[f.url for f in fakes], port=0,
+                             **{"health_interval_s": 0.2, **overrides})
+    proxy = ProxyServer(settings)
+    await proxy.start()
+    session = aiohttp.ClientSession()
+    try:
+        yield proxy, fakes, session
+    finally:
+        await session.close()
+        await proxy.stop()
+        for fake in fakes:
+            await fake.stop()
+
+
+def completion(prompt, model: str = "trl-policy-v1", **extra) -> dict:
+    return {"model": model, "prompt": prompt, "max_tokens": 16, "n": 1, "logprobs": 0,
+            "return_token_ids": True, **extra}
+
+
+async def post(session, url: str, payload=None, data: bytes | None = None, headers=None):
+    """POST and return (status, headers, body bytes)."""
+    async with session.post(url, json=payload if data is None else None, data=data,
+                            headers=headers) as response:
+        return response.status, response.headers, await response.read()
