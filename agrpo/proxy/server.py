@@ -78,7 +78,8 @@ class ProxyServer:
             connector=aiohttp.TCPConnector(limit=0, keepalive_timeout=60, ttl_dns_cache=300),
             auto_decompress=False,
         )
-        self._runner = web.AppRunner(self.build_app(), access_log=None, handle_signals=False)
+        self._runner = web.AppRunner(self.build_app(), access_log=None, handle_signals=False,
+                                     shutdown_timeout=self.settings.shutdown_timeout_s)
         try:
             await self._runner.setup()
             site = web.TCPSite(self._runner, self.settings.host, self.settings.port, backlog=2048)

@@ -71,6 +71,7 @@ class ProxySettings:
     health_quorum: int = _knob(
         0, "healthy replicas /health needs for 200; 0 means all of them (no degraded mode)"
     )
+    shutdown_timeout_s: float = _knob(5.0, "on stop, in-flight requests get this long to finish")
     max_body_bytes: int = _knob(64 * 1024 * 1024, "larger request bodies get 413")
     log_level: str = _knob("info", "logging level of the agrpo.proxy logger")
     use_uvloop: bool = _knob(True, "run the CLI on uvloop when installed (more requests/s per core)")
@@ -92,7 +93,7 @@ class ProxySettings:
                 found.append(f"--{flag_name(name)} must be at least 1")
         for name in ("connect_timeout_s", "total_timeout_s", "broadcast_timeout_s",
                      "load_retry_initial_s", "load_retry_max_s", "health_interval_s",
-                     "health_timeout_s"):
+                     "health_timeout_s", "shutdown_timeout_s"):
             if getattr(self, name) <= 0:
                 found.append(f"--{flag_name(name)} must be positive")
         if self.spill_factor < 1:

@@ -34,7 +34,7 @@ class FakeReplica:
         return app
 
     async def start(self, port: int = 0) -> None:
-        self._runner = web.AppRunner(self.app(), access_log=None)
+        self._runner = web.AppRunner(self.app(), access_log=None, shutdown_timeout=0.2)
         await self._runner.setup()
         site = web.TCPSite(self._runner, "127.0.0.1", port)
         await site.start()
