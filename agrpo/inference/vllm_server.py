@@ -1,0 +1,111 @@
+"""How a vLLM replica is started, derived from the run config (pure), and a helper that starts one (I/O).
+
+The flags are the ones adapter-only sync needs: runtime LoRA loading (`--enable-lora`, and the env switches that
+expose `/v1/load_lora_adapter`, `/pause`, `/resume`), room for every policy version a rollout may still name
+(`--max-loras = max_staleness + 2`), and generator log-probs after temperature (`processed_logprobs`), which is what
+TRL's importance ratio compares against.
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+# Ranks vLLM builds LoRA buffers for; a served rank must be one of them (TRL: round_lora_rank).
+VLLM_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
+# Head sizes vLLM's CPU attention supports.
+CPU_HEAD_SIZES = (32, 64, 80, 96, 112, 128, 160, 192, 224, 256, 512)
+LORA_ENV = {"VLLM_ALLOW_RUNTIME_LORA_UPDATING": "1", "VLLM_SERVER_DEV_MODE": "1"}
+
+
+def round_lora_rank(rank: int) -> int:
+    """Smallest vLLM LoRA capacity that holds an adapter of `rank`."""
+    for candidate in VLLM_LORA_RANKS:
+        if candidate >= rank:
+            return candidate
+    raise ValueError(f"LoRA rank {rank} exceeds the largest rank vLLM serves ({VLLM_LORA_RANKS[-1]})")
+
+
+def served_lora_rank(cfg: Any) -> int:
+    return cfg.inference.max_lora_rank or round_lora_rank(cfg.lora.r)
+
+
+def served_max_loras(cfg: Any) -> int:
+    return cfg.inference.max_loras or cfg.trainer.max_staleness + 2
+
+
+def resolve_device(requested: str, cuda_available: bool) -> str:
+    if requested == "auto":
+        return "cuda" if cuda_available else "cpu"
+    return requested
+
+
+@dataclass(frozen=True)
+class ReplicaLaunch:
+    """Everything needed to start one replica: argv, the env to add, where it listens and logs."""
+
+    argv: list[str]
+    env: dict[str, str]
+    port: int
+    url: str
+
+
+def build_replica_launch(cfg: Any, port: int, device: str, gpus: list[int] | None = None,
+                         python: str = sys.executable) -> ReplicaLaunch:
+    """The command and environment of one replica on `port` (pure: no process, no socket)."""
+    inference = cfg.inference
+    dtype = inference.dtype if inference.dtype != "auto" else ("float32" if device == "cpu" else "bfloat16")
+    argv = [
+        python, "-m", inference.server_module,
+        "--model", str(cfg.model.name_or_path),
+        "--host", inference.host,
+        "--port", str(port),
+        "--dtype", dtype,
+        "--max-model-len", str(inference.max_model_len),
+        "--enable-lora",
+        "--max-lora-rank", str(served_lora_rank(cfg)),
+        "--max-loras", str(served_max_loras(cfg)),
+        "--logprobs-mode", "processed_logprobs",
+        "--seed", str(cfg.trainer.seed),
+    ]
+    env = dict(LORA_ENV)
+    if device == "cpu":
+        # The multiprocess executor is slow to start and fragile on CPU; the in-process one starts in ~40 s.
+        argv += ["--distributed-executor-backend", "uni"]
+        env["VLLM_CPU_KVCACHE_SPACE"] = str(inference.cpu_kvcache_gib)
+    else:
+        argv += ["--gpu-memory-utilization", str(inference.gpu_memory_utilization)]
+        if inference.gpus_per_replica > 1:
+            argv += ["--tensor-parallel-size", str(inference.gpus_per_replica)]
+        if gpus is not None:
+            env["CUDA_VISIBLE_DEVICES"] = ",".join(str(gpu) for gpu in gpus)
+    if cfg.model.trust_remote_code:
+        argv.append("--trust-remote-code")
+    argv += [str(arg) for arg in inference.extra_args]
+    return ReplicaLaunch(argv=argv, env=env, port=port, url=f"http://{inference.host}:{port}")
+
+
+def start_replica(model_path: str | Path, port: int, log_path: str | Path, lora_rank: int = 8, max_loras: int = 3,
+                  max_model_len: int = 512, startup_timeout_s: float = 600.0, extra_args: list[str] | None = None):
+    """Start one CPU replica of `model_path` and wait for /health (tests and benchmarks). Returns a ManagedProcess
+    with `.url` and `.stop()`."""
+    from omegaconf import OmegaConf
+
+    from agrpo.config.schema import RunConfig
+    from agrpo.launchers.process import ManagedProcess
+
+    cfg = OmegaConf.structured(RunConfig)
+    cfg.model.name_or_path = str(model_path)
+    cfg.inference.max_model_len = max_model_len
+    cfg.inference.max_lora_rank = lora_rank
+    cfg.inference.max_loras = max_loras
+    cfg.inference.extra_args = list(extra_args or [])
+    launch = build_replica_launch(cfg, port, device="cpu")
+    process = ManagedProcess(name=f"vllm-{port}", argv=launch.argv, env=launch.env, log_path=Path(log_path),
+                             health_url=f"{launch.url}/health")
+    process.start()
+    process.wait_healthy(startup_timeout_s)
+    process.url = launch.url
+    return process

@@ -1,0 +1,38 @@
+"""The launcher interface: build a plan from the config (pure), then execute it (I/O). New launchers (accelerate,
+HF Jobs) register here and are chosen with `launcher=NAME`; nothing else changes."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from typing import Any
+
+from agrpo.errors import ConfigError
+from agrpo.launchers.plan import Plan
+
+
+class Launcher(ABC):
+    name: str
+
+    @abstractmethod
+    def build_plan(self, cfg: Any) -> Plan:
+        """Everything the run will start, as data. Must not start processes."""
+
+    @abstractmethod
+    def execute(self, cfg: Any, plan: Plan) -> dict[str, Any]:
+        """Run the plan to completion, always stopping what it started; return the run's final metrics."""
+
+
+LAUNCHERS: dict[str, type[Launcher]] = {}
+
+
+def register(cls: type[Launcher]) -> type[Launcher]:
+    LAUNCHERS[cls.name] = cls
+    return cls
+
+
+def get_launcher(name: str) -> Launcher:
+    import agrpo.launchers.local  # noqa: F401 - registers itself
+
+    if name not in LAUNCHERS:
+        raise ConfigError(f"launcher.name={name!r} is not one of {sorted(LAUNCHERS)}: pick launcher=<one of them>")
+    return LAUNCHERS[name]()

@@ -1,0 +1,145 @@
+"""launcher=local: vLLM replicas (+ agrpo's proxy when there are several) as child processes, then the trainer.
+
+Every child gets its own process group and is stopped by PID on success, failure, Ctrl-C or SIGTERM.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from omegaconf import OmegaConf
+
+from agrpo.errors import LaunchError
+from agrpo.inference.vllm_server import build_replica_launch, resolve_device
+from agrpo.launchers.base import Launcher, register
+from agrpo.launchers.gpus import assign_gpus
+from agrpo.launchers.plan import Plan, ProcessSpec
+from agrpo.launchers.ports import free_ports
+from agrpo.launchers.process import ManagedProcess
+from agrpo.models.resolve import prepare_model
+
+log = logging.getLogger(__name__)
+RESOLVED_CONFIG = "config.yaml"
+
+
+def uses_proxy(cfg: Any) -> bool:
+    replicas = len(cfg.inference.urls) or cfg.inference.replicas
+    return cfg.inference.use_proxy if cfg.inference.use_proxy is not None else replicas > 1
+
+
+def build_local_plan(cfg: Any, run_dir: str, ports: list[int], device: str, num_gpus: int, cpu_count: int = 2,
+                     python: str = sys.executable) -> Plan:
+    """The local plan (pure). `ports` must hold replicas + 1 free ports (the last one for the proxy)."""
+    inference = cfg.inference
+    logs = Path(run_dir) / "logs"
+    services: list[ProcessSpec] = []
+    upstreams = list(inference.urls)
+    trainer_gpus = None
+    if cfg.role == "all" and not upstreams:
+        trainer_gpus, replica_gpus = assign_gpus(num_gpus, inference.replicas, inference.gpus_per_replica,
+                                                 cfg.trainer.gpus, inference.gpus)
+        for index in range(inference.replicas):
+            gpus = replica_gpus[index] if replica_gpus else None
+            launch = build_replica_launch(cfg, ports[index], device, gpus, python)
+            services.append(ProcessSpec(
+                name=f"vllm-{index}", role="replica", argv=launch.argv, env=launch.env, port=launch.port,
+                health_url=f"{launch.url}/health", log_path=str(logs / f"vllm-{index}.log"), gpus=gpus))
+            upstreams.append(launch.url)
+    vllm_url = upstreams[0] if upstreams else ""
+    if uses_proxy(cfg):
+        proxy_port = ports[-1]
+        argv = [python, "-m", "agrpo.proxy", "--port", str(proxy_port), "--host", "127.0.0.1"]
+        for url in upstreams:
+            argv += ["--upstream", url]
+        argv += proxy_knob_flags(cfg.proxy)
+        vllm_url = f"http://127.0.0.1:{proxy_port}"
+        services.append(ProcessSpec(name="proxy", role="proxy", argv=argv, port=proxy_port,
+                                    health_url=f"{vllm_url}/health", log_path=str(logs / "proxy.log")))
+    trainer_env = {"CUDA_VISIBLE_DEVICES": ",".join(map(str, trainer_gpus))} if trainer_gpus else {}
+    if device == "cpu":
+        local_replicas = len(services) - (1 if uses_proxy(cfg) else 0)
+        threads = cfg.trainer.cpu_threads or max(cpu_count - local_replicas, 1)
+        trainer_env["OMP_NUM_THREADS"] = str(threads)
+    trainer = ProcessSpec(
+        name="trainer", role="trainer", env=trainer_env, gpus=trainer_gpus,
+        argv=[python, "-m", "agrpo.trainer", str(Path(run_dir) / RESOLVED_CONFIG), "--vllm-url", vllm_url,
+              "--num-replicas", str(max(len(upstreams), 1))])
+    notes = [f"device={device}, {num_gpus} GPU(s)"]
+    return Plan(launcher="local", run_dir=run_dir, services=services, trainer=trainer, vllm_url=vllm_url, notes=notes)
+
+
+def proxy_knob_flags(proxy_cfg: Any) -> list[str]:
+    """CLI flags for every proxy knob that differs from its default (upstreams/host/port are set by the plan)."""
+    from dataclasses import fields
+
+    from agrpo.proxy.settings import ProxySettings, flag_name
+
+    defaults = ProxySettings()
+    flags = []
+    for knob in fields(ProxySettings):
+        if knob.name in ("upstreams", "host", "port"):
+            continue
+        value = getattr(proxy_cfg, knob.name)
+        if value != getattr(defaults, knob.name) and value is not None:
+            flags += [f"--{flag_name(knob.name)}", str(value)]
+    return flags
+
+
+def _sigterm_as_interrupt(_signum, _frame):
+    raise KeyboardInterrupt
+
+
+@register
+class LocalLauncher(Launcher):
+    name = "local"
+
+    def build_plan(self, cfg: Any) -> Plan:
+        import torch
+
+        num_gpus = torch.cuda.device_count()
+        device = resolve_device(cfg.inference.device, num_gpus > 0)
+        ports = free_ports(cfg.inference.replicas + 1, cfg.inference.base_port, cfg.inference.host)
+        return build_local_plan(cfg, cfg.sync.output_dir, ports, device, num_gpus, os.cpu_count() or 1)
+
+    def execute(self, cfg: Any, plan: Plan) -> dict[str, Any]:
+        run_dir = Path(plan.run_dir)
+        run_dir.mkdir(parents=True, exist_ok=True)
+        prepare_model(cfg.model)
+        (run_dir / RESOLVED_CONFIG).write_text(OmegaConf.to_yaml(cfg, resolve=True))
+        started: list[ManagedProcess] = []
+        previous = signal.signal(signal.SIGTERM, _sigterm_as_interrupt)
+        try:
+            services = [ManagedProcess(s.name, s.argv, s.env, Path(s.log_path), s.health_url) for s in plan.services]
+            for role in ("replica", "proxy"):
+                group = [p for p, s in zip(services, plan.services) if s.role == role]
+                for process in group:
+                    log.info("starting %s (log: %s)", process.name, process.log_path)
+                    process.start()
+                    started.append(process)
+                t0 = time.monotonic()
+                for process in group:
+                    remaining = cfg.inference.startup_timeout_s - (time.monotonic() - t0)
+                    process.wait_healthy(max(remaining, 1.0))
+                if group:
+                    log.info("%d %s(s) healthy after %.0f s", len(group), role, time.monotonic() - t0)
+            trainer = ManagedProcess(plan.trainer.name, plan.trainer.argv, plan.trainer.env)
+            trainer.start(inherit_output=True)
+            started.append(trainer)
+            code = trainer.wait()
+            if code != 0:
+                raise LaunchError(f"the trainer exited with code {code} (its output is above); the run directory "
+                                  f"{run_dir} keeps the checkpoints, adapters and replica logs written so far")
+            return json.loads((run_dir / "metrics.json").read_text())
+        except KeyboardInterrupt:
+            raise LaunchError(f"interrupted; every process was stopped. Outputs so far are in {run_dir}") from None
+        finally:
+            for process in reversed(started):
+                process.stop(cfg.launcher.stop_timeout_s)
+            signal.signal(signal.SIGTERM, previous)

@@ -1,0 +1,39 @@
+"""`python -m agrpo.trainer RESOLVED_CONFIG --vllm-url URL`: the trainer process a launcher starts.
+
+It reads the resolved config that the entrypoint wrote to the run directory, so every process of a run (local
+child, accelerate rank, HF Job) trains from the same values.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+
+from omegaconf import OmegaConf
+
+from agrpo.config.schema import RunConfig
+from agrpo.errors import AgrpoError
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m agrpo.trainer", description=__doc__.splitlines()[0])
+    parser.add_argument("config", help="resolved config YAML written by `python -m agrpo`")
+    parser.add_argument("--vllm-url", required=True, help="base URL of the vLLM server or of agrpo's proxy")
+    parser.add_argument("--num-replicas", type=int, default=1, help="replicas behind the URL (scales in-flight work)")
+    args = parser.parse_args(argv)
+    cfg = OmegaConf.merge(OmegaConf.structured(RunConfig), OmegaConf.load(args.config))
+    logging.basicConfig(level=cfg.logger.level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    from agrpo.trainer.trl_backend import run_training
+
+    try:
+        summary = run_training(cfg, args.vllm_url, args.num_replicas)
+    except AgrpoError as error:
+        print(f"agrpo trainer: {error}", file=sys.stderr)
+        return error.exit_code
+    print(f"agrpo trainer: done, {summary.get('global_step')} steps, final adapter in {summary['final_adapter']}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,169 @@
+"""The only module that knows TRL's API: config mapping, trainer construction, training, final adapter.
+
+`build_grpo_args` and `build_peft_config` are pure mappings from our config (tested without a server);
+`run_training` is the I/O: it builds the trainer against a vLLM base URL (a replica or the proxy), trains, and
+writes `<output_dir>/final_adapter` and `<output_dir>/metrics.json`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import glob
+import json
+import logging
+import os
+import re
+from pathlib import Path
+from typing import Any
+
+from omegaconf import OmegaConf
+
+from agrpo.errors import ConfigError
+
+log = logging.getLogger(__name__)
+
+FINAL_ADAPTER = "final_adapter"
+METRICS_FILE = "metrics.json"
+TENSORBOARD_DIR = "tensorboard"
+
+
+def cuda_available() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
+
+
+def build_peft_config(lora_cfg: Any):
+    from peft import LoraConfig
+
+    return LoraConfig(
+        r=lora_cfg.r,
+        lora_alpha=lora_cfg.alpha,
+        lora_dropout=lora_cfg.dropout,
+        target_modules=list(lora_cfg.target_modules),
+        use_dora=lora_cfg.use_dora,
+        modules_to_save=list(lora_cfg.modules_to_save) if lora_cfg.modules_to_save else None,
+        bias="none",
+        task_type="CAUSAL_LM",
+    )
+
+
+def scaled_inflight(trainer_cfg: Any, num_replicas: int) -> int:
+    """Requests in flight: TRL's auto value (staleness x samples per step) times the replica count, so that adding
+    a replica adds generation capacity instead of leaving it idle behind one global cap."""
+    if trainer_cfg.max_inflight_tasks > 0:
+        return trainer_cfg.max_inflight_tasks
+    samples_per_step = trainer_cfg.per_device_train_batch_size * trainer_cfg.gradient_accumulation_steps
+    return max(trainer_cfg.max_staleness, 1) * samples_per_step * max(num_replicas, 1)
+
+
+def build_grpo_args(cfg: Any, vllm_url: str, num_replicas: int, use_gpu: bool):
+    """Map the run config onto TRL's AsyncGRPOConfig. `trainer.extra` passes any other TRL field through."""
+    from trl.experimental.async_grpo import AsyncGRPOConfig
+
+    trainer = cfg.trainer
+    bf16 = use_gpu if trainer.bf16 is None else trainer.bf16
+    output_dir = cfg.sync.output_dir
+    kwargs: dict[str, Any] = dict(
+        output_dir=output_dir,
+        vllm_server_base_url=vllm_url,
+        learning_rate=trainer.learning_rate,
+        max_steps=trainer.max_steps,
+        per_device_train_batch_size=trainer.per_device_train_batch_size,
+        gradient_accumulation_steps=trainer.gradient_accumulation_steps,
+        num_generations=trainer.num_generations,
+        max_completion_length=trainer.max_completion_length,
+        temperature=trainer.temperature,
+        top_p=trainer.top_p,
+        max_staleness=trainer.max_staleness,
+        weight_sync_steps=trainer.weight_sync_steps,
+        max_inflight_tasks=scaled_inflight(trainer, num_replicas),
+        queue_maxsize=trainer.queue_maxsize if trainer.queue_maxsize > 0 else 2 * scaled_inflight(trainer, num_replicas),
+        token_budget=trainer.token_budget,
+        gradient_checkpointing=trainer.gradient_checkpointing,
+        bf16=bf16,
+        epsilon=trainer.epsilon,
+        epsilon_high=trainer.epsilon_high,
+        logging_steps=trainer.logging_steps,
+        save_strategy="steps" if trainer.save_steps > 0 else "no",
+        save_steps=max(trainer.save_steps, 1),
+        save_total_limit=trainer.save_total_limit,
+        seed=trainer.seed,
+        log_completions=trainer.log_completions,
+        dtype=cfg.model.dtype,
+        trust_remote_code=cfg.model.trust_remote_code,
+        report_to=list(cfg.logger.report_to),
+        disable_tqdm=not cfg.logger.progress_bar,
+        use_cpu=not use_gpu,
+    )
+    extra = OmegaConf.to_container(trainer.extra, resolve=True) if OmegaConf.is_config(trainer.extra) else dict(trainer.extra)
+    known = {f.name for f in dataclasses.fields(AsyncGRPOConfig)}
+    unknown = sorted(set(extra) - known)
+    if unknown:
+        raise ConfigError(f"trainer.extra has keys that AsyncGRPOConfig does not know: {unknown}")
+    kwargs.update(extra)
+    return AsyncGRPOConfig(**kwargs)
+
+
+def latest_checkpoint(output_dir: str) -> str | None:
+    """The checkpoint-N folder with the highest N, or None."""
+    found = []
+    for path in glob.glob(os.path.join(output_dir, "checkpoint-*")):
+        match = re.fullmatch(r"checkpoint-(\d+)", os.path.basename(path))
+        if match and os.path.isdir(path):
+            found.append((int(match.group(1)), path))
+    return max(found)[1] if found else None
+
+
+def final_metrics(log_history: list[dict[str, Any]], window: int = 5) -> dict[str, Any]:
+    """Summary of a run from the trainer's log history: first/last-window mean reward, steps."""
+    rewards = [entry["reward"] for entry in log_history if "reward" in entry]
+    summary: dict[str, Any] = {"steps_logged": len(rewards), "rewards": rewards}
+    if rewards:
+        summary["reward_first"] = sum(rewards[:window]) / len(rewards[:window])
+        summary["reward_last"] = sum(rewards[-window:]) / len(rewards[-window:])
+    for entry in log_history:
+        if "train_runtime" in entry:
+            summary["train_runtime_s"] = entry["train_runtime"]
+    return summary
+
+
+def run_training(cfg: Any, vllm_url: str, num_replicas: int) -> dict[str, Any]:
+    """Train with TRL's AsyncGRPOTrainer against `vllm_url`; return the summary written to metrics.json."""
+    from agrpo.data import load_train_dataset
+    from agrpo.rewards.registry import build_reward_funcs
+    from agrpo.trainer.cpu_compat import apply_cpu_workarounds
+
+    use_gpu = cuda_available()
+    apply_cpu_workarounds()
+    from trl.experimental.async_grpo import AsyncGRPOTrainer
+
+    args = build_grpo_args(cfg, vllm_url, num_replicas, use_gpu)
+    # transformers 5 reads the TensorBoard directory from the environment only.
+    os.environ["TENSORBOARD_LOGGING_DIR"] = os.path.join(args.output_dir, TENSORBOARD_DIR)
+    dataset = load_train_dataset(cfg.data, seed=cfg.trainer.seed)
+    rewards = build_reward_funcs(cfg.reward.funcs)
+    trainer = AsyncGRPOTrainer(
+        model=cfg.model.name_or_path,
+        reward_funcs=rewards,
+        args=args,
+        train_dataset=dataset,
+        peft_config=build_peft_config(cfg.lora),
+    )
+    resume_from = None
+    if cfg.trainer.resume:
+        resume_from = latest_checkpoint(args.output_dir)
+        if resume_from is None:
+            log.warning("trainer.resume=true but %s holds no checkpoint-N: starting from scratch", args.output_dir)
+        else:
+            log.info("Resuming from %s", resume_from)
+    trainer.train(resume_from_checkpoint=resume_from)
+
+    final_dir = Path(args.output_dir) / FINAL_ADAPTER
+    trainer.model.save_pretrained(final_dir)
+    trainer.processing_class.save_pretrained(final_dir)
+    summary = final_metrics(trainer.state.log_history)
+    summary["final_adapter"] = str(final_dir)
+    summary["global_step"] = trainer.state.global_step
+    (Path(args.output_dir) / METRICS_FILE).write_text(json.dumps(summary, indent=2))
+    return summary
