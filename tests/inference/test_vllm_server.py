@@ -1,0 +1,57 @@
+"""vLLM replica flags and environment derived from the config (pure)."""
+
+import pytest
+
+from agrpo.config.compose import compose_run_config
+from agrpo.inference.vllm_server import build_replica_launch, round_lora_rank
+
+
+def flag(argv, name):
+    return argv[argv.index(name) + 1]
+
+
+def test_cpu_replica_command_has_the_flags_adapter_sync_needs():
+    cfg = compose_run_config(["+recipe=smoke", "trainer.max_staleness=3", "lora.r=4"], output_dir="/tmp/x")
+    launch = build_replica_launch(cfg, 8123, device="cpu", python="python")
+    argv = launch.argv
+    assert argv[:3] == ["python", "-m", "vllm.entrypoints.openai.api_server"]
+    assert "--enable-lora" in argv
+    assert flag(argv, "--max-lora-rank") == "8"  # rank 4 rounds up to vLLM's next LoRA capacity
+    assert flag(argv, "--max-loras") == "5"  # max_staleness + 2
+    assert flag(argv, "--logprobs-mode") == "processed_logprobs"
+    assert flag(argv, "--max-model-len") == "256"
+    assert flag(argv, "--port") == "8123"
+    assert flag(argv, "--model") == cfg.model.name_or_path
+    assert flag(argv, "--distributed-executor-backend") == "uni"
+    assert flag(argv, "--dtype") == "float32"
+    assert launch.env["VLLM_ALLOW_RUNTIME_LORA_UPDATING"] == "1"
+    assert launch.env["VLLM_SERVER_DEV_MODE"] == "1"
+    assert launch.env["VLLM_CPU_KVCACHE_SPACE"] == "1"
+    assert launch.url == "http://127.0.0.1:8123"
+
+
+def test_gpu_replica_pins_its_gpus_and_memory_share():
+    cfg = compose_run_config(["+recipe=gsm8k", "inference.gpu_memory_utilization=0.5"], output_dir="/tmp/x")
+    launch = build_replica_launch(cfg, 9000, device="cuda", gpus=[2, 3], python="python")
+    assert launch.env["CUDA_VISIBLE_DEVICES"] == "2,3"
+    assert flag(launch.argv, "--gpu-memory-utilization") == "0.5"
+    assert flag(launch.argv, "--dtype") == "bfloat16"
+    assert "--distributed-executor-backend" not in launch.argv
+    assert "VLLM_CPU_KVCACHE_SPACE" not in launch.env
+
+
+def test_explicit_engine_values_and_extra_args_pass_through():
+    cfg = compose_run_config(["+recipe=smoke", "inference.max_loras=9", "inference.max_lora_rank=64",
+                              "inference.extra_args=[--enforce-eager]"], output_dir="/tmp/x")
+    argv = build_replica_launch(cfg, 1, device="cpu").argv
+    assert (flag(argv, "--max-loras"), flag(argv, "--max-lora-rank"), argv[-1]) == ("9", "64", "--enforce-eager")
+
+
+@pytest.mark.parametrize(("rank", "served"), [(1, 1), (2, 8), (8, 8), (9, 16), (300, 320), (512, 512)])
+def test_round_lora_rank(rank, served):
+    assert round_lora_rank(rank) == served
+
+
+def test_round_lora_rank_refuses_too_large():
+    with pytest.raises(ValueError):
+        round_lora_rank(513)

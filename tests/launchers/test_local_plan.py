@@ -1,0 +1,94 @@
+"""The local launcher's plan (pure): which processes, commands, ports, proxy, GPU split and trainer threads."""
+
+import pytest
+
+from agrpo.config.compose import compose_run_config
+from agrpo.errors import ConfigError
+from agrpo.launchers.gpus import assign_gpus
+from agrpo.launchers.local import build_local_plan, proxy_knob_flags
+
+
+def plan_for(*overrides, device="cpu", num_gpus=0, cpu_count=2):
+    cfg = compose_run_config(["+recipe=smoke", *overrides], output_dir="/runs/r1")
+    ports = [8100 + i for i in range(cfg.inference.replicas + 1)]
+    return build_local_plan(cfg, "/runs/r1", ports, device, num_gpus, cpu_count=cpu_count, python="py")
+
+
+def test_one_replica_no_proxy_trainer_talks_to_it():
+    plan = plan_for()
+    assert [s.role for s in plan.services] == ["replica"]
+    assert plan.vllm_url == "http://127.0.0.1:8100"
+    assert plan.services[0].health_url == "http://127.0.0.1:8100/health"
+    assert plan.services[0].log_path == "/runs/r1/logs/vllm-0.log"
+    assert plan.trainer.argv == ["py", "-m", "agrpo.trainer", "/runs/r1/config.yaml", "--vllm-url",
+                                 "http://127.0.0.1:8100", "--num-replicas", "1"]
+    # vLLM's CPU build pins one core per replica; the trainer gets the rest.
+    assert plan.trainer.env["OMP_NUM_THREADS"] == "1"
+
+
+def test_several_replicas_go_behind_the_proxy():
+    plan = plan_for("inference.replicas=3", cpu_count=8)
+    assert [s.role for s in plan.services] == ["replica", "replica", "replica", "proxy"]
+    proxy = plan.services[-1]
+    assert proxy.argv[:3] == ["py", "-m", "agrpo.proxy"]
+    upstreams = [proxy.argv[i + 1] for i, a in enumerate(proxy.argv) if a == "--upstream"]
+    assert upstreams == ["http://127.0.0.1:8100", "http://127.0.0.1:8101", "http://127.0.0.1:8102"]
+    assert plan.vllm_url == "http://127.0.0.1:8103"
+    assert plan.trainer.argv[-1] == "3"
+    assert plan.trainer.env["OMP_NUM_THREADS"] == "5"
+
+
+def test_proxy_can_be_forced_for_one_replica_and_gets_changed_knobs_only():
+    plan = plan_for("inference.use_proxy=true", "proxy.block_size=32", "proxy.token_env=HF_TOKEN")
+    proxy = plan.services[-1]
+    assert proxy.role == "proxy"
+    assert "--block-size" in proxy.argv and proxy.argv[proxy.argv.index("--block-size") + 1] == "32"
+    assert proxy.argv[proxy.argv.index("--token-env") + 1] == "HF_TOKEN"
+    assert "--lru-size" not in proxy.argv  # unchanged knobs stay at the proxy's own defaults
+
+
+def test_defaults_produce_no_proxy_flags():
+    cfg = compose_run_config(["+recipe=smoke"], output_dir="/x")
+    assert proxy_knob_flags(cfg.proxy) == []
+
+
+def test_external_urls_start_no_replica():
+    plan = plan_for("role=trainer", "inference.urls=[http://10.0.0.1:8000,http://10.0.0.2:8000]")
+    assert [s.role for s in plan.services] == ["proxy"]
+    assert plan.trainer.argv[-1] == "2"
+
+
+def test_gpu_machine_splits_gpus_between_trainer_and_replicas():
+    plan = plan_for("inference.replicas=2", device="cuda", num_gpus=4)
+    replicas = [s for s in plan.services if s.role == "replica"]
+    assert [r.gpus for r in replicas] == [[2], [3]]
+    assert [r.env["CUDA_VISIBLE_DEVICES"] for r in replicas] == ["2", "3"]
+    assert plan.trainer.env["CUDA_VISIBLE_DEVICES"] == "0,1"
+    assert "OMP_NUM_THREADS" not in plan.trainer.env
+
+
+def test_dry_run_render_lists_every_process_and_hides_unknown_env_values():
+    plan = plan_for("inference.replicas=2")
+    plan.trainer.env["HF_TOKEN"] = "hf_secret_value"
+    text = plan.render()
+    assert text.count("[replica]") == 2 and "[proxy]" in text and "[trainer]" in text
+    assert "--max-loras 3" in text
+    assert "hf_secret_value" not in text and "HF_TOKEN=<set>" in text
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        ((0, 1, 1, None, None), (None, None)),
+        ((1, 1, 1, None, None), ([0], [[0]])),  # one GPU: trainer and replica share it
+        ((8, 2, 2, None, None), ([0, 1, 2, 3], [[4, 5], [6, 7]])),
+        ((4, 1, 1, [0, 1], [3]), ([0, 1], [[3]])),
+    ],
+)
+def test_assign_gpus(args, expected):
+    assert assign_gpus(*args) == expected
+
+
+def test_assign_gpus_refuses_leaving_trainer_nothing():
+    with pytest.raises(ConfigError, match="inference.replicas"):
+        assign_gpus(2, 2, 1, None, None)

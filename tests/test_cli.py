@@ -1,0 +1,84 @@
+"""The entrypoint as a user runs it: dry run from another directory, recipe by path, --cfg job, bad input."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+
+def agrpo(*args, cwd, env=None, timeout=180):
+    return subprocess.run([sys.executable, "-m", "agrpo", *args], cwd=cwd, capture_output=True, text=True,
+                          timeout=timeout, env={**os.environ, "HF_HUB_OFFLINE": "1", **(env or {})})
+
+
+def test_dry_run_from_any_directory_prints_plan_and_starts_nothing(tmp_path):
+    result = agrpo("+recipe=smoke", "launcher.dry_run=true", "inference.replicas=2", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    out = result.stdout
+    assert out.count("[replica]") == 2 and "[proxy]" in out and "[trainer]" in out
+    assert "vllm.entrypoints.openai.api_server" in out and "--enable-lora" in out
+    assert "-m agrpo.proxy" in out
+    # the run directory is under the caller's working directory, and nothing was trained
+    run_dirs = list((tmp_path / "outputs" / "smoke").iterdir())
+    assert len(run_dirs) == 1 and not (run_dirs[0] / "metrics.json").exists()
+
+
+def test_recipe_given_as_a_path_to_the_users_yaml(tmp_path):
+    mine = tmp_path / "my_recipe.yaml"
+    mine.write_text("# @package _global_\n# python -m agrpo +recipe=./my_recipe.yaml\n"
+                    "defaults:\n  - /recipe/smoke\n\nrun_name: mine\ntrainer:\n  max_steps: 7\n")
+    result = agrpo("+recipe=./my_recipe.yaml", "--cfg", "job", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert "run_name: mine" in result.stdout and "max_steps: 7" in result.stdout
+    assert "lowercase_fraction" in result.stdout  # inherited from the smoke recipe
+
+
+def test_cfg_job_prints_the_composed_config(tmp_path):
+    result = agrpo("+recipe=smoke", "lora.r=4", "--cfg", "job", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert "r: 4" in result.stdout and "learning_rate:" in result.stdout
+
+
+def test_invalid_override_fails_with_a_short_message(tmp_path):
+    result = agrpo("+recipe=smoke", "trainer.learning_rat=1e-5", cwd=tmp_path)
+    assert result.returncode != 0
+    assert "learning_rat" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_cross_field_error_names_the_keys_and_exits_2(tmp_path):
+    result = agrpo("+recipe=smoke", "inference.max_loras=2", cwd=tmp_path)
+    assert result.returncode == 2
+    assert "inference.max_loras" in result.stderr and "trainer.max_staleness" in result.stderr
+    assert "Traceback" not in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1  # one paragraph
+
+
+def test_missing_model_path_fails_before_starting_anything(tmp_path):
+    result = agrpo("+recipe=smoke", "model.builder=null", f"model.name_or_path={tmp_path}/no-such-model",
+                   cwd=tmp_path)
+    assert result.returncode == 2
+    assert "no-such-model" in result.stderr and "config.json" in result.stderr
+    assert "Traceback" not in result.stderr
+    assert not list(tmp_path.rglob("vllm-0.log"))  # no replica was started
+
+
+def test_missing_recipe_file(tmp_path):
+    result = agrpo("+recipe=./nope.yaml", cwd=tmp_path)
+    assert result.returncode == 2 and "nope.yaml" in result.stderr
+
+
+@pytest.mark.vllm
+def test_replica_that_fails_to_start_shows_its_log_and_leaves_nothing_running(tmp_path):
+    """A real vLLM start that fails (the engine rejects the flags): clear error with the log tail, no orphans."""
+    result = agrpo("+recipe=smoke", "inference.extra_args=[--max-num-seqs,-5]", cwd=tmp_path, timeout=600)
+    assert result.returncode == 1
+    assert "vllm-0 exited with code" in result.stderr
+    assert "Last lines of" in result.stderr
+    assert "Traceback (most recent call last)" not in result.stderr.split("Last lines of")[0]
+    leftover = subprocess.run(["pgrep", "-f", str(tmp_path)], capture_output=True, text=True)
+    assert leftover.stdout.strip() == ""

@@ -1,0 +1,84 @@
+"""Mapping our config onto TRL's AsyncGRPOConfig and peft's LoraConfig (no server, no training)."""
+
+import pytest
+
+from agrpo.config.compose import compose_run_config
+from agrpo.errors import ConfigError
+from agrpo.inference.vllm_server import VLLM_LORA_RANKS
+from agrpo.trainer.trl_backend import (build_grpo_args, build_peft_config, final_metrics, latest_checkpoint,
+                                       scaled_inflight)
+
+
+def cfg_for(*overrides, tmp="/tmp/agrpo-args"):
+    return compose_run_config(["+recipe=smoke", *overrides], output_dir=tmp)
+
+
+def test_grpo_args_carry_the_config_values(tmp_path):
+    cfg = cfg_for("trainer.learning_rate=0.25", "trainer.max_staleness=3", "trainer.weight_sync_steps=2",
+                  tmp=str(tmp_path))
+    args = build_grpo_args(cfg, "http://127.0.0.1:9999", num_replicas=1, use_gpu=False)
+    assert args.output_dir == str(tmp_path)
+    assert args.vllm_server_base_url == "http://127.0.0.1:9999"
+    assert (args.learning_rate, args.max_staleness, args.weight_sync_steps) == (0.25, 3, 2)
+    assert (args.num_generations, args.max_completion_length, args.max_steps) == (8, 16, 60)
+    assert args.bf16 is False and args.use_cpu is True
+    assert args.gradient_checkpointing is False
+    assert args.report_to == ["tensorboard"]
+    assert args.save_strategy == "steps" and args.save_steps == 20
+
+
+def test_inflight_and_queue_scale_with_replicas(tmp_path):
+    cfg = cfg_for(tmp=str(tmp_path))
+    one = build_grpo_args(cfg, "http://x", num_replicas=1, use_gpu=False)
+    three = build_grpo_args(cfg, "http://x", num_replicas=3, use_gpu=False)
+    assert one.max_inflight_tasks == 1 * 16  # max_staleness x samples per step
+    assert three.max_inflight_tasks == 3 * one.max_inflight_tasks
+    assert three.queue_maxsize == 2 * three.max_inflight_tasks
+
+
+def test_explicit_inflight_is_kept():
+    cfg = cfg_for("trainer.max_inflight_tasks=7")
+    assert scaled_inflight(cfg.trainer, 4) == 7
+
+
+def test_extra_passes_through_and_unknown_extra_fails(tmp_path):
+    cfg = cfg_for("+trainer.extra.top_k=5", tmp=str(tmp_path))
+    assert build_grpo_args(cfg, "http://x", 1, False).top_k == 5
+    bad = cfg_for("+trainer.extra.not_a_trl_field=1", tmp=str(tmp_path))
+    with pytest.raises(ConfigError, match="not_a_trl_field"):
+        build_grpo_args(bad, "http://x", 1, False)
+
+
+def test_bf16_auto_follows_the_device(tmp_path):
+    cfg = cfg_for(tmp=str(tmp_path))
+    assert build_grpo_args(cfg, "http://x", 1, use_gpu=False).bf16 is False
+
+
+def test_peft_config_from_lora_group():
+    cfg = cfg_for("lora.r=1", "lora.alpha=2")
+    peft = build_peft_config(cfg.lora)
+    assert (peft.r, peft.lora_alpha, peft.use_dora, peft.bias) == (1, 2, False, "none")
+    assert set(peft.target_modules) == {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"}
+
+
+def test_our_lora_ranks_match_trls():
+    from trl.experimental.async_grpo.async_grpo_trainer import VLLM_LORA_RANKS as TRL_RANKS
+
+    assert tuple(TRL_RANKS) == VLLM_LORA_RANKS
+
+
+def test_latest_checkpoint_picks_highest_step(tmp_path):
+    assert latest_checkpoint(str(tmp_path)) is None
+    for step in (5, 40, 100, 9):
+        (tmp_path / f"checkpoint-{step}").mkdir()
+    (tmp_path / "checkpoint-final").mkdir()
+    (tmp_path / "checkpoint-200").write_text("not a folder")
+    assert latest_checkpoint(str(tmp_path)) == str(tmp_path / "checkpoint-100")
+
+
+def test_final_metrics_windows():
+    history = [{"reward": r, "loss": 0.0} for r in [0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7]] + [{"train_runtime": 12.5}]
+    summary = final_metrics(history, window=2)
+    assert summary["reward_first"] == pytest.approx(0.15)
+    assert summary["reward_last"] == pytest.approx(0.65)
+    assert summary["train_runtime_s"] == 12.5 and summary["steps_logged"] == 7
