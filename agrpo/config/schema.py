@@ -143,6 +143,8 @@ class InferenceConfig:
     # First port to try; each replica gets the next free one.
     base_port: int = 8100
     startup_timeout_s: float = 600.0
+    # vLLM's own log level in the replica logs (set explicitly: importing TRL lowers it to ERROR for children).
+    log_level: str = "INFO"
     # Extra engine flags appended verbatim, e.g. ["--enforce-eager"].
     extra_args: list[str] = field(default_factory=list)
     # Route through agrpo's proxy: None = only when there is more than one replica.

@@ -70,7 +70,7 @@ def build_replica_launch(cfg: Any, port: int, device: str, gpus: list[int] | Non
         "--logprobs-mode", "processed_logprobs",
         "--seed", str(cfg.trainer.seed),
     ]
-    env = dict(LORA_ENV)
+    env = {**LORA_ENV, "VLLM_LOGGING_LEVEL": inference.log_level}
     if device == "cpu":
         # The multiprocess executor is slow to start and fragile on CPU; the in-process one starts in ~40 s.
         argv += ["--distributed-executor-backend", "uni"]

