@@ -78,7 +78,18 @@ def expand_recipe_paths(argv: list[str]) -> list[str]:
     return out
 
 
+# `agrpo <subcommand> ...`: tools beside the training entrypoint, each a module with `main(argv) -> int`.
+SUBCOMMANDS = {
+    "jobs": "agrpo.launchers.hf_jobs_cli",  # agrpo jobs status|logs|cancel RUN_ID
+    "eval": "agrpo.eval.cli",  # agrpo eval +recipe=NAME [adapter=PATH]
+}
+
+
 def main() -> None:
+    if len(sys.argv) > 1 and sys.argv[1] in SUBCOMMANDS:
+        import importlib
+
+        sys.exit(importlib.import_module(SUBCOMMANDS[sys.argv[1]]).main(sys.argv[2:]))
     register_configs()
     register_resolvers()
     sys.argv = [sys.argv[0], *expand_recipe_paths(sys.argv[1:])]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 from typing import Any
 
 from agrpo.errors import ConfigError
@@ -9,7 +10,6 @@ from agrpo.errors import ConfigError
 NOT_IN_ADAPTER = ("lm_head", "embed_tokens", "wte", "embed_out")
 ROLES = ("all", "trainer")
 DEVICES = ("auto", "cpu", "cuda")
-SYNC_KINDS = ("shared_dir",)
 
 
 def find_problems(cfg: Any) -> list[str]:
@@ -55,8 +55,8 @@ def find_problems(cfg: Any) -> list[str]:
         problems.append(f"role={cfg.role!r} must be one of {ROLES}")
     if cfg.role == "trainer" and not inference.urls:
         problems.append("role=trainer needs the replicas' URLs in inference.urls")
-    if cfg.sync.kind not in SYNC_KINDS:
-        problems.append(f"sync.kind={cfg.sync.kind!r} must be one of {SYNC_KINDS}")
+    if importlib.util.find_spec(f"agrpo.sync.{cfg.sync.kind}") is None:
+        problems.append(f"sync.kind={cfg.sync.kind!r} has no module agrpo/sync/{cfg.sync.kind}.py: pick sync=shared_dir")
     funcs = cfg.reward.funcs or []
     if not funcs:
         problems.append("reward.funcs is empty: choose a reward group (e.g. reward=smoke) or add a term")

@@ -13,6 +13,7 @@ import json
 import logging
 import os
 import re
+import time
 from pathlib import Path
 from typing import Any
 
@@ -128,10 +129,29 @@ def final_metrics(log_history: list[dict[str, Any]], window: int = 5) -> dict[st
     return summary
 
 
+def install_sync_hook(trainer: Any, store: Any, timeout_s: float) -> None:
+    """Before TRL asks the replicas to load a published adapter, wait until the store shows it to them, and record
+    the publish-to-all-loaded latency of every version as `sync/publish_to_loaded_s` (TensorBoard)."""
+    client = getattr(trainer, "vllm_client", None)
+    if client is None:  # non-main ranks do not talk to vLLM
+        return
+    load = client.load_lora_adapter
+
+    def load_when_visible(lora_name: str, lora_path: str, *args: Any, **kwargs: Any) -> Any:
+        start = time.monotonic()
+        store.wait_until_visible(lora_path, timeout_s)
+        result = load(lora_name, lora_path, *args, **kwargs)
+        trainer._metrics["train"]["sync/publish_to_loaded_s"].append(time.monotonic() - start)
+        return result
+
+    client.load_lora_adapter = load_when_visible
+
+
 def run_training(cfg: Any, vllm_url: str, num_replicas: int) -> dict[str, Any]:
     """Train with TRL's AsyncGRPOTrainer against `vllm_url`; return the summary written to metrics.json."""
     from agrpo.data import load_train_dataset
     from agrpo.rewards.registry import build_reward_funcs
+    from agrpo.sync import get_store
     from agrpo.trainer.cpu_compat import apply_cpu_workarounds
 
     use_gpu = cuda_available()
@@ -150,6 +170,7 @@ def run_training(cfg: Any, vllm_url: str, num_replicas: int) -> dict[str, Any]:
         train_dataset=dataset,
         peft_config=build_peft_config(cfg.lora),
     )
+    install_sync_hook(trainer, get_store(cfg), cfg.inference.startup_timeout_s)
     resume_from = None
     if cfg.trainer.resume:
         resume_from = latest_checkpoint(args.output_dir)

@@ -113,6 +113,7 @@ def test_run_dir_holds_config_tensorboard_and_checkpoints(trained):
     assert {"train/reward", "train/ratio"} <= tags
     assert any(tag.startswith("train/perf/") for tag in tags)
     assert any(tag.startswith("train/rollout/") for tag in tags)
+    assert "train/sync/publish_to_loaded_s" in tags  # agrpo's sync hook timed every version
     assert len(accumulator.Scalars("train/reward")) == 4
     assert sorted(p.name for p in run_dir.glob("checkpoint-*")) == ["checkpoint-2", "checkpoint-4"]
 
