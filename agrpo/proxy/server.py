@@ -6,7 +6,6 @@ answer back (chunk by chunk for server-sent events). Everything else lives in
 `control.py` (broadcasts, health, replica admin).
 """
 
-import asyncio
 import json
 import logging
 import os

