@@ -175,6 +175,8 @@ class LoggerConfig:
     report_to: list[str] = field(default_factory=lambda: ["tensorboard"])
     # Progress bar on the console.
     progress_bar: bool = True
+    # Print which side of the pipeline is slow (and the knob to turn) every N steps and at the end; 0 disables.
+    bottleneck_every_steps: int = 10
     level: str = "INFO"
 
 

@@ -18,8 +18,10 @@ from pathlib import Path
 from typing import Any
 
 from omegaconf import OmegaConf
+from transformers import TrainerCallback
 
 from agrpo.errors import ConfigError
+from agrpo.trainer.bottleneck import Verdict, diagnose
 
 log = logging.getLogger(__name__)
 
@@ -116,17 +118,50 @@ def latest_checkpoint(output_dir: str) -> str | None:
     return max(found)[1] if found else None
 
 
-def final_metrics(log_history: list[dict[str, Any]], window: int = 5) -> dict[str, Any]:
-    """Summary of a run from the trainer's log history: first/last-window mean reward, steps."""
+def final_metrics(log_history: list[dict[str, Any]], window: int = 5, warmup_steps: int = 2) -> dict[str, Any]:
+    """Summary of a run from the trainer's log history: first/last-window mean reward, steps, mean step time
+    (after `warmup_steps`, whose first requests compile and warm the server)."""
     rewards = [entry["reward"] for entry in log_history if "reward" in entry]
     summary: dict[str, Any] = {"steps_logged": len(rewards), "rewards": rewards}
     if rewards:
         summary["reward_first"] = sum(rewards[:window]) / len(rewards[:window])
         summary["reward_last"] = sum(rewards[-window:]) / len(rewards[-window:])
+    step_times = [entry["perf/step_s"] for entry in log_history if "perf/step_s" in entry][warmup_steps:]
+    if step_times:
+        summary["step_s_mean"] = sum(step_times) / len(step_times)
     for entry in log_history:
         if "train_runtime" in entry:
             summary["train_runtime_s"] = entry["train_runtime"]
     return summary
+
+
+class BottleneckCallback(TrainerCallback):
+    """Every `every` steps and at the end, log which side of the pipeline is slow (agrpo/trainer/bottleneck.py)."""
+
+    def __init__(self, every: int):
+        self.every = every
+        self.window: list[dict[str, Any]] = []
+        self.history: list[dict[str, Any]] = []
+        self.final: Verdict | None = None
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        if not logs or "perf/step_s" not in logs:
+            return
+        self.window.append(dict(logs))
+        self.history.append(dict(logs))
+        if self.every > 0 and len(self.window) >= self.every:
+            self._report(f"steps {state.global_step - len(self.window) + 1}-{state.global_step}", self.window)
+            self.window = []
+
+    def on_train_end(self, args, state, control, **kwargs):
+        self.final = self._report("whole run", self.history[2:] or self.history)  # skip warm-up steps
+
+    @staticmethod
+    def _report(label: str, window: list[dict[str, Any]]) -> Verdict | None:
+        verdict = diagnose(window)
+        if verdict is not None:
+            log.info("bottleneck (%s): %s", label, verdict.line)
+        return verdict
 
 
 def install_sync_hook(trainer: Any, store: Any, timeout_s: float) -> None:
@@ -171,6 +206,9 @@ def run_training(cfg: Any, vllm_url: str, num_replicas: int) -> dict[str, Any]:
         peft_config=build_peft_config(cfg.lora),
     )
     install_sync_hook(trainer, get_store(cfg), cfg.inference.startup_timeout_s)
+    bottleneck = BottleneckCallback(cfg.logger.bottleneck_every_steps)
+    if cfg.logger.bottleneck_every_steps > 0:
+        trainer.add_callback(bottleneck)
     resume_from = None
     if cfg.trainer.resume:
         resume_from = latest_checkpoint(args.output_dir)
@@ -186,5 +224,7 @@ def run_training(cfg: Any, vllm_url: str, num_replicas: int) -> dict[str, Any]:
     summary = final_metrics(trainer.state.log_history)
     summary["final_adapter"] = str(final_dir)
     summary["global_step"] = trainer.state.global_step
+    if bottleneck.final is not None:
+        summary["bottleneck"] = {"kind": bottleneck.final.kind, "line": bottleneck.final.line}
     (Path(args.output_dir) / METRICS_FILE).write_text(json.dumps(summary, indent=2))
     return summary
