@@ -17,6 +17,7 @@ class FakeReplica:
 
     name: str
     seen: list = field(default_factory=list)  # (method, path_qs, body bytes, headers)
+    peers: list = field(default_factory=list)  # client (host, port) of every request
     loaded: set = field(default_factory=set)
     paused: bool = False
     healthy: bool = True
@@ -53,6 +54,7 @@ class FakeReplica:
         body = await request.read()
         path = request.path
         self.seen.append((request.method, request.raw_path, body, dict(request.headers)))
+        self.peers.append(request.transport.get_extra_info("peername"))
         if path in self.fail_paths:
             return web.json_response({"error": {"message": f"{self.name} broke",
                                                 "code": self.fail_paths[path]}},

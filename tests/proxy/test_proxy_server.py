@@ -3,7 +3,6 @@
 import asyncio
 import json
 
-import aiohttp
 from proxy_fakes import cluster, completion, post
 
 SYSTEM = list(range(1000, 1040))  # a shared chat template / system prompt
@@ -223,6 +222,7 @@ def test_connection_is_reused_across_requests():
         async with cluster(1) as (proxy, fakes, session):
             for _ in range(5):
                 await post(session, proxy.url + "/v1/completions", completion([9]))
-            connector: aiohttp.TCPConnector = proxy.session.connector
-            assert sum(len(v) for v in connector._conns.values()) == 1
+            routed_peers = [peer for peer, seen in zip(fakes[0].peers, fakes[0].seen)
+                            if seen[1] == "/v1/completions"]
+            assert len(routed_peers) == 5 and len(set(routed_peers)) == 1  # one keep-alive
     run(scenario())
