@@ -3,12 +3,11 @@ HF Jobs) register here and are chosen with `launcher=NAME`; nothing else changes
 
 from __future__ import annotations
 
-import importlib
 from abc import ABC, abstractmethod
 from typing import Any
 
-from agrpo.errors import ConfigError
 from agrpo.launchers.plan import Plan
+from agrpo.plugins import lookup
 
 
 class Launcher(ABC):
@@ -33,10 +32,4 @@ def register(cls: type[Launcher]) -> type[Launcher]:
 
 def get_launcher(name: str) -> Launcher:
     """The launcher registered under `name`; its module `agrpo/launchers/<name>.py` registers it on import."""
-    try:
-        importlib.import_module(f"agrpo.launchers.{name}")
-    except ModuleNotFoundError:
-        pass
-    if name not in LAUNCHERS:
-        raise ConfigError(f"launcher.name={name!r} is not one of {sorted(LAUNCHERS)}: pick launcher=<one of them>")
-    return LAUNCHERS[name]()
+    return lookup(LAUNCHERS, "agrpo.launchers", name, "launcher.name")()

@@ -7,11 +7,10 @@ A new kind is a module `agrpo/sync/<kind>.py` whose store class is registered wi
 
 from __future__ import annotations
 
-import importlib
 from abc import ABC, abstractmethod
 from typing import Any
 
-from agrpo.errors import ConfigError
+from agrpo.plugins import lookup
 
 STORES: dict[str, type["AdapterStore"]] = {}
 
@@ -33,11 +32,4 @@ def register(cls: type[AdapterStore]) -> type[AdapterStore]:
 
 
 def get_store(cfg: Any) -> AdapterStore:
-    kind = cfg.sync.kind
-    try:
-        importlib.import_module(f"agrpo.sync.{kind}")
-    except ModuleNotFoundError:
-        pass
-    if kind not in STORES:
-        raise ConfigError(f"sync.kind={kind!r} is not one of {sorted(STORES) or ['shared_dir']}")
-    return STORES[kind](cfg)
+    return lookup(STORES, "agrpo.sync", cfg.sync.kind, "sync.kind")(cfg)

@@ -27,6 +27,7 @@ log = logging.getLogger(__name__)
 
 FINAL_ADAPTER = "final_adapter"
 METRICS_FILE = "metrics.json"
+LOG_HISTORY_FILE = "log_history.json"  # every logged step's metrics, for scripts that do not read TensorBoard
 TENSORBOARD_DIR = "tensorboard"
 
 
@@ -227,4 +228,5 @@ def run_training(cfg: Any, vllm_url: str, num_replicas: int) -> dict[str, Any]:
     if bottleneck.final is not None:
         summary["bottleneck"] = {"kind": bottleneck.final.kind, "line": bottleneck.final.line}
     (Path(args.output_dir) / METRICS_FILE).write_text(json.dumps(summary, indent=2))
+    (Path(args.output_dir) / LOG_HISTORY_FILE).write_text(json.dumps(trainer.state.log_history))
     return summary
