@@ -181,6 +181,37 @@ class LoggerConfig:
 
 
 @dataclass
+class EvalConfig:
+    """`agrpo eval +recipe=NAME`: score the base model or an adapter on a test split (docs/eval.md)."""
+
+    # The problems: a local file (wins), else a short name or Hub id (e.g. aime_2024), else data.name with `split`.
+    path: Optional[str] = None
+    name: Optional[str] = None
+    split: str = "test"
+    # First N problems only (in file order, no shuffling), for quick checks; None: all.
+    max_problems: Optional[int] = None
+    # Samples per problem: mean@k averages them, pass@k asks whether any is correct.
+    k: int = 4
+    temperature: float = 0.6
+    top_p: float = 1.0
+    # Completion tokens per sample; None: trainer.max_completion_length (what the reward's length rule assumes).
+    max_tokens: Optional[int] = None
+    # A peft adapter folder (e.g. <run>/final_adapter), loaded on the replicas by name; None: the base model.
+    adapter: Optional[str] = None
+    # Per-problem sampling seeds are seed + problem index, so base and adapter see the same random draws.
+    seed: int = 0
+    # Requests in flight (one request per problem asks for k samples).
+    concurrency: int = 16
+    # Which reward term decides "correct" for pass@k (its unweighted score >= correct_threshold).
+    correct_term: int = 0
+    correct_threshold: float = 1.0
+    # Where results go; None: outputs/eval/<run_name>/<date_time>.
+    output_dir: Optional[str] = None
+    results_file: str = "eval_results.jsonl"
+    summary_file: str = "eval_summary.json"
+
+
+@dataclass
 class RunConfig:
     model: ModelConfig = field(default_factory=ModelConfig)
     lora: LoraConfig = field(default_factory=LoraConfig)
@@ -192,6 +223,7 @@ class RunConfig:
     sync: SyncConfig = field(default_factory=SyncConfig)
     launcher: LauncherConfig = field(default_factory=LauncherConfig)
     logger: LoggerConfig = field(default_factory=LoggerConfig)
+    eval: EvalConfig = field(default_factory=EvalConfig)
     # A name for the run (run directory, TensorBoard, Job labels).
     run_name: str = "agrpo"
     # "all": the launcher starts replicas (+ proxy) and the trainer. "trainer": only the trainer, against
