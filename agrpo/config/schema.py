@@ -131,7 +131,9 @@ class InferenceConfig:
     max_loras: Optional[int] = None
     # "auto": bfloat16 on GPU, float32 on CPU (vLLM's CPU build is tested in float32).
     dtype: str = "auto"
-    gpu_memory_utilization: float = 0.85
+    # Share of a GPU's memory vLLM takes. None: 0.85 on a GPU of its own, 0.35 when it shares the GPU with the
+    # trainer (single-GPU machines), leaving the trainer the rest.
+    gpu_memory_utilization: Optional[float] = None
     gpus_per_replica: int = 1
     # GPUs for the replicas on a GPU machine (None: the last replicas x gpus_per_replica GPUs).
     gpus: Optional[list[int]] = None
@@ -158,6 +160,86 @@ class SyncConfig:
     kind: str = "shared_dir"
     # Root of the run's outputs (adapters under <output_dir>/.vllm_lora). Must be the same absolute path everywhere.
     output_dir: str = MISSING
+    # sync=bucket: the Hugging Face Storage Bucket ("name" in launcher.hf_jobs.namespace, or "namespace/name"). One
+    # private bucket holds every run under <mount_path>/<run_id>, so a relaunch finds its checkpoints.
+    bucket: str = "agrpo-runs"
+    # Where the bucket is mounted in every Job: the same absolute path, because vLLM resolves the adapter path itself.
+    mount_path: str = "/bucket"
+    # How often the bucket listing (Hub API) is polled for a new adapter; a poll is one small HTTP request.
+    poll_interval_s: float = 0.25
+
+
+@dataclass
+class HFJobsConfig:
+    """launcher=hf_jobs: R vLLM replica Jobs plus one trainer Job on Hugging Face Jobs (docs/hf_jobs.md)."""
+
+    # Where Jobs run and are billed; None: the token's own user (one whoami call).
+    namespace: Optional[str] = None
+    # Labels every Job of the run (agrpo-run=<run_id>), so `agrpo jobs status|logs|cancel RUN_ID` finds them; the
+    # same id again resumes from <sync.mount_path>/<run_id> in the bucket.
+    run_id: str = "${run_name}-${now:%Y%m%d-%H%M%S}"
+    # Stock vLLM image for the replicas; the command is the one the local launcher derives from the config.
+    replica_image: str = "vllm/vllm-openai:latest"
+    # One GPU per replica is the reference topology; inference.gpus_per_replica > 1 needs a multi-GPU flavor.
+    replica_flavor: str = "h200"
+    # The trainer image needs CUDA torch; vLLM's image has it (the trainer only talks HTTP to vLLM).
+    trainer_image: str = "vllm/vllm-openai:latest"
+    trainer_flavor: str = "h200x2"
+    # pip requirement that installs agrpo in the trainer Job (a git URL or a wheel path on the bucket mount).
+    install: str = "agrpo"
+    # Python inside the images (the replica command is `<python> -m <inference.server_module> ...`).
+    python: str = "python3"
+    # The port vLLM listens on inside a replica Job, exposed as https://<job_id>--<port>.hf.jobs.
+    replica_port: int = 8000
+    # Exposed-port URL pattern; a fake Hub in tests points it elsewhere.
+    replica_url: str = "https://{job_id}--{port}.hf.jobs"
+    # Hard stop for replica Jobs: the platform cancels them even if every agrpo process is gone (no orphan billing).
+    replica_timeout_s: int = 6 * 3600
+    trainer_timeout_s: int = 6 * 3600
+    # Scheduling + image pull + model load of every replica, after which the launch is abandoned and all cancelled.
+    ready_timeout_s: float = 1800.0
+    # How often Job stages and replica /health are polled while waiting.
+    poll_interval_s: float = 10.0
+    # Trainer attempts (1 = no requeue). Above 1 the platform reruns a failed or preempted trainer, which resumes
+    # from the latest checkpoint in the bucket; replicas are kept until the last attempt ends.
+    trainer_attempts: int = 1
+    # After the trainer Job ends in ERROR with attempts left, how long to wait for the platform to requeue it.
+    requeue_grace_s: float = 300.0
+    # Return once the trainer Job is launched: it cancels the replicas itself when it ends.
+    detach: bool = False
+    # Secret env names given to every Job; values come from this machine's env (HF_TOKEN: the saved token).
+    secrets: list[str] = field(default_factory=lambda: ["HF_TOKEN"])
+    # Extra labels on every Job (e.g. team=rl); agrpo-run and agrpo-role are always set.
+    labels: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass
+class AccelerateConfig:
+    """launcher=accelerate: the trainer runs under `accelerate launch` with an FSDP2 config generated from these
+    knobs (agrpo/launchers/fsdp.py); the replicas and the proxy are planned exactly as by launcher=local."""
+
+    # Trainer processes; None: one per trainer GPU (trainer.gpus, or what the replicas leave). Set it on a CPU
+    # machine, where accelerate runs the ranks with gloo (and without FSDP: see docs/multi_gpu_and_sweeps.md).
+    num_processes: Optional[int] = None
+    # Free the gathered weights of each layer after its forward (all-gather again in backward): the memory-lean
+    # choice FSDP is for. False trades memory for one all-gather less per layer and step.
+    reshard_after_forward: bool = True
+    # Recompute each decoder layer's activations in backward (FSDP wraps the layers). Long completions need it;
+    # it replaces trainer.gradient_checkpointing under FSDP (both at once is refused).
+    activation_checkpointing: bool = False
+    # Compute dtype of the FSDP units; trainable LoRA weights stay fp32 masters. bf16: the H100/H200 default.
+    mixed_precision: str = "bf16"
+    # Keep sharded parameters (and optimizer state) on CPU between uses: fits bigger models, costs PCIe traffic.
+    cpu_offload: bool = False
+    # Decoder-layer class FSDP wraps, e.g. Qwen2DecoderLayer; None: the model's own `_no_split_modules`.
+    transformer_layer_cls: Optional[str] = None
+    # Give lm_head its own copy of tied input embeddings before FSDP wraps the model: FSDP2 refuses a parameter
+    # shared by two FSDP groups. Both stay frozen (LoRA never targets them), so the values never diverge.
+    untie_embeddings: bool = True
+    # First port tried for the ranks' rendezvous; a free one is picked, so runs and sweep points never clash.
+    main_process_port: int = 29500
+    # Extra `accelerate launch` flags appended verbatim, e.g. ["--dynamo_backend", "no"].
+    extra_args: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -167,6 +249,10 @@ class LauncherConfig:
     dry_run: bool = False
     # Seconds to wait for a child to exit after SIGTERM before SIGKILL.
     stop_timeout_s: float = 20.0
+    # launcher=accelerate only (ignored by the others).
+    accelerate: AccelerateConfig = field(default_factory=AccelerateConfig)
+    # launcher=hf_jobs only (ignored by the others).
+    hf_jobs: HFJobsConfig = field(default_factory=HFJobsConfig)
 
 
 @dataclass

@@ -52,8 +52,12 @@ class ReplicaLaunch:
     url: str
 
 
+DEDICATED_GPU_MEMORY = 0.85
+SHARED_GPU_MEMORY = 0.35
+
+
 def build_replica_launch(cfg: Any, port: int, device: str, gpus: list[int] | None = None,
-                         python: str = sys.executable) -> ReplicaLaunch:
+                         python: str = sys.executable, shares_gpu_with_trainer: bool = False) -> ReplicaLaunch:
     """The command and environment of one replica on `port` (pure: no process, no socket)."""
     inference = cfg.inference
     dtype = inference.dtype if inference.dtype != "auto" else ("float32" if device == "cpu" else "bfloat16")
@@ -76,7 +80,10 @@ def build_replica_launch(cfg: Any, port: int, device: str, gpus: list[int] | Non
         argv += ["--distributed-executor-backend", "uni"]
         env["VLLM_CPU_KVCACHE_SPACE"] = str(inference.cpu_kvcache_gib)
     else:
-        argv += ["--gpu-memory-utilization", str(inference.gpu_memory_utilization)]
+        memory = inference.gpu_memory_utilization
+        if memory is None:
+            memory = SHARED_GPU_MEMORY if shares_gpu_with_trainer else DEDICATED_GPU_MEMORY
+        argv += ["--gpu-memory-utilization", str(memory)]
         if inference.gpus_per_replica > 1:
             argv += ["--tensor-parallel-size", str(inference.gpus_per_replica)]
         if gpus is not None:

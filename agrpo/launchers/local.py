@@ -47,7 +47,8 @@ def build_local_plan(cfg: Any, run_dir: str, ports: list[int], device: str, num_
                                                  cfg.trainer.gpus, inference.gpus)
         for index in range(inference.replicas):
             gpus = replica_gpus[index] if replica_gpus else None
-            launch = build_replica_launch(cfg, ports[index], device, gpus, python)
+            shared = bool(gpus and trainer_gpus and set(gpus) & set(trainer_gpus))
+            launch = build_replica_launch(cfg, ports[index], device, gpus, python, shares_gpu_with_trainer=shared)
             services.append(ProcessSpec(
                 name=f"vllm-{index}", role="replica", argv=launch.argv, env=launch.env, port=launch.port,
                 health_url=f"{launch.url}/health", log_path=str(logs / f"vllm-{index}.log"), gpus=gpus))

@@ -92,3 +92,12 @@ def test_assign_gpus(args, expected):
 def test_assign_gpus_refuses_leaving_trainer_nothing():
     with pytest.raises(ConfigError, match="inference.replicas"):
         assign_gpus(2, 2, 1, None, None)
+
+
+def test_single_gpu_machine_shares_the_gpu_and_leaves_the_trainer_memory():
+    plan = plan_for(device="cuda", num_gpus=1)
+    replica = plan.services[0]
+    assert replica.gpus == [0] and plan.trainer.env["CUDA_VISIBLE_DEVICES"] == "0"
+    assert replica.argv[replica.argv.index("--gpu-memory-utilization") + 1] == "0.35"
+    dedicated = plan_for("inference.replicas=1", device="cuda", num_gpus=2).services[0]
+    assert dedicated.argv[dedicated.argv.index("--gpu-memory-utilization") + 1] == "0.85"
