@@ -76,8 +76,7 @@ def generation_only(cfg, server_url: str, adapter: str, steps: int) -> float:
 
     def one(index: int) -> None:
         prompt = prompts[(index // trainer.num_generations) % len(prompts)]
-        ids = tokenizer.apply_chat_template(prompt, add_generation_prompt=True)
-        ids = ids["input_ids"] if isinstance(ids, dict) else ids
+        ids = tokenizer.apply_chat_template(prompt, add_generation_prompt=True, return_dict=False)
         body = {"model": "bench", "prompt": ids, "max_tokens": trainer.max_completion_length, "n": 1,
                 "temperature": trainer.temperature, "logprobs": 0, "return_token_ids": True}
         requests.post(f"{server_url}/v1/completions", json=body, timeout=600).raise_for_status()
