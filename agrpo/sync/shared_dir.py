@@ -3,9 +3,8 @@ rename makes a published adapter visible whole and at once, so there is nothing 
 
 from __future__ import annotations
 
-import os
-
 from agrpo.sync.base import AdapterStore, register
+from agrpo.sync.storage import LocalDirStorage
 
 
 @register
@@ -13,5 +12,5 @@ class SharedDirStore(AdapterStore):
     kind = "shared_dir"
 
     def wait_until_visible(self, adapter_dir: str, timeout_s: float) -> None:
-        if not os.path.isfile(os.path.join(adapter_dir, "adapter_config.json")):
+        if "adapter_config.json" not in LocalDirStorage(adapter_dir).list_files():
             raise FileNotFoundError(f"{adapter_dir} was not published (no adapter_config.json)")
