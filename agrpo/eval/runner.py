@@ -1,0 +1,214 @@
+"""The I/O half of evaluation: serve the model (our own replicas, or `inference.urls`), load the adapter by name,
+sample k completions per problem through vLLM's /v1/completions (the trainer's path, token ids in), score them
+with the configured reward terms, write per-problem JSONL + a summary JSON.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import logging
+import os
+import time
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import requests
+from omegaconf import OmegaConf
+
+from agrpo.errors import ConfigError, LaunchError
+from agrpo.eval.scoring import ProblemResult, is_correct, summarize, term_names, total_rewards
+
+log = logging.getLogger(__name__)
+REQUEST_TIMEOUT_S = 1800.0
+
+
+def eval_data_config(cfg: Any) -> Any:
+    """The data config for the test problems: eval.path (local file) > eval.name > data.name with eval.split.
+
+    A recipe that trains from a local file (data.path) must name the test file: evaluating the training file by
+    accident would report training accuracy as test accuracy.
+    """
+    data = OmegaConf.create(OmegaConf.to_container(cfg.data, resolve=True))
+    ev = cfg.eval
+    if ev.path:
+        data.path, data.name = ev.path, None
+    elif ev.name:
+        data.path, data.name = None, ev.name
+    elif data.path:
+        raise ConfigError(f"data.path={data.path!r} is the training file: set eval.path to a test file "
+                          "(e.g. eval.path=${data_dir}/gsm8k/test.jsonl) or eval.name to a dataset")
+    data.split = ev.split
+    return data
+
+
+def load_problems(cfg: Any):
+    """The test problems in file order (no shuffling), capped at eval.max_problems."""
+    from hydra.utils import get_method
+
+    data = eval_data_config(cfg)
+    dataset = get_method(data.loader)(data, seed=cfg.trainer.seed)
+    missing = {"prompt", "answer"} - set(dataset.column_names)
+    if missing:
+        raise ConfigError(f"data.loader={data.loader!r} returned no {sorted(missing)} column: evaluation needs chat "
+                          "prompts and gold answers (agrpo.data.math.load_math)")
+    if cfg.eval.max_problems is not None:
+        dataset = dataset.select(range(min(cfg.eval.max_problems, len(dataset))))
+    return dataset
+
+
+def adapter_name(path: str) -> str:
+    """A name that always means one set of weights (vLLM keys its prefix cache by adapter name): a hash of the
+    adapter's weights file, so a retrained adapter at the same path gets a new name."""
+    weights = Path(path) / "adapter_model.safetensors"
+    if not weights.is_file():
+        raise ConfigError(f"eval.adapter={path!r} holds no adapter_model.safetensors (expected a peft adapter folder, "
+                          "e.g. <run dir>/final_adapter)")
+    return "agrpo-eval-" + hashlib.sha256(weights.read_bytes()).hexdigest()[:12]
+
+
+def adapter_rank(path: str) -> int:
+    return int(json.loads((Path(path) / "adapter_config.json").read_text())["r"])
+
+
+class Endpoint:
+    """vLLM's OpenAI server (a replica or the proxy): adapter load/unload and token-id completions."""
+
+    def __init__(self, url: str):
+        self.url = url.rstrip("/")
+        self.session = requests.Session()
+
+    def base_model(self) -> str:
+        """The served base model's name (the entry of /v1/models that is not an adapter)."""
+        models = self.session.get(f"{self.url}/v1/models", timeout=60).json()["data"]
+        bases = [m["id"] for m in models if not m.get("parent")]
+        if not bases:
+            raise LaunchError(f"{self.url}/v1/models lists no base model: {models}")
+        return bases[0]
+
+    def load_adapter(self, name: str, path: str) -> None:
+        response = self.session.post(f"{self.url}/v1/load_lora_adapter",
+                                     json={"lora_name": name, "lora_path": str(Path(path).resolve())}, timeout=600)
+        if response.status_code != 200 and "already been loaded" not in response.text:
+            raise LaunchError(f"loading adapter {path} as {name} failed ({response.status_code}): {response.text}")
+
+    def unload_adapter(self, name: str) -> None:
+        self.session.post(f"{self.url}/v1/unload_lora_adapter", json={"lora_name": name}, timeout=600)
+
+    def complete(self, model: str, prompt_ids: list[int], n: int, seed: int, params: dict[str, Any]) -> list[dict]:
+        payload = {"model": model, "prompt": prompt_ids, "n": n, "seed": seed, "return_token_ids": True, **params}
+        response = self.session.post(f"{self.url}/v1/completions", json=payload, timeout=REQUEST_TIMEOUT_S)
+        if response.status_code != 200:
+            raise LaunchError(f"/v1/completions failed ({response.status_code}): {response.text[:500]}")
+        return sorted(response.json()["choices"], key=lambda choice: choice["index"])
+
+
+@contextlib.contextmanager
+def served(cfg: Any, out_dir: Path) -> Iterator[str]:
+    """Yield the URL to evaluate against: inference.urls (behind the proxy when several), or replicas (+ proxy) this
+    call starts from the config with the local launcher's plan, always stopped afterwards."""
+    import torch
+
+    from agrpo.inference.vllm_server import resolve_device
+    from agrpo.launchers.local import build_local_plan
+    from agrpo.launchers.ports import free_ports
+    from agrpo.launchers.process import ManagedProcess
+
+    num_gpus = torch.cuda.device_count()
+    device = resolve_device(cfg.inference.device, num_gpus > 0)
+    ports = free_ports(cfg.inference.replicas + 1, cfg.inference.base_port, cfg.inference.host)
+    plan = build_local_plan(cfg, str(out_dir), ports, device, num_gpus, os.cpu_count() or 1)
+    started: list[ManagedProcess] = []
+    try:
+        for role in ("replica", "proxy"):
+            group = [ManagedProcess(s.name, s.argv, s.env, Path(s.log_path), s.health_url)
+                     for s in plan.services if s.role == role]
+            for process in group:
+                log.info("starting %s (log: %s)", process.name, process.log_path)
+                process.start()
+                started.append(process)
+            for process in group:
+                process.wait_healthy(cfg.inference.startup_timeout_s)
+        yield plan.vllm_url
+    finally:
+        for process in reversed(started):
+            process.stop(cfg.launcher.stop_timeout_s)
+
+
+def serving_config(cfg: Any) -> Any:
+    """The config replicas are started with: room for the adapter's rank, whatever lora.r the recipe trains."""
+    from agrpo.inference.vllm_server import round_lora_rank, served_lora_rank
+
+    cfg = OmegaConf.create(OmegaConf.to_container(cfg, resolve=True))
+    if cfg.eval.adapter and not cfg.inference.urls:
+        cfg.inference.max_lora_rank = max(served_lora_rank(cfg), round_lora_rank(adapter_rank(cfg.eval.adapter)))
+    return cfg
+
+
+def score_problem(index: int, row: dict[str, Any], choices: list[dict], rewards: list[Any], names: list[str],
+                  cfg: Any) -> ProblemResult:
+    """Score one problem's samples with every reward term (TRL's call: dataset columns repeated per sample)."""
+    texts = [c["text"] for c in choices]
+    ids = [list(c.get("token_ids") or []) for c in choices]
+    columns = {key: [value] * len(texts) for key, value in row.items() if key != "prompt"}
+    raw = [reward.func(completions=texts, prompts=[row["prompt"]] * len(texts), completion_ids=ids, **columns)
+           for reward in rewards]
+    weighted = [[None if s is None else reward.weight * float(s) for s in scores] for reward, scores in zip(rewards, raw)]
+    deciding = raw[cfg.eval.correct_term]
+    return ProblemResult(
+        index=index, problem=str(row.get("problem", "")), answer=str(row["answer"]), completions=texts,
+        rewards=total_rewards(weighted), term_scores=dict(zip(names, raw)),
+        correct=[is_correct(s, cfg.eval.correct_threshold) for s in deciding],
+        truncated=[c.get("finish_reason") == "length" for c in choices], completion_tokens=[len(i) for i in ids],
+    )
+
+
+def run_eval(cfg: Any, out_dir: Path) -> dict[str, Any]:
+    """Evaluate, write `eval.results_file` (one JSON line per problem) and `eval.summary_file`; return the summary."""
+    from transformers import AutoTokenizer
+
+    from agrpo.models.resolve import prepare_model
+    from agrpo.rewards.registry import build_reward_funcs
+
+    ev = cfg.eval
+    if ev.k < 1:
+        raise ConfigError(f"eval.k={ev.k} must be >= 1")
+    rewards = build_reward_funcs(cfg.reward.funcs)
+    if not 0 <= ev.correct_term < len(rewards):
+        raise ConfigError(f"eval.correct_term={ev.correct_term} is not a reward term index (0..{len(rewards) - 1})")
+    names = term_names([r.__name__ for r in rewards])
+    lora = adapter_name(ev.adapter) if ev.adapter else None
+    problems = load_problems(cfg)
+    model_path = prepare_model(cfg.model)
+    tokenizer = AutoTokenizer.from_pretrained(model_path, trust_remote_code=cfg.model.trust_remote_code)
+    prompts = [tokenizer(tokenizer.apply_chat_template(p, tokenize=False, add_generation_prompt=True),
+                         add_special_tokens=False)["input_ids"] for p in problems["prompt"]]
+    params = {"max_tokens": ev.max_tokens or cfg.trainer.max_completion_length, "temperature": ev.temperature,
+              "top_p": ev.top_p}
+    out_dir.mkdir(parents=True, exist_ok=True)
+    started = time.monotonic()
+    with served(serving_config(cfg), out_dir) as url:
+        endpoint = Endpoint(url)
+        model = endpoint.base_model()
+        if lora:
+            endpoint.load_adapter(lora, ev.adapter)
+            model = lora
+        try:
+            with ThreadPoolExecutor(max_workers=max(ev.concurrency, 1)) as pool:
+                outputs = list(pool.map(lambda i: endpoint.complete(model, prompts[i], ev.k, ev.seed + i * ev.k, params),
+                                        range(len(prompts))))
+        finally:
+            if lora:
+                endpoint.unload_adapter(lora)
+    results = [score_problem(i, problems[i], outputs[i], rewards, names, cfg) for i in range(len(outputs))]
+    summary = summarize(results, ev.k)
+    summary.update(model=str(cfg.model.name_or_path), served_as=model, adapter=ev.adapter, url=url,
+                   temperature=ev.temperature, max_tokens=params["max_tokens"], seconds=time.monotonic() - started)
+    with open(out_dir / ev.results_file, "w") as handle:
+        for result in results:
+            handle.write(json.dumps(result.to_json()) + "\n")
+    (out_dir / ev.summary_file).write_text(json.dumps(summary, indent=2))
+    return summary
