@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import hydra
+from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
 from agrpo.config.schema import register_configs
@@ -46,11 +47,24 @@ def hydra_main(cfg: DictConfig) -> float | None:
         if os.environ.get("AGRPO_DEBUG") == "1":
             raise
         print(f"agrpo: error: {error}", file=sys.stderr)
+        if in_multirun() and not isinstance(error.__context__, KeyboardInterrupt):
+            # Keep the sweep going: the point shows as failed in the summary (and to Optuna, which cannot score
+            # None); `agrpo` exits non-zero at the end. sys.exit here would end the whole sweep. Ctrl-C still does.
+            from agrpo.sweeps import record_point_error
+
+            record_point_error(HydraConfig.get().runtime.output_dir, str(error))
+            return None
         sys.exit(error.exit_code)
     if summary.get("reward_last") is not None:
         print(f"agrpo: mean reward first 5 steps {summary['reward_first']:.4f}, last 5 steps {summary['reward_last']:.4f}")
         return float(summary["reward_last"])  # what Hydra sweepers (e.g. Optuna) optimise
     return None
+
+
+def in_multirun() -> bool:
+    from hydra.types import RunMode
+
+    return HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN
 
 
 def expand_recipe_paths(argv: list[str]) -> list[str]:
@@ -94,6 +108,12 @@ def main() -> None:
     register_resolvers()
     sys.argv = [sys.argv[0], *expand_recipe_paths(sys.argv[1:])]
     hydra_main()
+    from agrpo.sweeps import LAST_SWEEP_FAILURES
+
+    if LAST_SWEEP_FAILURES:
+        print(f"agrpo: error: sweep point(s) {', '.join(LAST_SWEEP_FAILURES)} failed (see the table above)",
+              file=sys.stderr)
+        sys.exit(1)
 
 
 if __name__ == "__main__":

@@ -7,6 +7,7 @@ writes `<output_dir>/final_adapter` and `<output_dir>/metrics.json`.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import glob
 import json
@@ -15,7 +16,7 @@ import os
 import re
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 from omegaconf import OmegaConf
 from transformers import TrainerCallback
@@ -183,8 +184,43 @@ def install_sync_hook(trainer: Any, store: Any, timeout_s: float) -> None:
     client.load_lora_adapter = load_when_visible
 
 
+@contextlib.contextmanager
+def fix_loaded_model(fix: Any) -> Iterator[None]:
+    """Apply `fix(model)` to the model AsyncGRPOTrainer loads from its path, right after from_pretrained and before
+    PEFT and FSDP wrap it (TRL takes a path, not a model, so this is the only place to reach it)."""
+    from trl.experimental.async_grpo import async_grpo_trainer as module
+
+    load = module.create_model_from_path
+
+    def load_and_fix(*args: Any, **kwargs: Any) -> Any:
+        model = load(*args, **kwargs)
+        fix(model)
+        return model
+
+    module.create_model_from_path = load_and_fix
+    try:
+        yield
+    finally:
+        module.create_model_from_path = load
+
+
+def save_final_adapter(trainer: Any, final_dir: Path) -> None:
+    """One process: peft's save. Several ranks (accelerate): TRL's collective save, which gathers FSDP2 shards and
+    writes on the main process only (each rank's own save_pretrained would write its shard)."""
+    if trainer.accelerator.num_processes == 1:
+        trainer.model.save_pretrained(final_dir)
+    else:
+        from trl.experimental.async_grpo.async_grpo_trainer import save_lora_adapter
+
+        model = trainer.accelerator.unwrap_model(trainer.model)
+        save_lora_adapter(model, trainer.accelerator, model.active_adapters[0], str(final_dir))
+    if trainer.accelerator.is_main_process:
+        trainer.processing_class.save_pretrained(final_dir)
+
+
 def run_training(cfg: Any, vllm_url: str, num_replicas: int) -> dict[str, Any]:
     """Train with TRL's AsyncGRPOTrainer against `vllm_url`; return the summary written to metrics.json."""
+    started = time.monotonic()
     from agrpo.data import load_train_dataset
     from agrpo.rewards.registry import build_reward_funcs
     from agrpo.sync import get_store
@@ -199,13 +235,17 @@ def run_training(cfg: Any, vllm_url: str, num_replicas: int) -> dict[str, Any]:
     os.environ["TENSORBOARD_LOGGING_DIR"] = os.path.join(args.output_dir, TENSORBOARD_DIR)
     dataset = load_train_dataset(cfg.data, seed=cfg.trainer.seed)
     rewards = build_reward_funcs(cfg.reward.funcs)
-    trainer = AsyncGRPOTrainer(
-        model=cfg.model.name_or_path,
-        reward_funcs=rewards,
-        args=args,
-        train_dataset=dataset,
-        peft_config=build_peft_config(cfg.lora),
-    )
+    from agrpo.trainer.fsdp_compat import running_under_fsdp, untie_embeddings
+
+    untie = cfg.launcher.accelerate.untie_embeddings and running_under_fsdp()
+    with fix_loaded_model(untie_embeddings) if untie else contextlib.nullcontext():
+        trainer = AsyncGRPOTrainer(
+            model=cfg.model.name_or_path,
+            reward_funcs=rewards,
+            args=args,
+            train_dataset=dataset,
+            peft_config=build_peft_config(cfg.lora),
+        )
     install_sync_hook(trainer, get_store(cfg), cfg.inference.startup_timeout_s)
     bottleneck = BottleneckCallback(cfg.logger.bottleneck_every_steps)
     if cfg.logger.bottleneck_every_steps > 0:
@@ -220,13 +260,14 @@ def run_training(cfg: Any, vllm_url: str, num_replicas: int) -> dict[str, Any]:
     trainer.train(resume_from_checkpoint=resume_from)
 
     final_dir = Path(args.output_dir) / FINAL_ADAPTER
-    trainer.model.save_pretrained(final_dir)
-    trainer.processing_class.save_pretrained(final_dir)
+    save_final_adapter(trainer, final_dir)
     summary = final_metrics(trainer.state.log_history)
     summary["final_adapter"] = str(final_dir)
     summary["global_step"] = trainer.state.global_step
     if bottleneck.final is not None:
         summary["bottleneck"] = {"kind": bottleneck.final.kind, "line": bottleneck.final.line}
-    (Path(args.output_dir) / METRICS_FILE).write_text(json.dumps(summary, indent=2))
-    (Path(args.output_dir) / LOG_HISTORY_FILE).write_text(json.dumps(trainer.state.log_history))
+    summary["wall_time_s"] = time.monotonic() - started  # model load + training + final save (sweep tables)
+    if trainer.accelerator.is_main_process:  # under accelerate every rank gets here; one writes
+        (Path(args.output_dir) / METRICS_FILE).write_text(json.dumps(summary, indent=2))
+        (Path(args.output_dir) / LOG_HISTORY_FILE).write_text(json.dumps(trainer.state.log_history))
     return summary

@@ -1,0 +1,113 @@
+"""launcher=accelerate: launcher=local's plan, with the trainer started by `accelerate launch` under FSDP2.
+
+Replicas keep their GPUs and the proxy sits in front of several, exactly as planned by agrpo/launchers/local.py;
+only the trainer process changes: `python -m accelerate.commands.launch` (what the `accelerate launch` console
+script runs, pinned to this interpreter) with one rank per trainer GPU and a config file generated from
+launcher.accelerate (agrpo/launchers/fsdp.py), written to <run_dir>/accelerate_fsdp.yaml before anything starts.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from textwrap import indent
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from agrpo.errors import ConfigError, LaunchError
+from agrpo.launchers.base import Launcher, register
+from agrpo.launchers.fsdp import ACCELERATE_CONFIG_FILE, build_fsdp_config, layer_cls_from_model_config
+from agrpo.launchers.local import LocalLauncher
+from agrpo.launchers.plan import Plan, ProcessSpec
+from agrpo.launchers.ports import free_ports
+
+ACCELERATE_LAUNCH = ["-m", "accelerate.commands.launch"]
+
+
+def trainer_processes(knobs: Any, trainer_gpus: list[int] | None) -> int:
+    """Ranks: one per trainer GPU unless launcher.accelerate.num_processes says otherwise (1 on a CPU machine)."""
+    if knobs.num_processes is None:
+        return len(trainer_gpus) if trainer_gpus else 1
+    if knobs.num_processes < 1:
+        raise ConfigError(f"launcher.accelerate.num_processes={knobs.num_processes} must be at least 1")
+    if trainer_gpus and knobs.num_processes > len(trainer_gpus):
+        raise ConfigError(
+            f"launcher.accelerate.num_processes={knobs.num_processes} is more than the trainer's {len(trainer_gpus)} "
+            f"GPU(s) {trainer_gpus}: lower it, or give the trainer more GPUs with trainer.gpus / inference.gpus")
+    return knobs.num_processes
+
+
+def build_accelerate_plan(cfg: Any, local: Plan, main_process_port: int, layer_cls: str | None,
+                          python: str = sys.executable) -> tuple[Plan, dict[str, Any]]:
+    """Swap the local plan's trainer for an `accelerate launch` of the same trainer command (pure).
+
+    Returns the plan and the accelerate config file's content, which the executor writes into the run dir.
+    """
+    knobs = cfg.launcher.accelerate
+    if knobs.activation_checkpointing and cfg.trainer.gradient_checkpointing:
+        raise ConfigError("launcher.accelerate.activation_checkpointing and trainer.gradient_checkpointing both "
+                          "recompute activations: under FSDP keep only launcher.accelerate.activation_checkpointing=true")
+    local_trainer = local.trainer
+    on_cpu = local_trainer.gpus is None
+    num_processes = trainer_processes(knobs, local_trainer.gpus)
+    config_path = str(Path(local.run_dir) / ACCELERATE_CONFIG_FILE)
+    accelerate_config = build_fsdp_config(knobs, num_processes, main_process_port, layer_cls, on_cpu)
+    env = dict(local_trainer.env)
+    if on_cpu:
+        # The ranks join a gloo group (DDP, no FSDP: accelerate enables FSDP on accelerators only) and share the
+        # cores the replicas leave.
+        env["ACCELERATE_USE_CPU"] = "true"
+        env["OMP_NUM_THREADS"] = str(max(int(env.get("OMP_NUM_THREADS", "1")) // num_processes, 1))
+    argv = [python, *ACCELERATE_LAUNCH, "--config_file", config_path, "--num_processes", str(num_processes),
+            "--main_process_port", str(main_process_port), *knobs.extra_args,
+            *local_trainer.argv[1:]]  # "-m agrpo.trainer <config> --vllm-url URL --num-replicas R", as launched locally
+    trainer = ProcessSpec(name="trainer", role="trainer", argv=argv, env=env, gpus=local_trainer.gpus)
+    notes = [*local.notes, gpu_assignment(local, num_processes),
+             f"accelerate config {config_path}:\n" + indent(yaml.safe_dump(accelerate_config, sort_keys=False).rstrip(), "    ")]
+    if on_cpu:
+        notes.append("CPU machine: the trainer ranks run over gloo without FSDP sharding (docs/multi_gpu_and_sweeps.md)")
+    plan = Plan(launcher="accelerate", run_dir=local.run_dir, services=local.services, trainer=trainer,
+                vllm_url=local.vllm_url, notes=notes)
+    return plan, accelerate_config
+
+
+def gpu_assignment(local: Plan, num_processes: int) -> str:
+    """One line: which GPUs the trainer ranks and each replica use."""
+    replicas = [f"{spec.name} -> {spec.gpus if spec.gpus is not None else 'CPU'}"
+                for spec in local.services if spec.role == "replica"]
+    trainer = f"trainer ranks 0..{num_processes - 1} -> GPUs {local.trainer.gpus}" if local.trainer.gpus else \
+        f"trainer ranks 0..{num_processes - 1} -> CPU"
+    return "GPU assignment: " + "; ".join([trainer, *replicas])
+
+
+def local_layer_cls(model_cfg: Any) -> str | None:
+    """The wrap class from the model's config.json when the model is a local folder that exists; else None."""
+    config_file = Path(str(model_cfg.name_or_path)).expanduser() / "config.json"
+    if not config_file.is_file():
+        return None
+    return layer_cls_from_model_config(json.loads(config_file.read_text()))
+
+
+@register
+class AccelerateLauncher(Launcher):
+    name = "accelerate"
+
+    def __init__(self) -> None:
+        self.local = LocalLauncher()
+        self.accelerate_config: dict[str, Any] | None = None
+
+    def build_plan(self, cfg: Any) -> Plan:
+        local = self.local.build_plan(cfg)
+        port = free_ports(1, cfg.launcher.accelerate.main_process_port)[0]
+        plan, self.accelerate_config = build_accelerate_plan(cfg, local, port, local_layer_cls(cfg.model))
+        return plan
+
+    def execute(self, cfg: Any, plan: Plan) -> dict[str, Any]:
+        if self.accelerate_config is None:
+            raise LaunchError("AccelerateLauncher.execute needs the plan built by its own build_plan")
+        run_dir = Path(plan.run_dir)
+        run_dir.mkdir(parents=True, exist_ok=True)
+        (run_dir / ACCELERATE_CONFIG_FILE).write_text(yaml.safe_dump(self.accelerate_config, sort_keys=False))
+        return self.local.execute(cfg, plan)

@@ -1,0 +1,144 @@
+"""Multirun summary: one row per sweep point (its overrides, final reward, wall time), printed when the sweep ends.
+
+A Hydra callback (`hydra.callbacks.sweep_summary` in conf/config.yaml). It is launcher-agnostic: at the end it reads
+the files every point left in its job directory (<sweep dir>/<job num>/), so points that ran sequentially (local,
+accelerate), concurrently (a Hydra launcher plugin, HF Jobs) or in other processes are all found:
+- `.hydra/overrides.yaml`  the point's overrides (Hydra writes it for every job);
+- `metrics.json`           the trainer's summary (reward_last, reward_first, global_step, wall_time_s);
+- `sweep_point.json`       written by this callback when the job returns in this process: status, the value returned
+                           to the sweeper, the point's whole wall time (replica start included), the error if any.
+The table also lands in <sweep dir>/sweep_summary.md and .json.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+from hydra.experimental.callback import Callback
+
+POINT_FILE = "sweep_point.json"
+ERROR_FILE = "error.txt"  # a failed point's one-paragraph error (written by the CLI)
+SUMMARY_NAME = "sweep_summary"
+# Failed points of the last sweep summarised in this process; `agrpo` exits non-zero when there are any.
+LAST_SWEEP_FAILURES: list[str] = []
+
+
+@dataclass
+class PointRow:
+    job: str
+    overrides: list[str]
+    status: str  # ok | failed | no metrics (e.g. a dry run, or a remote trainer whose metrics stay on the bucket)
+    reward_last: float | None = None
+    reward_first: float | None = None
+    steps: int | None = None
+    wall_s: float | None = None  # the whole point: replicas start, training, teardown
+    train_s: float | None = None  # the trainer process alone (metrics.json)
+    error: str | None = None
+
+
+def read_point(job_dir: Path) -> PointRow:
+    """One point's row from the files in its job directory."""
+    overrides_file = job_dir / ".hydra" / "overrides.yaml"
+    overrides = yaml.safe_load(overrides_file.read_text()) if overrides_file.is_file() else []
+    metrics = _read_json(job_dir / "metrics.json")
+    point = _read_json(job_dir / POINT_FILE)
+    status = "failed" if point.get("status") == "failed" else ("ok" if "reward_last" in metrics else "no metrics")
+    reward_last = metrics.get("reward_last", point.get("return_value"))
+    return PointRow(job=job_dir.name, overrides=list(overrides or []), status=status, reward_last=reward_last,
+                    reward_first=metrics.get("reward_first"), steps=metrics.get("global_step"),
+                    wall_s=point.get("wall_s"), train_s=metrics.get("wall_time_s"), error=point.get("error"))
+
+
+def collect_points(sweep_dir: Path) -> list[PointRow]:
+    """Every job directory under the sweep dir (those with .hydra/), in job-number order."""
+    jobs = [d for d in sweep_dir.iterdir() if (d / ".hydra").is_dir()] if sweep_dir.is_dir() else []
+    return [read_point(d) for d in sorted(jobs, key=lambda d: (0, int(d.name)) if d.name.isdigit() else (1, d.name))]
+
+
+def varying_overrides(rows: list[PointRow]) -> tuple[list[str], list[list[str]]]:
+    """(overrides every point shares, each point's own): the table shows only what the sweep varies."""
+    common = [o for o in rows[0].overrides if all(o in row.overrides for row in rows)] if rows else []
+    return common, [[o for o in row.overrides if o not in common] for row in rows]
+
+
+def render_table(rows: list[PointRow]) -> str:
+    """A Markdown table, one row per point, best final reward marked."""
+    common, own = varying_overrides(rows)
+    scored = [row.reward_last for row in rows if row.reward_last is not None]
+    best = max(scored) if scored else None
+    header = ["job", "overrides", "status", "reward last 5", "reward first 5", "steps", "wall", "trainer"]
+    lines = [f"sweep of {len(rows)} point(s); common overrides: {' '.join(common) or '(none)'}",
+             "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for row, mine in zip(rows, own):
+        mark = " (best)" if best is not None and row.reward_last == best and len(scored) > 1 else ""
+        cells = [row.job, " ".join(mine) or "-", row.status, _num(row.reward_last) + mark, _num(row.reward_first),
+                 "-" if row.steps is None else str(row.steps), _secs(row.wall_s), _secs(row.train_s)]
+        lines.append("| " + " | ".join(cells) + " |")
+    lines += [f"job {row.job} failed: {row.error}" for row in rows if row.error]
+    return "\n".join(lines)
+
+
+class SweepSummary(Callback):
+    """Records each point as it ends (same process only) and prints the table when the multirun ends."""
+
+    def __init__(self) -> None:
+        self.started: dict[str, float] = {}
+
+    def on_job_start(self, config: Any, **kwargs: Any) -> None:
+        self.started[config.hydra.runtime.output_dir] = time.monotonic()
+
+    def on_job_end(self, config: Any, job_return: Any, **kwargs: Any) -> None:
+        if str(config.hydra.mode) != "RunMode.MULTIRUN":
+            return
+        job_dir = Path(config.hydra.runtime.output_dir)
+        value = job_return._return_value  # .return_value re-raises a failed job's exception
+        failed = job_return.status.name == "FAILED" or isinstance(value, BaseException) or _error_of(job_dir)
+        record = {"status": "failed" if failed else "completed",
+                  "return_value": value if isinstance(value, (int, float)) else None,
+                  "wall_s": time.monotonic() - self.started.pop(str(job_dir), time.monotonic()),
+                  "error": _error_of(job_dir) or (repr(value) if isinstance(value, BaseException) else None)}
+        job_dir.mkdir(parents=True, exist_ok=True)
+        (job_dir / POINT_FILE).write_text(json.dumps(record, indent=2))
+
+    def on_multirun_end(self, config: Any, **kwargs: Any) -> None:
+        sweep_dir = Path(config.hydra.sweep.dir)
+        rows = collect_points(sweep_dir)
+        if not rows:
+            return
+        table = render_table(rows)
+        print(f"\n{table}\n(also in {sweep_dir / SUMMARY_NAME}.md)", flush=True)
+        (sweep_dir / f"{SUMMARY_NAME}.md").write_text(table + "\n")
+        (sweep_dir / f"{SUMMARY_NAME}.json").write_text(json.dumps([asdict(row) for row in rows], indent=2))
+        LAST_SWEEP_FAILURES[:] = [row.job for row in rows if row.status == "failed"]
+
+
+
+def record_point_error(job_dir: str, message: str) -> None:
+    """The CLI keeps a sweep going past a failed point; the message lands in the point's row."""
+    Path(job_dir).mkdir(parents=True, exist_ok=True)
+    (Path(job_dir) / ERROR_FILE).write_text(message)
+
+
+def _error_of(job_dir: Path) -> str | None:
+    path = job_dir / ERROR_FILE
+    return path.read_text().strip() if path.is_file() else None
+
+
+def _read_json(path: Path) -> dict[str, Any]:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def _num(value: float | None) -> str:
+    return "-" if value is None else f"{value:.4f}"
+
+
+def _secs(value: float | None) -> str:
+    return "-" if value is None else f"{value:.0f} s"

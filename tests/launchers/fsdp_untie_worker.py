@@ -1,0 +1,41 @@
+"""Run by torchrun from test_accelerate_fsdp.py: torch FSDP2 over gloo on CPU, on a tiny tied Qwen2.
+
+Prints one line per case: the refusal FSDP2 gives a tied head in its own group, and a forward/backward after
+agrpo's untie_embeddings."""
+
+import torch
+import torch.distributed as dist
+from torch.distributed.fsdp import fully_shard
+from transformers import Qwen2Config, Qwen2ForCausalLM
+
+from agrpo.trainer.fsdp_compat import untie_embeddings
+
+
+def tied_model():
+    torch.manual_seed(0)
+    config = Qwen2Config(vocab_size=300, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                         num_attention_heads=2, num_key_value_heads=1, tie_word_embeddings=True)
+    return Qwen2ForCausalLM(config)
+
+
+def shard(model):
+    for layer in model.model.layers:
+        fully_shard(layer)
+    fully_shard(model.lm_head)
+    fully_shard(model)
+    ids = torch.tensor([[1, 2, 3, 4]])
+    loss = model(ids, labels=ids).loss
+    loss.backward()
+    return loss.item()
+
+
+dist.init_process_group("gloo")
+try:
+    shard(tied_model())
+    print("tied: ok", flush=True)
+except ValueError as error:
+    print(f"tied: refused: {error}", flush=True)
+model = tied_model()
+untie_embeddings(model)
+print(f"untied: loss {shard(model):.4f}", flush=True)
+dist.destroy_process_group()

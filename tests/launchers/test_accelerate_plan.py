@@ -1,0 +1,113 @@
+"""launcher=accelerate (pure parts): the FSDP2 config file and the plan (local plan, trainer under accelerate)."""
+
+import subprocess
+import sys
+
+import pytest
+
+from agrpo.config.compose import compose_run_config
+from agrpo.errors import ConfigError
+from agrpo.launchers.accelerate import build_accelerate_plan
+from agrpo.launchers.fsdp import build_fsdp_config, layer_cls_from_model_config
+from agrpo.launchers.local import build_local_plan
+
+
+def plans_for(*overrides, num_gpus=4, device="cuda", cpu_count=2, layer_cls="Qwen2DecoderLayer"):
+    cfg = compose_run_config(["+recipe=smoke", "launcher=accelerate", *overrides], output_dir="/runs/r1")
+    ports = [8100 + i for i in range(cfg.inference.replicas + 1)]
+    local = build_local_plan(cfg, "/runs/r1", ports, device, num_gpus, cpu_count=cpu_count, python="py")
+    plan, accelerate_config = build_accelerate_plan(cfg, local, 29501, layer_cls, python="py")
+    return local, plan, accelerate_config
+
+
+def test_fsdp2_config_from_our_config():
+    cfg = compose_run_config(["+recipe=smoke", "launcher=accelerate", "launcher.accelerate.reshard_after_forward=false",
+                              "launcher.accelerate.activation_checkpointing=true"], output_dir="/x")
+    config = build_fsdp_config(cfg.launcher.accelerate, 3, 29501, "Qwen2DecoderLayer", on_cpu=False)
+    assert config["distributed_type"] == "FSDP" and config["num_processes"] == 3
+    assert config["main_process_port"] == 29501 and config["mixed_precision"] == "bf16"
+    fsdp = config["fsdp_config"]
+    assert fsdp["fsdp_version"] == 2
+    assert fsdp["fsdp_auto_wrap_policy"] == "TRANSFORMER_BASED_WRAP"
+    assert fsdp["fsdp_transformer_layer_cls_to_wrap"] == "Qwen2DecoderLayer"
+    assert fsdp["fsdp_state_dict_type"] == "SHARDED_STATE_DICT"  # FULL loses non-zero ranks' adapter shards
+    assert fsdp["fsdp_reshard_after_forward"] is False and fsdp["fsdp_activation_checkpointing"] is True
+    assert config["use_cpu"] is False
+
+
+def test_explicit_layer_class_wins_and_none_leaves_it_to_accelerate():
+    cfg = compose_run_config(["+recipe=smoke", "launcher.accelerate.transformer_layer_cls=MyLayer"], output_dir="/x")
+    assert build_fsdp_config(cfg.launcher.accelerate, 2, 1, "Qwen2DecoderLayer", False)["fsdp_config"][
+        "fsdp_transformer_layer_cls_to_wrap"] == "MyLayer"
+    cfg = compose_run_config(["+recipe=smoke"], output_dir="/x")
+    assert "fsdp_transformer_layer_cls_to_wrap" not in build_fsdp_config(cfg.launcher.accelerate, 2, 1, None,
+                                                                         False)["fsdp_config"]
+
+
+def test_layer_class_comes_from_the_model_architecture():
+    assert layer_cls_from_model_config({"architectures": ["Qwen2ForCausalLM"]}) == "Qwen2DecoderLayer"
+    assert layer_cls_from_model_config({"architectures": ["LlamaForCausalLM"]}) == "LlamaDecoderLayer"
+    assert layer_cls_from_model_config({"architectures": ["NoSuchModel"]}) is None
+    assert layer_cls_from_model_config({}) is None
+
+
+def test_gpu_plan_keeps_replicas_and_runs_one_rank_per_trainer_gpu():
+    local, plan, config = plans_for("inference.replicas=1")
+    assert plan.services == local.services  # replicas planned exactly as launcher=local
+    assert plan.services[0].gpus == [3]
+    assert plan.trainer.gpus == [0, 1, 2] and plan.trainer.env["CUDA_VISIBLE_DEVICES"] == "0,1,2"
+    assert plan.trainer.argv == [
+        "py", "-m", "accelerate.commands.launch", "--config_file", "/runs/r1/accelerate_fsdp.yaml",
+        "--num_processes", "3", "--main_process_port", "29501",
+        "-m", "agrpo.trainer", "/runs/r1/config.yaml", "--vllm-url", "http://127.0.0.1:8100", "--num-replicas", "1"]
+    assert config["num_processes"] == 3
+    assert "ACCELERATE_USE_CPU" not in plan.trainer.env
+    rendered = plan.render()
+    assert "GPU assignment: trainer ranks 0..2 -> GPUs [0, 1, 2]; vllm-0 -> [3]" in rendered
+    assert "fsdp_version: 2" in rendered and "accelerate.commands.launch" in rendered
+
+
+def test_two_replicas_behind_the_proxy_and_the_trainer_talks_to_it():
+    _, plan, config = plans_for("inference.replicas=2")
+    assert [s.role for s in plan.services] == ["replica", "replica", "proxy"]
+    assert [s.gpus for s in plan.services[:2]] == [[2], [3]]
+    assert plan.trainer.argv[-4:] == ["--vllm-url", "http://127.0.0.1:8102", "--num-replicas", "2"]
+    assert config["num_processes"] == 2
+
+
+def test_num_processes_knob_and_its_limit():
+    _, plan, _ = plans_for("launcher.accelerate.num_processes=2")
+    assert plan.trainer.argv[plan.trainer.argv.index("--num_processes") + 1] == "2"
+    with pytest.raises(ConfigError, match="launcher.accelerate.num_processes"):
+        plans_for("launcher.accelerate.num_processes=4")
+
+
+def test_activation_checkpointing_twice_is_refused():
+    with pytest.raises(ConfigError, match="trainer.gradient_checkpointing"):
+        plans_for("launcher.accelerate.activation_checkpointing=true", "trainer.gradient_checkpointing=true")
+
+
+def test_cpu_plan_runs_gloo_ranks_sharing_the_free_cores():
+    _, plan, config = plans_for("launcher.accelerate.num_processes=2", num_gpus=0, device="cpu", cpu_count=5)
+    assert plan.trainer.env["ACCELERATE_USE_CPU"] == "true"
+    assert plan.trainer.env["OMP_NUM_THREADS"] == "2"  # (5 cores - 1 replica) / 2 ranks
+    assert config["mixed_precision"] == "no" and config["use_cpu"] is False
+    assert any("without FSDP sharding" in note for note in plan.notes)
+
+
+def test_extra_args_go_to_accelerate_not_the_trainer():
+    _, plan, _ = plans_for('launcher.accelerate.extra_args=["--dynamo_backend","no"]')
+    argv = plan.trainer.argv
+    assert argv.index("--dynamo_backend") < argv.index("agrpo.trainer")
+
+
+def test_dry_run_prints_accelerate_and_vllm_commands_and_gpu_assignment(tmp_path):
+    result = subprocess.run(
+        [sys.executable, "-m", "agrpo", "+recipe=smoke", "launcher=accelerate", "launcher.dry_run=true",
+         "launcher.accelerate.num_processes=2"], cwd=tmp_path, capture_output=True, text=True, timeout=180)
+    assert result.returncode == 0, result.stderr
+    out = result.stdout
+    assert "agrpo plan (accelerate)" in out and "GPU assignment:" in out
+    assert "accelerate.commands.launch --config_file" in out and "-m agrpo.trainer" in out
+    assert "vllm.entrypoints.openai.api_server" in out
+    assert not list(tmp_path.rglob("accelerate_fsdp.yaml"))  # a dry run writes nothing

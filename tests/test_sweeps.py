@@ -1,0 +1,82 @@
+"""Sweeps: the summary table (from job-dir files), a multirun that keeps going past a failed point, the Optuna
+recipe, and (vllm) a real 2-point multirun of the smoke recipe, each point with its own replica."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from agrpo.sweeps import POINT_FILE, collect_points, render_table
+
+
+def agrpo(*args, cwd, timeout=300):
+    return subprocess.run([sys.executable, "-m", "agrpo", *args], cwd=cwd, capture_output=True, text=True,
+                          timeout=timeout, env={**os.environ, "HF_HUB_OFFLINE": "1"})
+
+
+def fake_point(sweep_dir: Path, num: int, overrides: list[str], metrics: dict | None, point: dict | None) -> None:
+    job = sweep_dir / str(num)
+    (job / ".hydra").mkdir(parents=True)
+    (job / ".hydra" / "overrides.yaml").write_text(yaml.safe_dump(overrides))
+    if metrics is not None:
+        (job / "metrics.json").write_text(json.dumps(metrics))
+    if point is not None:
+        (job / POINT_FILE).write_text(json.dumps(point))
+
+
+def test_table_lists_every_point_with_what_varies_reward_and_wall_time(tmp_path):
+    common = ["+recipe=smoke", "trainer.max_steps=2"]
+    fake_point(tmp_path, 0, [*common, "lora.r=1"], {"reward_last": 0.2, "reward_first": 0.1, "global_step": 2,
+                                                     "wall_time_s": 30.0}, {"status": "completed", "wall_s": 70.0})
+    fake_point(tmp_path, 1, [*common, "lora.r=4"], {"reward_last": 0.3, "reward_first": 0.1, "global_step": 2},
+               None)  # ran elsewhere (another process, a Job): metrics only
+    fake_point(tmp_path, 10, [*common, "lora.r=64"], None, {"status": "failed", "error": "lora.r too big"})
+    rows = collect_points(tmp_path)
+    assert [row.job for row in rows] == ["0", "1", "10"]  # numeric order
+    assert [row.status for row in rows] == ["ok", "ok", "failed"]
+    table = render_table(rows)
+    assert "common overrides: +recipe=smoke trainer.max_steps=2" in table
+    assert "| 0 | lora.r=1 | ok | 0.2000 | 0.1000 | 2 | 70 s | 30 s |" in table
+    assert "| 1 | lora.r=4 | ok | 0.3000 (best) |" in table
+    assert "job 10 failed: lora.r too big" in table
+
+
+def test_multirun_runs_every_point_past_a_failed_one_then_exits_non_zero(tmp_path):
+    result = agrpo("-m", "+recipe=smoke", "launcher.dry_run=true", "inference.max_loras=2,3", cwd=tmp_path)
+    assert result.returncode == 1, result.stderr
+    assert "inference.max_loras=2 is below" in result.stderr  # the failed point's own message
+    assert "sweep point(s) 0 failed" in result.stderr
+    assert "| 0 | inference.max_loras=2 | failed |" in result.stdout
+    assert "| 1 | inference.max_loras=3 | no metrics |" in result.stdout  # the next point still ran (dry run)
+    summary = list(tmp_path.glob("multirun/smoke/*/sweep_summary.md"))
+    assert len(summary) == 1 and "max_loras=3" in summary[0].read_text()
+
+
+def test_optuna_recipe_composes_with_the_optuna_sweeper(tmp_path):
+    pytest.importorskip("hydra_plugins.hydra_optuna_sweeper", reason="the sweep extra is not installed")
+    result = agrpo("+recipe=smoke_optuna", "--cfg", "hydra", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    sweeper = yaml.safe_load(result.stdout)["hydra"]["sweeper"]
+    assert sweeper["_target_"].endswith("OptunaSweeper") and sweeper["direction"] == "maximize"
+    assert set(sweeper["params"]) == {"trainer.learning_rate", "lora.r"}
+
+
+@pytest.mark.vllm
+def test_two_point_multirun_of_the_smoke_recipe(tmp_path):
+    """Each point starts its own replica on its own ports (the local launcher), trains 2 steps, writes metrics."""
+    result = agrpo("-m", "+recipe=smoke", "lora.r=1,4", "trainer.max_steps=2", "trainer.per_device_train_batch_size=8",
+                   cwd=tmp_path, timeout=1200)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-5000:]
+    sweep_dirs = list((tmp_path / "multirun" / "smoke").iterdir())
+    assert len(sweep_dirs) == 1
+    for num in ("0", "1"):
+        metrics = json.loads((sweep_dirs[0] / num / "metrics.json").read_text())
+        assert metrics["global_step"] == 2 and metrics["wall_time_s"] > 0
+        assert (sweep_dirs[0] / num / "logs" / "vllm-0.log").is_file()  # its own replica
+    assert "| 0 | lora.r=1 | ok |" in result.stdout and "| 1 | lora.r=4 | ok |" in result.stdout
