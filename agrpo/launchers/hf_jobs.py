@@ -73,9 +73,13 @@ class JobsRun:
 
     def watch_trainer(self, job_id: str) -> Any:
         """Stream the trainer's logs until it is over (waiting out a platform requeue); return its last JobInfo."""
+        printed = 0  # a new stream replays the Job's logs from the start: print each line once
         while True:
-            for line in self.api.fetch_job_logs(job_id=job_id, namespace=self.namespace, follow=True):
-                self.echo(line)
+            for index, line in enumerate(self.api.fetch_job_logs(job_id=job_id, namespace=self.namespace,
+                                                                 follow=True)):
+                if index >= printed:
+                    self.echo(line)
+                    printed += 1
             info = self._wait_terminal(job_id)
             if stage_of(info) != "ERROR" or self.jobs.trainer_attempts <= 1:
                 return info

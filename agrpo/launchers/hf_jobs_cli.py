@@ -9,6 +9,8 @@ from __future__ import annotations
 import argparse
 import sys
 
+from huggingface_hub.errors import HfHubHTTPError
+
 from agrpo.errors import AgrpoError
 from agrpo.launchers.hf_jobs_client import cancel_jobs, make_api, resolve_namespace, run_jobs, stage_of
 from agrpo.launchers.hf_jobs_plan import ROLE_LABEL
@@ -70,4 +72,7 @@ def main(argv: list[str]) -> int:
     except AgrpoError as error:
         print(f"agrpo jobs: error: {error}", file=sys.stderr)
         return error.exit_code
+    except HfHubHTTPError as error:  # e.g. a token without access to the namespace
+        print(f"agrpo jobs: the Hub refused: {str(error).splitlines()[0]}", file=sys.stderr)
+        return 1
     return 0

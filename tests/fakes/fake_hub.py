@@ -16,7 +16,6 @@ from __future__ import annotations
 import json
 import threading
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any, Callable
@@ -105,7 +104,7 @@ class FakeHub:
     def _new_job(self, namespace: str, spec: dict[str, Any]) -> FakeJob:
         job_id = f"{len(self.jobs) + 1:024x}"
         job = FakeJob(id=job_id, namespace=namespace, spec=spec,
-                      created_at=datetime(2026, 1, 1, 0, 0, len(self.jobs), tzinfo=timezone.utc).isoformat())
+                      created_at=f"2026-01-01T00:00:{len(self.jobs):02d}.000Z")
         self.jobs[job_id] = job
         return job
 
@@ -171,11 +170,10 @@ def _handler(hub: FakeHub):
                 return self._send(200 if job.healthy else 503, {})
             if parts[:2] == ["api", "buckets"]:
                 bucket_id = f"{parts[2]}/{parts[3]}"
-                if r.method == "POST":
-                    if bucket_id in hub.buckets:
-                        return self._send(409, {"error": "exists"})
-                    hub.buckets[bucket_id] = None
-                    return self._send(200, {"url": f"{hub.url}/buckets/{bucket_id}"})
+                if r.method == "POST":  # huggingface_hub reads "url" from the 409 answer too
+                    status = 409 if bucket_id in hub.buckets else 200
+                    hub.buckets.setdefault(bucket_id, None)
+                    return self._send(status, {"url": f"{hub.url}/buckets/{bucket_id}"})
                 if len(parts) >= 5 and parts[4] == "tree":
                     return self._send(200, hub.list_bucket(bucket_id, "/".join(parts[5:])))
                 return self._send(404, {"error": "not found"})
@@ -184,6 +182,8 @@ def _handler(hub: FakeHub):
             self._send(404, {"error": f"no route {r.path}"})
 
         def _jobs(self, r: Request, namespace: str, rest: list[str]) -> None:
+            if namespace != NAMESPACE:
+                return self._send(403, {"error": f"no access to {namespace}"})
             if not rest and r.method == "POST":
                 with hub.lock:
                     job = hub._new_job(namespace, r.body)

@@ -1,0 +1,207 @@
+"""The HF Jobs executor against a fake Hub: Job creation bodies, readiness, end-of-run and failure cancellation.
+
+The Hub is faked (tests/fakes/fake_hub.py, a local HTTP server answering huggingface_hub's routes) because these
+machines cannot reach it; huggingface_hub's own HfApi makes every call, so the bodies checked here are the ones the
+real Jobs API would receive.
+"""
+
+import json
+
+import pytest
+from fakes.fake_hub import FAKE_TOKEN, NAMESPACE, FakeHub, use_fake_hub
+
+from agrpo.config.compose import compose_run_config
+from agrpo.errors import LaunchError
+from agrpo.launchers.hf_jobs import JobsRun
+from agrpo.launchers.hf_jobs_client import make_api
+
+USER = ["+recipe=gsm8k", "launcher=hf_jobs", "sync=bucket", "inference.replicas=2", "launcher.hf_jobs.run_id=run1"]
+
+
+def launch(hub, monkeypatch, *extra, echo=None):
+    """Run the launcher's executor on the fake Hub; return (summary or error, lines echoed)."""
+    use_fake_hub(monkeypatch, hub)
+    cfg = compose_run_config([*USER, "launcher.hf_jobs.poll_interval_s=0.01", "launcher.hf_jobs.ready_timeout_s=1",
+                              *extra])
+    cfg.launcher.hf_jobs.replica_url = hub.replica_url_template()
+    printed = []
+    run = JobsRun(cfg, make_api(), NAMESPACE, [*USER, *extra], echo=printed.append)
+    try:
+        return run.execute(), printed
+    except LaunchError as error:
+        return error, printed
+
+
+def finishing_trainer(job):
+    if job.spec["labels"]["agrpo-role"] == "trainer":
+        job.logs = ["step 1 reward 0.1", "step 2 reward 0.3"]
+        job.stage_after_logs = "COMPLETED"
+
+
+def test_golden_job_creation_bodies_for_a_two_replica_run(monkeypatch):
+    with FakeHub(on_create=finishing_trainer) as hub:
+        summary, printed = launch(hub, monkeypatch)
+    assert [r.body for r in hub.calls("POST", "/api/buckets/")] == [{"visibility": "private"}]
+    assert hub.calls("POST", "/api/buckets/")[0].path == "/api/buckets/alice/agrpo-runs"
+    replica0, replica1, trainer = hub.created()
+    ids = list(hub.jobs)
+    assert replica0 == {
+        "command": ["python3", "-m", "vllm.entrypoints.openai.api_server", "--model", "Qwen/Qwen2.5-0.5B-Instruct",
+                    "--host", "0.0.0.0", "--port", "8000", "--dtype", "bfloat16", "--max-model-len", "1024",
+                    "--enable-lora", "--max-lora-rank", "8", "--max-loras", "6", "--logprobs-mode",
+                    "processed_logprobs", "--seed", "42", "--gpu-memory-utilization", "0.85"],
+        "arguments": [],
+        "environment": {"VLLM_ALLOW_RUNTIME_LORA_UPDATING": "1", "VLLM_SERVER_DEV_MODE": "1",
+                        "VLLM_LOGGING_LEVEL": "INFO"},
+        "flavor": "h200",
+        "secrets": {"HF_TOKEN": FAKE_TOKEN},
+        "timeoutSeconds": 21600,
+        "labels": {"agrpo-run": "run1", "agrpo-role": "replica", "name": "run1-vllm-0"},
+        "volumes": [{"type": "bucket", "source": "alice/agrpo-runs", "mountPath": "/bucket", "readOnly": True}],
+        "expose": {"ports": [8000], "portsPublic": []},
+        "dockerImage": "vllm/vllm-openai:latest",
+    }
+    assert replica1["labels"]["name"] == "run1-vllm-1" and replica1["command"] == replica0["command"]
+    urls = [f"{hub.url}/expose/{ids[0]}/8000", f"{hub.url}/expose/{ids[1]}/8000"]
+    launch_id = trainer["environment"]["AGRPO_LAUNCH_ID"]
+    assert len(launch_id) == 12
+    assert trainer == {
+        "command": ["bash", "-c", 'pip install --no-cache-dir agrpo && exec "$@"', "agrpo", "python3", "-m", "agrpo",
+                    "+recipe=gsm8k", "launcher=hf_jobs", "sync=bucket", "inference.replicas=2",
+                    "role=trainer", f"inference.urls=[{urls[0]},{urls[1]}]", "inference.use_proxy=true",
+                    "proxy.token_env=HF_TOKEN", "sync.bucket=alice/agrpo-runs", "sync.output_dir=/bucket/run1",
+                    "hydra.run.dir=/bucket/run1", "launcher.hf_jobs.run_id=run1", "launcher.hf_jobs.namespace=alice"],
+        "arguments": [],
+        "environment": {"AGRPO_LAUNCH_ID": launch_id},
+        "flavor": "h200x2",
+        "secrets": {"HF_TOKEN": FAKE_TOKEN},
+        "timeoutSeconds": 21600,
+        "labels": {"agrpo-run": "run1", "agrpo-role": "trainer", "name": "run1-trainer"},
+        "volumes": [{"type": "bucket", "source": "alice/agrpo-runs", "mountPath": "/bucket", "readOnly": False}],
+        "dockerImage": "vllm/vllm-openai:latest",
+    }
+    # The token travels only as a Job secret and as the Authorization header, never in a command or env.
+    for body in hub.created():
+        assert FAKE_TOKEN not in json.dumps({k: v for k, v in body.items() if k != "secrets"})
+    health = [r for r in hub.requests if r.path.endswith("/health")]
+    assert health and all(r.headers["Authorization"] == f"Bearer {FAKE_TOKEN}" for r in health)
+    # End of run: the trainer's logs were streamed, then both replicas were cancelled.
+    assert printed == ["step 1 reward 0.1", "step 2 reward 0.3"]
+    assert sorted(hub.cancelled()) == sorted(ids[:2])
+    assert [hub.jobs[i].stage for i in ids] == ["CANCELED", "CANCELED", "COMPLETED"]
+    assert summary == {"run_id": "run1", "namespace": "alice", "trainer_job": ids[2], "replica_jobs": ids[:2],
+                       "run_dir": "/bucket/run1"}
+
+
+def test_an_existing_bucket_is_reused(monkeypatch):
+    with FakeHub(on_create=finishing_trainer) as hub:
+        hub.buckets["alice/agrpo-runs"] = None  # the Hub answers 409: create_bucket(exist_ok=True) accepts it
+        summary, _ = launch(hub, monkeypatch)
+    assert summary["run_id"] == "run1" and len(hub.created()) == 3
+
+
+def test_a_replica_that_never_gets_healthy_cancels_everything_and_says_which(monkeypatch):
+    def second_is_sick(job):
+        if job.spec["labels"].get("name") == "run1-vllm-1":
+            job.healthy = False
+            job.logs = ["CUDA out of memory"]
+
+    with FakeHub(on_create=second_is_sick) as hub:
+        error, _ = launch(hub, monkeypatch)
+    ids = list(hub.jobs)
+    assert isinstance(error, LaunchError)
+    message = str(error)
+    assert f"replica run1-vllm-1 (Job {ids[1]}) was not healthy after 1 s (last: stage RUNNING, /health HTTP 503)" \
+        in message
+    assert "Every Job of run run1 was cancelled" in message and "CUDA out of memory" in message
+    assert len(hub.created()) == 2  # no trainer was launched
+    assert sorted(hub.cancelled()) == sorted(ids)
+    assert FAKE_TOKEN not in message
+
+
+def test_a_replica_whose_job_errors_cancels_everything_with_its_status_message(monkeypatch):
+    def first_fails(job):
+        if job.spec["labels"].get("name") == "run1-vllm-0":
+            job.stage, job.message = "ERROR", "image pull failed"
+
+    with FakeHub(on_create=first_fails) as hub:
+        error, _ = launch(hub, monkeypatch, "launcher.hf_jobs.ready_timeout_s=30")
+    ids = list(hub.jobs)
+    assert str(error).startswith(f"replica run1-vllm-0 (Job {ids[0]}) ended with stage ERROR before it was healthy: "
+                                 "image pull failed. Every Job of run run1 was cancelled")
+    assert hub.cancelled() == [ids[1]]  # the errored one is already over
+    assert len(hub.created()) == 2
+
+
+def test_a_failed_trainer_cancels_the_replicas_and_says_how_to_resume(monkeypatch):
+    def trainer_fails(job):
+        if job.spec["labels"]["agrpo-role"] == "trainer":
+            job.logs, job.stage_after_logs, job.message = ["Traceback ..."], "ERROR", "exit code 1"
+
+    with FakeHub(on_create=trainer_fails) as hub:
+        error, printed = launch(hub, monkeypatch)
+    ids = list(hub.jobs)
+    assert str(error) == (f"the trainer Job {ids[2]} ended with stage ERROR: exit code 1. Its checkpoints stay in "
+                          "the bucket alice/agrpo-runs under /bucket/run1; relaunch with "
+                          "launcher.hf_jobs.run_id=run1 to resume")
+    assert printed == ["Traceback ..."]
+    assert sorted(hub.cancelled()) == sorted(ids[:2])
+
+
+def test_a_requeued_trainer_is_followed_until_its_last_attempt(monkeypatch):
+    attempts = []
+
+    def trainer_requeued_once(job):
+        if job.spec["labels"]["agrpo-role"] == "trainer":
+            job.logs, job.stage_after_logs = ["attempt 1 preempted"], "ERROR"
+            attempts.append(job)
+
+    with FakeHub(on_create=trainer_requeued_once) as hub:
+        import threading
+
+        def platform_requeues():  # the platform reruns the Job: stage back to RUNNING, then it completes
+            while not attempts or attempts[0].stage != "ERROR":
+                threading.Event().wait(0.01)
+            attempts[0].logs, attempts[0].stage_after_logs = [*attempts[0].logs, "attempt 2 done"], "COMPLETED"
+            attempts[0].stage = "RUNNING"
+
+        thread = threading.Thread(target=platform_requeues, daemon=True)
+        thread.start()
+        summary, printed = launch(hub, monkeypatch, "launcher.hf_jobs.trainer_attempts=2",
+                                  "launcher.hf_jobs.requeue_grace_s=30")
+        thread.join(5)
+    assert printed == ["attempt 1 preempted", "attempt 2 done"]
+    assert summary["trainer_job"] == list(hub.jobs)[2]
+    assert hub.created()[2]["attempts"] == 2
+
+
+def test_detach_returns_once_the_trainer_runs_and_cancels_nothing(monkeypatch):
+    with FakeHub() as hub:
+        summary, printed = launch(hub, monkeypatch, "launcher.hf_jobs.detach=true")
+    assert len(hub.created()) == 3 and hub.cancelled() == []
+    assert "agrpo jobs cancel run1" in printed[0]
+    assert summary["trainer_job"] == list(hub.jobs)[2]
+
+
+def test_ctrl_c_while_waiting_cancels_every_job_launched(monkeypatch):
+    with FakeHub() as hub:
+        use_fake_hub(monkeypatch, hub)
+        cfg = compose_run_config(USER)
+        cfg.launcher.hf_jobs.replica_url = hub.replica_url_template()
+        run = JobsRun(cfg, make_api(), NAMESPACE, USER, echo=lambda line: None)
+
+        def interrupted(*args, **kwargs):
+            raise KeyboardInterrupt
+
+        monkeypatch.setattr(run, "wait_ready", interrupted)
+        with pytest.raises(LaunchError, match="interrupted; every Job of run run1 was cancelled"):
+            run.execute()
+    assert sorted(hub.cancelled()) == sorted(hub.jobs)
+
+
+def test_a_missing_secret_stops_the_launch_before_any_job_exists(monkeypatch):
+    with FakeHub() as hub:
+        monkeypatch.delenv("WANDB_API_KEY", raising=False)
+        error, _ = launch(hub, monkeypatch, "launcher.hf_jobs.secrets=[HF_TOKEN,WANDB_API_KEY]")
+    assert "no value for the Job secret(s) ['WANDB_API_KEY']" in str(error)
+    assert hub.created() == []
