@@ -36,12 +36,13 @@ def main(argv: list[str]) -> int:
         from omegaconf import OmegaConf
         from omegaconf.errors import OmegaConfBaseException
 
+        from agrpo.cli import expand_recipe_paths
         from agrpo.config.compose import compose_run_config
         from agrpo.eval.runner import run_eval
         from agrpo.eval.scoring import render_table
 
         try:
-            cfg = compose_run_config(list(argv))
+            cfg = compose_run_config(expand_recipe_paths(list(argv)))  # +recipe= takes a YAML path too
         except (HydraException, OmegaConfBaseException) as error:
             print(f"agrpo eval: error: {error}", file=sys.stderr)
             return 2

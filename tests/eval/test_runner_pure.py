@@ -75,3 +75,22 @@ def test_score_problem_uses_every_term_and_the_length_rule():
     assert result.correct == [True, False, False]
     assert result.truncated == [False, True, False]
     assert result.completion_tokens == [3, 8, 1]
+
+
+def test_cli_help_and_bad_override(capsys):
+    from agrpo.eval.cli import main
+
+    assert main(["--help"]) == 0
+    assert "agrpo eval +recipe=NAME" in capsys.readouterr().out
+    assert main(["+recipe=smoke", "eval.no_such_knob=1"]) == 2
+    assert "no_such_knob" in capsys.readouterr().err
+
+
+def test_cli_takes_a_recipe_file_and_reports_config_errors(tmp_path, capsys):
+    from agrpo.eval.cli import main
+
+    recipe = tmp_path / "mine.yaml"
+    recipe.write_text("# @package _global_\ndefaults:\n  - /recipe/gsm8k_cpu\ndata:\n  path: /x/train.jsonl\neval:\n"
+                      f"  path: null\n  output_dir: {tmp_path / 'out'}\n")
+    assert main([f"+recipe={recipe}"]) == 2
+    assert "eval.path" in capsys.readouterr().err
