@@ -184,7 +184,10 @@ class HFJobsConfig:
     replica_flavor: str = "h200"
     # The trainer image needs CUDA torch; vLLM's image has it (the trainer only talks HTTP to vLLM).
     trainer_image: str = "vllm/vllm-openai:latest"
-    trainer_flavor: str = "h200x2"
+    # One GPU: launcher "local" runs one trainer process. For h200x2 and up, set trainer_launcher=accelerate.
+    trainer_flavor: str = "h200"
+    # Launcher that starts the proxy and the trainer inside the trainer Job: local (one process) or accelerate.
+    trainer_launcher: str = "local"
     # pip requirement that installs agrpo in the trainer Job (a git URL or a wheel path on the bucket mount).
     install: str = "agrpo"
     # Python inside the images (the replica command is `<python> -m <inference.server_module> ...`).

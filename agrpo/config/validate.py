@@ -95,13 +95,16 @@ def hf_jobs_problems(cfg: Any) -> list[str]:
     if not re.fullmatch(r"[A-Za-z0-9._-]+", str(jobs.run_id)):
         problems.append(f"launcher.hf_jobs.run_id={jobs.run_id!r} may hold only letters, digits, '.', '_' and '-' "
                         "(it names the bucket folder and labels the Jobs)")
+    if jobs.trainer_launcher not in ("local", "accelerate"):
+        problems.append(f"launcher.hf_jobs.trainer_launcher={jobs.trainer_launcher!r} must be local or accelerate")
     if jobs.trainer_attempts < 1:
         problems.append("launcher.hf_jobs.trainer_attempts must be >= 1")
     if not 0 < jobs.replica_port < 65536:
         problems.append(f"launcher.hf_jobs.replica_port={jobs.replica_port} is not a TCP port")
-    if cfg.role == "trainer" and not jobs.namespace:
+    if cfg.role == "trainer" and not (jobs.namespace and cfg.inference.use_proxy and cfg.proxy.token_env):
         problems.append("role=trainer with launcher=hf_jobs runs inside the trainer Job and needs "
-                        "launcher.hf_jobs.namespace (the launcher sets it)")
+                        "launcher.hf_jobs.namespace, inference.use_proxy=true and proxy.token_env (the replicas' URLs "
+                        "need the HF token): the launcher sets all three")
     return problems
 
 

@@ -139,19 +139,24 @@ class JobsRun:
 class HFJobsLauncher(Launcher):
     name = "hf_jobs"
 
+    def __init__(self) -> None:
+        self.inner: Launcher | None = None  # inside the trainer Job: the launcher of proxy + trainer
+
     def build_plan(self, cfg: Any) -> Any:
         if cfg.role == "trainer":  # inside the trainer Job: proxy + trainer against the replicas' URLs
-            from agrpo.launchers.local import LocalLauncher
+            from agrpo.launchers.base import get_launcher
 
-            return LocalLauncher().build_plan(cfg)
+            self.inner = get_launcher(cfg.launcher.hf_jobs.trainer_launcher)
+            return self.inner.build_plan(cfg)
         return build_jobs_plan(cfg, task_overrides(), cfg.launcher.hf_jobs.namespace)
 
     def execute(self, cfg: Any, plan: Any) -> dict[str, Any]:
         if cfg.role == "trainer":
             from agrpo.launchers.hf_jobs_trainer import run_trainer_job
-            from agrpo.launchers.local import LocalLauncher
 
-            return run_trainer_job(cfg, plan, LocalLauncher().execute)
+            if self.inner is None:
+                raise LaunchError("HFJobsLauncher.execute needs the plan built by its own build_plan")
+            return run_trainer_job(cfg, plan, self.inner.execute)
         api = make_api()
         namespace = resolve_namespace(api, cfg.launcher.hf_jobs.namespace)
         previous = signal.signal(signal.SIGTERM, _sigterm_as_interrupt)

@@ -73,7 +73,7 @@ def test_golden_job_creation_bodies_for_a_two_replica_run(monkeypatch):
                     "hydra.run.dir=/bucket/run1", "launcher.hf_jobs.run_id=run1", "launcher.hf_jobs.namespace=alice"],
         "arguments": [],
         "environment": {"AGRPO_LAUNCH_ID": launch_id},
-        "flavor": "h200x2",
+        "flavor": "h200",
         "secrets": {"HF_TOKEN": FAKE_TOKEN},
         "timeoutSeconds": 21600,
         "labels": {"agrpo-run": "run1", "agrpo-role": "trainer", "name": "run1-trainer"},

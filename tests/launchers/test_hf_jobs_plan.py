@@ -38,7 +38,7 @@ def test_two_replica_plan_runs_the_local_vllm_command_on_gpu_images():
     assert replica.labels == {"agrpo-run": "run1", "agrpo-role": "replica"}
     assert [r.url for r in plan.replicas] == ["https://a1--8000.hf.jobs", "https://b2--8000.hf.jobs"]
     trainer = plan.trainer
-    assert trainer.volumes[0]["read_only"] is False and trainer.flavor == "h200x2" and trainer.expose == []
+    assert trainer.volumes[0]["read_only"] is False and trainer.flavor == "h200" and trainer.expose == []
     assert plan.run_dir == "/bucket/run1"
 
 
@@ -94,9 +94,11 @@ def test_requeue_and_labels_and_install_knobs_reach_the_jobs():
 
 def test_cost_estimate_sums_every_job_and_names_unknown_flavors():
     plan = build_jobs_plan(jobs_cfg("inference.replicas=2"), BASE)
-    assert plan.cost_per_hour() == (2 * PRICE_PER_HOUR_USD["h200"] + PRICE_PER_HOUR_USD["h200x2"], [])
+    assert plan.cost_per_hour() == (3 * PRICE_PER_HOUR_USD["h200"], [])
+    bigger = build_jobs_plan(jobs_cfg("launcher.hf_jobs.trainer_flavor=h200x2"), BASE)
+    assert bigger.cost_per_hour() == (PRICE_PER_HOUR_USD["h200"] + PRICE_PER_HOUR_USD["h200x2"], [])
     odd = build_jobs_plan(jobs_cfg("launcher.hf_jobs.replica_flavor=future-gpu"), BASE)
-    assert odd.cost_per_hour() == (PRICE_PER_HOUR_USD["h200x2"], ["future-gpu"])
+    assert odd.cost_per_hour() == (PRICE_PER_HOUR_USD["h200"], ["future-gpu"])
     assert "no price known for ['future-gpu']" in odd.render()
 
 
@@ -109,9 +111,9 @@ def test_dry_run_prints_every_job_and_the_cost_and_never_a_secret_value(capsys, 
     out = capsys.readouterr().out
     assert secret not in out and "wandb_secret_value" not in out
     assert out.startswith("agrpo plan (hf_jobs), run id run1, namespace <namespace>")
-    assert "estimated cost: $20.00/hour for 2 replica Job(s) + 1 trainer Job" in out
+    assert "estimated cost: $15.00/hour for 2 replica Job(s) + 1 trainer Job" in out
     for expected in ("[replica] run1-vllm-0", "[replica] run1-vllm-1", "[trainer] run1-trainer",
-                     "image: vllm/vllm-openai:latest  flavor: h200 (~$5.00/h)", "flavor: h200x2 (~$10.00/h)",
+                     "image: vllm/vllm-openai:latest  flavor: h200 (~$5.00/h)",
                      "secrets: HF_TOKEN WANDB_API_KEY (values never shown)",
                      "volume: bucket <namespace>/agrpo-runs -> /bucket (read-only)",
                      "volume: bucket <namespace>/agrpo-runs -> /bucket (read-write)",
@@ -128,10 +130,13 @@ def test_dry_run_prints_every_job_and_the_cost_and_never_a_secret_value(capsys, 
     ([*BASE, "inference.device=cpu"], "set inference.device=auto or cuda"),
     ([*BASE, "launcher.hf_jobs.run_id='a b'"], "launcher.hf_jobs.run_id='a b' may hold only"),
     ([*BASE, "launcher.hf_jobs.trainer_attempts=0"], "trainer_attempts must be >= 1"),
+    ([*BASE, "launcher.hf_jobs.trainer_launcher=slurm"], "trainer_launcher='slurm' must be local or accelerate"),
     ([*BASE, "sync.output_dir=/elsewhere/run1"], "is not under sync.mount_path='/bucket'"),
     ([*BASE, "sync.mount_path=bucket"], "must be an absolute path"),
     ([*BASE, "sync.bucket='a/b/c'"], "must be 'name' or 'namespace/name'"),
     ([*BASE, "role=trainer", "inference.urls=[https://x--8000.hf.jobs]"], "needs launcher.hf_jobs.namespace"),
+    ([*BASE, "role=trainer", "inference.urls=[https://x--8000.hf.jobs]", "launcher.hf_jobs.namespace=a",
+      "proxy.token_env=HF_TOKEN"], "inference.use_proxy=true"),
 ])
 def test_bad_combinations_name_the_key_to_change(overrides, fragment):
     problems = find_problems(compose_run_config(overrides, output_dir=None))

@@ -17,7 +17,8 @@ from agrpo.launchers.hf_jobs_trainer import ATTEMPTS_FILE, next_attempt, run_tra
 
 def trainer_cfg(run_dir, *extra):
     return compose_run_config(["+recipe=gsm8k", "launcher=hf_jobs", "sync=bucket", "role=trainer",
-                               "inference.urls=[https://a--8000.hf.jobs]", "launcher.hf_jobs.run_id=run1",
+                               "inference.urls=[https://a--8000.hf.jobs]", "inference.use_proxy=true",
+                               "proxy.token_env=HF_TOKEN", "launcher.hf_jobs.run_id=run1",
                                "launcher.hf_jobs.namespace=alice", f"sync.mount_path={run_dir.parent}",
                                f"sync.output_dir={run_dir}", *extra])
 
@@ -83,3 +84,21 @@ def test_a_failed_attempt_keeps_the_replicas_for_the_requeued_trainer_until_the_
     with pytest.raises(LaunchError):
         run_trainer_job(cfg, None, preempted, api=make_api())
     assert sorted(hub.cancelled()) == sorted(job.id for job in hub.replicas)  # the last attempt cleans up
+
+
+def test_inside_the_trainer_job_launcher_hf_jobs_plans_proxy_plus_trainer_and_runs_it(hub, tmp_path):
+    from agrpo.launchers import get_launcher
+
+    cfg = trainer_cfg(tmp_path / "run1")
+    launcher = get_launcher("hf_jobs")
+    plan = launcher.build_plan(cfg)
+    assert plan.launcher == "local" and [s.role for s in plan.services] == ["proxy"]
+    assert "--token-env" in plan.services[0].argv and "https://a--8000.hf.jobs" in plan.services[0].argv
+
+    class Inner:
+        def execute(self, cfg, plan):
+            return {"ran": plan.launcher}
+
+    launcher.inner = Inner()
+    assert launcher.execute(cfg, plan) == {"ran": "local"}
+    assert sorted(hub.cancelled()) == sorted(job.id for job in hub.replicas)
