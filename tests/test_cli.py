@@ -82,3 +82,27 @@ def test_replica_that_fails_to_start_shows_its_log_and_leaves_nothing_running(tm
     assert "Traceback (most recent call last)" not in result.stderr.split("Last lines of")[0]
     leftover = subprocess.run(["pgrep", "-f", str(tmp_path)], capture_output=True, text=True)
     assert leftover.stdout.strip() == ""
+
+
+@pytest.mark.vllm
+def test_ctrl_c_while_a_replica_starts_stops_everything(tmp_path):
+    """SIGINT (Ctrl-C) reaches the launcher only (children run in their own process groups); it must stop them."""
+    import signal
+    import time
+
+    run_dir = tmp_path / "run"
+    proc = subprocess.Popen([sys.executable, "-m", "agrpo", "+recipe=smoke", f"hydra.run.dir={run_dir}"], cwd=tmp_path,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "HF_HUB_OFFLINE": "1", "AGRPO_CACHE": str(tmp_path / "cache")})
+    log = run_dir / "logs" / "vllm-0.log"
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and not (log.exists() and log.stat().st_size > 0):
+        time.sleep(0.5)
+    assert log.exists(), "the replica never started"
+    proc.send_signal(signal.SIGINT)
+    _, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 1
+    assert "interrupted; every process was stopped" in stderr
+    # the replica's command line names the model under tmp_path/cache, the trainer's the run dir
+    leftover = subprocess.run(["pgrep", "-f", str(tmp_path)], capture_output=True, text=True)
+    assert leftover.stdout.strip() == ""

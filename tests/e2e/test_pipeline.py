@@ -1,9 +1,10 @@
 """The real pipeline end to end: `python -m agrpo` (Hydra, launcher, trainer subprocess) with TRL's
 AsyncGRPOTrainer training a LoRA adapter of the tiny model against the session's real vLLM server.
 
-Checks what a user relies on: optimizer steps ran, versioned adapters were published atomically and loaded on the
-server, completions were generated with them BY NAME (read from vLLM's request log), the adapter moved while the
-base weights did not, outputs landed in the run dir, and a resumed run continues steps and adapter versions.
+The module trains the smoke recipe as shipped (60 steps) once, then checks what a user relies on: the reward rose,
+versioned adapters were published atomically and loaded on the server, completions were generated with them BY NAME
+(read from vLLM's request log), the adapter moved while the base weights did not, outputs landed in the run dir, and
+a resumed run continues steps and adapter versions.
 """
 
 from __future__ import annotations
@@ -24,8 +25,7 @@ pytestmark = [pytest.mark.vllm, pytest.mark.e2e]
 
 def run_agrpo(run_dir: Path, server_url: str, model_dir: Path, *overrides: str) -> subprocess.CompletedProcess:
     argv = [sys.executable, "-m", "agrpo", "+recipe=smoke", "role=trainer", f"inference.urls=[{server_url}]",
-            f"model.name_or_path={model_dir}", "model.builder=null", f"hydra.run.dir={run_dir}",
-            "trainer.max_steps=4", "trainer.save_steps=2", "trainer.per_device_train_batch_size=8", *overrides]
+            f"model.name_or_path={model_dir}", "model.builder=null", f"hydra.run.dir={run_dir}", *overrides]
     return subprocess.run(argv, capture_output=True, text=True, timeout=900,
                           env={**os.environ, "HF_HUB_OFFLINE": "1"})
 
@@ -48,11 +48,19 @@ def trained(vllm_server, tiny_model_dir, tmp_path_factory):
             requests.post(f"{vllm_server.url}/v1/unload_lora_adapter", json={"lora_name": model["id"]}, timeout=30)
 
 
-def test_optimizer_steps_ran_and_metrics_were_written(trained):
+def test_optimizer_steps_ran_and_the_reward_rose(trained):
     metrics = json.loads((trained["run_dir"] / "metrics.json").read_text())
-    assert metrics["global_step"] == 4
-    assert len(metrics["rewards"]) == 4
+    assert metrics["global_step"] == 60
+    assert len(metrics["rewards"]) == 60
     assert all(0.0 <= r <= 1.0 for r in metrics["rewards"])
+    # A random byte-level model writes ~13% lowercase letters; 60 GRPO steps reached 0.22-0.28 in every run we
+    # measured (README). The margin leaves room for sampling noise, not for a pipeline that does not learn.
+    assert metrics["reward_last"] > metrics["reward_first"] + 0.04, metrics
+    assert metrics["bottleneck"]["kind"] in {"generation-bound", "trainer-bound", "balanced"}
+    import torch
+
+    if not torch.cuda.is_available():
+        assert "CPU workarounds for TRL active" in trained["result"].stderr
 
 
 def test_versioned_adapters_were_loaded_and_used_by_name(trained, vllm_server):
@@ -60,10 +68,10 @@ def test_versioned_adapters_were_loaded_and_used_by_name(trained, vllm_server):
     # the last two, the older ones are unloaded.
     served = {m["id"] for m in requests.get(f"{vllm_server.url}/v1/models", timeout=10).json()["data"]}
     policies = sorted(int(name.rsplit("v", 1)[1]) for name in served if name.startswith("trl-policy-v"))
-    assert policies == [4, 5]
+    assert policies == [60, 61]
     used = set(re.findall(r"lora_name='(trl-policy-v\d+)'", trained["server_log"]))
     assert len(used) >= 2, f"completions named {used}"
-    assert used <= {f"trl-policy-v{i}" for i in range(1, 6)}
+    assert used <= {f"trl-policy-v{i}" for i in range(1, 62)}
     # published with an atomic rename: whole folders only, no temporary leftovers
     lora_root = trained["run_dir"] / ".vllm_lora"
     for folder in lora_root.iterdir():
@@ -114,17 +122,19 @@ def test_run_dir_holds_config_tensorboard_and_checkpoints(trained):
     assert any(tag.startswith("train/perf/") for tag in tags)
     assert any(tag.startswith("train/rollout/") for tag in tags)
     assert "train/sync/publish_to_loaded_s" in tags  # agrpo's sync hook timed every version
-    assert len(accumulator.Scalars("train/reward")) == 4
-    assert sorted(p.name for p in run_dir.glob("checkpoint-*")) == ["checkpoint-2", "checkpoint-4"]
+    assert len(accumulator.Scalars("train/reward")) == 60
+    # save_steps=20 and save_total_limit=2 keep the last two
+    assert sorted(p.name for p in run_dir.glob("checkpoint-*")) == ["checkpoint-40", "checkpoint-60"]
 
 
 def test_resume_continues_steps_and_adapter_versions(trained, vllm_server, tiny_model_dir):
     run_dir = trained["run_dir"]
-    result = run_agrpo(run_dir, vllm_server.url, tiny_model_dir, "trainer.resume=true", "trainer.max_steps=6")
+    result = run_agrpo(run_dir, vllm_server.url, tiny_model_dir, "trainer.resume=true", "trainer.max_steps=62")
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-5000:]
     metrics = json.loads((run_dir / "metrics.json").read_text())
-    assert metrics["global_step"] == 6
-    # Versions keep counting from the checkpoint (v5 at step 4): the resumed run publishes v6 at start and v7, v8
-    # for steps 5-6, so no name clashes with the adapters the first run left loaded; the server keeps the last two.
+    assert metrics["global_step"] == 62
+    # Versions keep counting from the checkpoint (v61 at step 60): the resumed run publishes v62 at start and v63,
+    # v64 for steps 61-62, so no name clashes with the adapters the first run left loaded; the server keeps the
+    # last two.
     served = {m["id"] for m in requests.get(f"{vllm_server.url}/v1/models", timeout=10).json()["data"]}
-    assert sorted(int(n.rsplit("v", 1)[1]) for n in served if n.startswith("trl-policy-v")) == [7, 8]
+    assert sorted(int(n.rsplit("v", 1)[1]) for n in served if n.startswith("trl-policy-v")) == [63, 64]
