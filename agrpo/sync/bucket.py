@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import os
+import time
 from typing import Any
 
 from agrpo.sync.base import AdapterStore, register
@@ -64,6 +65,8 @@ class BucketStore(AdapterStore):
         if "adapter_config.json" not in expected:
             raise FileNotFoundError(f"{adapter_dir} was not published (no adapter_config.json)")
         prefix = path_in_bucket(adapter_dir, self.mount_path)
+        start = time.monotonic()
         polls = wait_until_listed(self.storage, prefix, {f"{prefix}/{name}": size for name, size in expected.items()},
                                   timeout_s, self.poll_interval_s)
-        log.debug("%s listed by the bucket after %d poll(s)", prefix, polls)
+        log.info("%s listed by the bucket after %.2f s (%d listing(s))", os.path.basename(adapter_dir),
+                 time.monotonic() - start, polls)
