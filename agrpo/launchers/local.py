@@ -53,6 +53,8 @@ def build_local_plan(cfg: Any, run_dir: str, ports: list[int], device: str, num_
                 name=f"vllm-{index}", role="replica", argv=launch.argv, env=launch.env, port=launch.port,
                 health_url=f"{launch.url}/health", log_path=str(logs / f"vllm-{index}.log"), gpus=gpus))
             upstreams.append(launch.url)
+    elif num_gpus > 0:  # replicas run elsewhere (e.g. inside a trainer Job): every GPU here is the trainer's
+        trainer_gpus = list(cfg.trainer.gpus) if cfg.trainer.gpus else list(range(num_gpus))
     vllm_url = upstreams[0] if upstreams else ""
     if uses_proxy(cfg):
         proxy_port = ports[-1]

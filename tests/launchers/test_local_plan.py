@@ -101,3 +101,9 @@ def test_single_gpu_machine_shares_the_gpu_and_leaves_the_trainer_memory():
     assert replica.argv[replica.argv.index("--gpu-memory-utilization") + 1] == "0.35"
     dedicated = plan_for("inference.replicas=1", device="cuda", num_gpus=2).services[0]
     assert dedicated.argv[dedicated.argv.index("--gpu-memory-utilization") + 1] == "0.85"
+
+
+def test_trainer_only_role_on_a_gpu_machine_gives_the_trainer_every_gpu():
+    plan = plan_for("role=trainer", "inference.urls=[http://10.0.0.1:8000]", device="cuda", num_gpus=2)
+    assert plan.services == [] and plan.trainer.gpus == [0, 1]
+    assert plan.trainer.env["CUDA_VISIBLE_DEVICES"] == "0,1"
