@@ -31,6 +31,8 @@ def main(argv: list[str]) -> int:
         print(f"usage: {USAGE}\n\n{__doc__.split(chr(10), 2)[2]}")
         return 0
     logging.basicConfig(level=logging.INFO, format="[%(asctime)s][%(name)s][%(levelname)s] - %(message)s")
+    # Rewards call math-verify with its timeouts off on purpose (docs/rewards.md); it warns on every call.
+    logging.getLogger("math_verify").setLevel(logging.ERROR)
     try:
         from hydra.errors import HydraException
         from omegaconf import OmegaConf
