@@ -25,6 +25,10 @@ class ModelConfig:
     # Dotted path of a function `f(path) -> path` that creates the model at `name_or_path` when it is not there
     # (the smoke recipe builds a tiny model offline). None: the model must already exist or come from the Hub.
     builder: Optional[str] = None
+    # Chat template for the trainer's tokenizer, by TRL's name (e.g. "qwen2_5": trl/chat_templates/qwen2_5.jinja) or
+    # a .jinja path. TRL parses responses only for templates it recognises; a model whose own template differs in
+    # wording only (Qwen2.5-Math) trains with a recognised one. None: the model's own template.
+    chat_template: Optional[str] = None
     # Trainer precision. float32 keeps the trainer and the generator numerically close (TRL's default).
     dtype: str = "float32"
     trust_remote_code: bool = False

@@ -166,6 +166,30 @@ class BottleneckCallback(TrainerCallback):
         return verdict
 
 
+def resolve_chat_template(name_or_path: str) -> str:
+    """The text of a chat template given by TRL's name (a file in trl/chat_templates) or by a .jinja path."""
+    from trl import chat_template_utils
+
+    if name_or_path.endswith(".jinja"):
+        return Path(name_or_path).expanduser().read_text()
+    known = Path(chat_template_utils.__file__).parent / "chat_templates" / f"{name_or_path}.jinja"
+    if not known.is_file():
+        raise ConfigError(f"model.chat_template={name_or_path!r} is neither a .jinja file nor one of TRL's templates "
+                          f"({', '.join(sorted(p.stem for p in known.parent.glob('*.jinja'))[:8])}, ...)")
+    return known.read_text()
+
+
+def load_tokenizer(model_cfg: Any):
+    """The model's tokenizer, with `model.chat_template` applied; None lets TRL load it unchanged."""
+    if not model_cfg.chat_template:
+        return None
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(model_cfg.name_or_path, trust_remote_code=model_cfg.trust_remote_code)
+    tokenizer.chat_template = resolve_chat_template(model_cfg.chat_template)
+    return tokenizer
+
+
 def install_sync_hook(trainer: Any, store: Any, timeout_s: float) -> None:
     """Before TRL asks the replicas to load a published adapter, wait until the store shows it to them, and record
     the publish-to-all-loaded latency of every version as `sync/publish_to_loaded_s` (TensorBoard)."""
@@ -244,6 +268,7 @@ def run_training(cfg: Any, vllm_url: str, num_replicas: int) -> dict[str, Any]:
             reward_funcs=rewards,
             args=args,
             train_dataset=dataset,
+            processing_class=load_tokenizer(cfg.model),
             peft_config=build_peft_config(cfg.lora),
         )
     install_sync_hook(trainer, get_store(cfg), cfg.inference.startup_timeout_s)

@@ -82,3 +82,19 @@ def test_final_metrics_windows():
     assert summary["reward_first"] == pytest.approx(0.15)
     assert summary["reward_last"] == pytest.approx(0.65)
     assert summary["train_runtime_s"] == 12.5 and summary["steps_logged"] == 7
+
+
+def test_chat_template_by_trl_name_or_file(tmp_path, tiny_model_dir):
+    from agrpo.trainer.trl_backend import load_tokenizer, resolve_chat_template
+    from trl.chat_template_utils import qwen2_5_chat_template
+
+    assert resolve_chat_template("qwen2_5") == qwen2_5_chat_template
+    mine = tmp_path / "mine.jinja"
+    mine.write_text("{% for m in messages %}{{ m['content'] }}{% endfor %}")
+    assert resolve_chat_template(str(mine)) == mine.read_text()
+    with pytest.raises(ConfigError, match="model.chat_template='nope'"):
+        resolve_chat_template("nope")
+    cfg = cfg_for(f"model.name_or_path={tiny_model_dir}", "model.builder=null", f"model.chat_template={mine}")
+    tokenizer = load_tokenizer(cfg.model)
+    assert tokenizer.apply_chat_template([{"role": "user", "content": "hi"}], tokenize=False) == "hi"
+    assert load_tokenizer(cfg_for().model) is None  # no override: TRL loads the model's own tokenizer
