@@ -184,6 +184,10 @@ def run_eval(cfg: Any, out_dir: Path) -> dict[str, Any]:
     problems = load_problems(cfg)
     model_path = prepare_model(cfg.model)
     tokenizer = AutoTokenizer.from_pretrained(model_path, trust_remote_code=cfg.model.trust_remote_code)
+    if cfg.model.chat_template:  # the prompts the policy was trained on
+        from agrpo.trainer.trl_backend import resolve_chat_template
+
+        tokenizer.chat_template = resolve_chat_template(cfg.model.chat_template)
     prompts = [tokenizer(tokenizer.apply_chat_template(p, tokenize=False, add_generation_prompt=True),
                          add_special_tokens=False)["input_ids"] for p in problems["prompt"]]
     params = {"max_tokens": ev.max_tokens or cfg.trainer.max_completion_length, "temperature": ev.temperature,
