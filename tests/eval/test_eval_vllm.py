@@ -88,7 +88,7 @@ def test_files_counts_and_bounds(evaluated, which):
     assert [r["index"] for r in records] == list(range(PROBLEMS))
     for record in records:
         assert len(record["completions"]) == len(record["rewards"]) == len(record["correct"]) == K
-        assert set(record["term_scores"]) == {"zero_if_truncated", "boxed_format"}
+        assert set(record["term_scores"]) == {"zero_if_truncated[gsm8k_accuracy]", "boxed_format"}
         assert all(0 < t <= 24 for t in record["completion_tokens"])
         assert record["answer"].lstrip("-").replace(".", "").isdigit()  # GSM8K gold cut to its number
     assert summary["problems"] == PROBLEMS and summary["k"] == K and summary["samples"] == PROBLEMS * K
