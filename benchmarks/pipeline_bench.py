@@ -28,7 +28,7 @@ from pathlib import Path
 import requests
 
 from agrpo.config.compose import compose_run_config
-from agrpo.inference.vllm_server import served_lora_rank, start_replica
+from agrpo.inference.vllm_server import served_lora_rank, start_replica, unload_adapters
 from agrpo.launchers.ports import free_ports
 from agrpo.models.resolve import prepare_model
 
@@ -51,12 +51,6 @@ def trainer_own_time(run_dir: Path) -> float:
     per_step = [e.get("perf/fwd_bwd_s", 0.0) + e.get("perf/optimizer_s", 0.0) + e.get("perf/weight_sync_s", 0.0)
                 for e in history if "perf/fwd_bwd_s" in e][WARMUP_STEPS:]
     return statistics.fmean(per_step)
-
-
-def unload_policies(server_url: str) -> None:
-    for model in requests.get(f"{server_url}/v1/models", timeout=10).json()["data"]:
-        if model["id"].startswith("trl-policy-"):
-            requests.post(f"{server_url}/v1/unload_lora_adapter", json={"lora_name": model["id"]}, timeout=60)
 
 
 def generation_only(cfg, server_url: str, adapter: str, steps: int) -> float:
@@ -108,7 +102,7 @@ def main() -> None:
         runs = {"async": [], "lock-step": ["trainer.max_staleness=0"]}
         for mode, overrides in runs.items():
             metrics = run_trainer(args.recipe, server.url, model, work / mode, args.steps, *overrides)
-            unload_policies(server.url)
+            unload_adapters(server.url)
             figures[mode] = metrics["step_s_mean"]
             figures[f"{mode} reward last 5"] = metrics.get("reward_last")
         figures["train-only"] = trainer_own_time(work / "lock-step")

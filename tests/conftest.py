@@ -29,6 +29,26 @@ def tiny_model_dir(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="session")
+def random_adapter_dir(tiny_model_dir, tmp_path_factory) -> Path:
+    """A rank-8 LoRA adapter of the tiny model with random (non-zero) B matrices, so it visibly changes the model.
+    Shared read-only: a test that moves or edits it copies it first."""
+    import torch
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    torch.manual_seed(0)
+    model = get_peft_model(AutoModelForCausalLM.from_pretrained(tiny_model_dir),
+                           LoraConfig(r=8, lora_alpha=16, target_modules="all-linear", task_type="CAUSAL_LM"))
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            if "lora_B" in name:
+                param.normal_(std=0.5)
+    path = tmp_path_factory.mktemp("adapter") / "adapter"
+    model.save_pretrained(path)
+    return path
+
+
+@pytest.fixture(scope="session")
 def vllm_server(tiny_model_dir, tmp_path_factory):
     """One real vLLM replica of the tiny model for the whole session. Its log is at `.log_path`."""
     from agrpo.inference.vllm_server import start_replica
@@ -46,9 +66,6 @@ def vllm_server(tiny_model_dir, tmp_path_factory):
 def clean_adapters(vllm_server):
     """Unload every `trl-policy-*` adapter after a test, so the next test on the shared server starts at v1."""
     yield vllm_server
-    import requests
+    from agrpo.inference.vllm_server import unload_adapters
 
-    models = requests.get(f"{vllm_server.url}/v1/models", timeout=10).json()["data"]
-    for model in models:
-        if model["id"].startswith("trl-policy-"):
-            requests.post(f"{vllm_server.url}/v1/unload_lora_adapter", json={"lora_name": model["id"]}, timeout=30)
+    unload_adapters(vllm_server.url)

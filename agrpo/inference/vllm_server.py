@@ -119,3 +119,15 @@ def start_replica(model_path: str | Path, port: int, log_path: str | Path, lora_
     process.wait_healthy(startup_timeout_s)
     process.url = launch.url
     return process
+
+
+def unload_adapters(server_url: str, prefix: str = "trl-policy-") -> list[str]:
+    """Unload every served adapter whose name starts with `prefix`, so a reused server starts the next run at v1.
+    Returns the names unloaded (tests and benchmarks share one server between runs)."""
+    import requests
+
+    served = requests.get(f"{server_url}/v1/models", timeout=10).json()["data"]
+    names = [model["id"] for model in served if model["id"].startswith(prefix)]
+    for name in names:
+        requests.post(f"{server_url}/v1/unload_lora_adapter", json={"lora_name": name}, timeout=60)
+    return names

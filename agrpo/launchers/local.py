@@ -34,6 +34,14 @@ def uses_proxy(cfg: Any) -> bool:
     return cfg.inference.use_proxy if cfg.inference.use_proxy is not None else replicas > 1
 
 
+def is_loopback_url(url: str) -> bool:
+    """A replica given by URL on this machine (e.g. started by hand) pins a core like one the plan starts."""
+    from urllib.parse import urlparse
+
+    host = urlparse(url).hostname or ""
+    return host == "localhost" or host.startswith("127.") or host == "::1"
+
+
 def build_local_plan(cfg: Any, run_dir: str, ports: list[int], device: str, num_gpus: int, cpu_count: int = 2,
                      python: str = sys.executable) -> Plan:
     """The local plan (pure). `ports` must hold replicas + 1 free ports (the last one for the proxy)."""
@@ -67,7 +75,7 @@ def build_local_plan(cfg: Any, run_dir: str, ports: list[int], device: str, num_
                                     health_url=f"{vllm_url}/health", log_path=str(logs / "proxy.log")))
     trainer_env = {"CUDA_VISIBLE_DEVICES": ",".join(map(str, trainer_gpus))} if trainer_gpus else {}
     if device == "cpu":
-        local_replicas = len(services) - (1 if uses_proxy(cfg) else 0)
+        local_replicas = sum(s.role == "replica" for s in services) + sum(map(is_loopback_url, inference.urls))
         threads = cfg.trainer.cpu_threads or max(cpu_count - local_replicas, 1)
         trainer_env["OMP_NUM_THREADS"] = str(threads)
     trainer = ProcessSpec(

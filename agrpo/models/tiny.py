@@ -48,6 +48,7 @@ def build_tiny_model(
     num_kv_heads: int = 2,
     intermediate_size: int = 256,
     max_position_embeddings: int = 2048,
+    head_scale: float = 5.0,
     seed: int = 0,
 ) -> Path:
     """Write a tiny Qwen2ForCausalLM + tokenizer to ``output_dir`` (reused when already complete) and return it."""
@@ -62,6 +63,7 @@ def build_tiny_model(
         num_kv_heads=num_kv_heads,
         intermediate_size=intermediate_size,
         max_position_embeddings=max_position_embeddings,
+        head_scale=head_scale,
         seed=seed,
     )
     if folder_matches(output_dir, MARKER, spec):
@@ -86,6 +88,12 @@ def build_tiny_model(
     )
     torch.manual_seed(seed)
     model = Qwen2ForCausalLM(config)
+    with torch.no_grad():
+        # Why: with the usual 0.02 init the logits are nearly uniform, and a decoder LoRA cannot widen them (the final
+        # RMSNorm fixes the hidden norm, lm_head is frozen): GRPO could raise a token class at most ~1.7x, which the
+        # smoke task hit at 60 steps whatever the learning rate. A 5x head keeps sampling diverse (entropy 4.9 of 5.6
+        # nats) and lets the policy move visibly.
+        model.lm_head.weight.mul_(head_scale)
     model.generation_config.eos_token_id = tokenizer.eos_token_id
     model.generation_config.pad_token_id = tokenizer.pad_token_id
 

@@ -8,8 +8,12 @@ instances of module-level classes, never lambdas.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from typing import Any
+
+# Chat special tokens as they appear in decoded text: <|im_start|>, <|endoftext|>, <|eot_id|>, ...
+SPECIAL_TOKEN_MARKER = re.compile(r"<\|[^<>|\s]{1,40}\|>")
 
 
 def completion_text(completion: Any) -> str:
@@ -21,6 +25,16 @@ def completion_text(completion: Any) -> str:
     if isinstance(completion, list):
         return "".join(completion_text(message) for message in completion if _is_assistant(message))
     raise TypeError(f"Cannot read a completion of type {type(completion).__name__}")
+
+
+def visible_text(completion: Any) -> str:
+    """The completion as a user of the served model reads it: special-token markers removed.
+
+    TRL's rollout worker keeps special tokens other than EOS in the completion text, while vLLM skips them in what it
+    serves. A reward that scores characters would otherwise pay the policy for emitting `<|im_start|>` (mostly
+    lowercase letters), which raises the training reward without improving a single served answer.
+    """
+    return SPECIAL_TOKEN_MARKER.sub("", completion_text(completion))
 
 
 def _is_assistant(message: Any) -> bool:

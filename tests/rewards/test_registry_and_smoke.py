@@ -6,7 +6,7 @@ import pytest
 from omegaconf import OmegaConf
 
 from agrpo.errors import ConfigError
-from agrpo.rewards.base import WeightedReward, completion_text
+from agrpo.rewards.base import WeightedReward, completion_text, visible_text
 from agrpo.rewards.registry import build_reward_funcs
 from agrpo.rewards.smoke import lowercase_fraction
 
@@ -14,6 +14,13 @@ from agrpo.rewards.smoke import lowercase_fraction
 def test_lowercase_fraction_on_strings_and_messages():
     scores = lowercase_fraction(["abcd", "AB cd", "", [{"role": "assistant", "content": "xY"}]])
     assert scores == [1.0, 0.4, 0.0, 0.5]
+
+
+def test_special_token_markers_earn_no_lowercase_reward():
+    # TRL keeps <|im_start|> in completion text; vLLM does not serve it. Emitting it must not pay.
+    assert lowercase_fraction(["<|im_start|>XY<|endoftext|>", "<|im_start|>", "ab<|im_start|>CD"]) == [0.0, 0.0, 0.5]
+    assert visible_text({"role": "assistant", "content": "x<|eot_id|>y"}) == "xy"
+    assert visible_text("a <| not a marker |> b") == "a <| not a marker |> b"
 
 
 def test_completion_text_reads_assistant_turns_only():
