@@ -4,18 +4,18 @@ In one invocation on this machine, against ONE real vLLM replica started here:
   async      the recipe as configured (max_staleness >= 1: generation overlaps training)
   lock-step  the same with trainer.max_staleness=0 (every sample must come from the current adapter, so the
              trainer waits for fresh rollouts after every weight sync)
-  gen-only   one step's worth of completions generated directly against the replica (same prompts, G, max_tokens,
-             concurrency = requests in flight), with the trained adapter loaded, no trainer running
+  gen-only   TRL's own rollout worker alone (chat template, requests at the trainer's concurrency, parsing, rewards)
+             with the trained adapter loaded, no trainer running: its seconds per completion token times the tokens
+             an async step trained on (the trained adapter writes longer completions than the early policy)
   train-only the trainer's own time per step (forward+backward, optimizer, weight sync) in the lock-step run
 and prints seconds per optimizer step, async / lock-step, and async / max(gen-only, train-only).
 
-    python benchmarks/pipeline_bench.py --recipe smoke --steps 30
+    python benchmarks/pipeline_bench.py --recipe smoke --steps 30 [trainer.max_staleness=2 ...]
 """
 
 from __future__ import annotations
 
 import argparse
-import concurrent.futures
 import json
 import os
 import statistics
@@ -29,17 +29,19 @@ import requests
 
 from agrpo.config.compose import compose_run_config
 from agrpo.inference.vllm_server import served_lora_rank, start_replica, unload_adapters
+from agrpo.launchers.cpus import TRAINER_CPUS_ENV, apply_trainer_cpus, format_cores, split_cpu_cores
 from agrpo.launchers.ports import free_ports
 from agrpo.models.resolve import prepare_model
 
 WARMUP_STEPS = 3
 
 
-def run_trainer(recipe: str, server_url: str, model: str, run_dir: Path, steps: int, *overrides: str) -> dict:
+def run_trainer(recipe: str, server_url: str, model: str, run_dir: Path, steps: int, env: dict[str, str],
+                *overrides: str) -> dict:
     argv = [sys.executable, "-m", "agrpo", f"+recipe={recipe}", "role=trainer", f"inference.urls=[{server_url}]",
             f"model.name_or_path={model}", "model.builder=null", f"hydra.run.dir={run_dir}",
             f"trainer.max_steps={steps}", "trainer.save_steps=0", "logger.report_to=[]", *overrides]
-    result = subprocess.run(argv, capture_output=True, text=True, env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    result = subprocess.run(argv, capture_output=True, text=True, env={**os.environ, "HF_HUB_OFFLINE": "1", **env})
     if result.returncode != 0:
         raise SystemExit(f"trainer run failed:\n{result.stderr[-4000:]}")
     return json.loads((run_dir / "metrics.json").read_text())
@@ -54,34 +56,24 @@ def trainer_own_time(run_dir: Path) -> float:
 
 
 def generation_only(cfg, server_url: str, adapter: str, steps: int) -> float:
-    """Seconds to generate one step's worth of completions with the adapter, at the trainer's concurrency."""
-    from transformers import AutoTokenizer
+    """Seconds per generated completion token of TRL's own rollout worker with the trained adapter, no trainer."""
+    from agrpo.trainer.trl_backend import time_rollouts
 
-    from agrpo.data import load_train_dataset
-    from agrpo.trainer.trl_backend import scaled_inflight
-
-    requests.post(f"{server_url}/v1/load_lora_adapter", json={"lora_name": "bench", "lora_path": adapter},
+    requests.post(f"{server_url}/v1/load_lora_adapter", json={"lora_name": "bench-v1", "lora_path": adapter},
                   timeout=120).raise_for_status()
-    tokenizer = AutoTokenizer.from_pretrained(cfg.model.name_or_path)
-    prompts = load_train_dataset(cfg.data, seed=0)["prompt"]
-    trainer = cfg.trainer
-    per_step = trainer.per_device_train_batch_size
-    inflight = scaled_inflight(trainer, 1)
+    per_step = cfg.trainer.per_device_train_batch_size * cfg.trainer.gradient_accumulation_steps
+    try:
+        seconds, tokens = time_rollouts(cfg, server_url, "bench", per_step * steps, warmup=per_step * WARMUP_STEPS)
+        return seconds / tokens
+    finally:
+        unload_adapters(server_url, prefix="bench-")
 
-    def one(index: int) -> None:
-        prompt = prompts[(index // trainer.num_generations) % len(prompts)]
-        ids = tokenizer.apply_chat_template(prompt, add_generation_prompt=True, return_dict=False)
-        body = {"model": "bench", "prompt": ids, "max_tokens": trainer.max_completion_length, "n": 1,
-                "temperature": trainer.temperature, "logprobs": 0, "return_token_ids": True}
-        requests.post(f"{server_url}/v1/completions", json=body, timeout=600).raise_for_status()
 
-    with concurrent.futures.ThreadPoolExecutor(max_workers=inflight) as pool:
-        list(pool.map(one, range(per_step * WARMUP_STEPS)))
-        start = time.perf_counter()
-        list(pool.map(one, range(per_step * steps)))
-        elapsed = time.perf_counter() - start
-    requests.post(f"{server_url}/v1/unload_lora_adapter", json={"lora_name": "bench"}, timeout=60)
-    return elapsed / steps
+def tokens_per_step(run_dir: Path, samples_per_step: int) -> float:
+    """Completion tokens one optimizer step trained on in a run (completion lengths change as the policy learns)."""
+    history = json.loads((run_dir / "log_history.json").read_text())
+    lengths = [e["completions/mean_length"] for e in history if "completions/mean_length" in e][WARMUP_STEPS:]
+    return statistics.fmean(lengths) * samples_per_step
 
 
 def main() -> None:
@@ -89,30 +81,43 @@ def main() -> None:
     parser.add_argument("--recipe", default="smoke")
     parser.add_argument("--steps", type=int, default=30)
     parser.add_argument("--json", help="also write the figures to this JSON file")
+    parser.add_argument("overrides", nargs="*", help="config overrides for every mode, e.g. trainer.max_staleness=2")
     args = parser.parse_args()
 
     work = Path(tempfile.mkdtemp(prefix="agrpo-pipeline-bench-"))
-    cfg = compose_run_config([f"+recipe={args.recipe}"], output_dir=str(work / "compose"))
+    cfg = compose_run_config([f"+recipe={args.recipe}", *args.overrides], output_dir=str(work / "compose"))
     model = prepare_model(cfg.model)
+    cfg.model.name_or_path, cfg.model.builder = model, None  # gen-only runs TRL's worker on this config
+    # The same core split as `python -m agrpo` on this machine: the replica's worker on its own cores, the trainer
+    # (and TRL's rollout worker, its child) on the rest.
+    cpus = split_cpu_cores(sorted(os.sched_getaffinity(0)), 1, cfg.inference.cpu_cores_per_replica)
+    trainer_env = {"OMP_NUM_THREADS": str(cpus.trainer_threads)}
+    if cpus.trainer_cores:
+        trainer_env[TRAINER_CPUS_ENV] = format_cores(cpus.trainer_cores)
     port = free_ports(1, 18900)[0]
     server = start_replica(model, port, work / "vllm.log", lora_rank=served_lora_rank(cfg),
-                           max_loras=max(cfg.trainer.max_staleness, 1) + 3, max_model_len=cfg.inference.max_model_len)
+                           max_loras=max(cfg.trainer.max_staleness, 1) + 3, max_model_len=cfg.inference.max_model_len,
+                           cpu_cores=cpus.replica_cores[0] if cpus.replica_cores else None)
     try:
         figures = {}
         runs = {"async": [], "lock-step": ["trainer.max_staleness=0"]}
         for mode, overrides in runs.items():
-            metrics = run_trainer(args.recipe, server.url, model, work / mode, args.steps, *overrides)
+            metrics = run_trainer(args.recipe, server.url, model, work / mode, args.steps, trainer_env,
+                                  *args.overrides, *overrides)
             unload_adapters(server.url)
             figures[mode] = metrics["step_s_mean"]
             figures[f"{mode} reward last 5"] = metrics.get("reward_last")
         figures["train-only"] = trainer_own_time(work / "lock-step")
-        figures["gen-only"] = generation_only(cfg, server.url, str(work / "async" / "final_adapter"), args.steps)
+        apply_trainer_cpus(trainer_env)  # TRL's worker runs where it runs in training: on the trainer's cores
+        seconds_per_token = generation_only(cfg, server.url, str(work / "async" / "final_adapter"), args.steps)
+        samples_per_step = cfg.trainer.per_device_train_batch_size * cfg.trainer.gradient_accumulation_steps
+        figures["gen-only"] = seconds_per_token * tokens_per_step(work / "async", samples_per_step)
     finally:
         server.stop()
     bound = max(figures["gen-only"], figures["train-only"])
     figures["async / lock-step"] = figures["async"] / figures["lock-step"]
     figures["async / max(gen, train)"] = figures["async"] / bound
-    print(f"pipeline_bench: recipe={args.recipe}, {args.steps} steps per mode (first {WARMUP_STEPS} excluded), "
+    print(f"pipeline_bench: recipe={args.recipe} {' '.join(args.overrides)}, {args.steps} steps per mode (first {WARMUP_STEPS} excluded), "
           f"{os.cpu_count()} CPU cores")
     print("| mode | seconds per optimizer step |\n|---|---|")
     for mode in ("async", "lock-step", "gen-only", "train-only"):

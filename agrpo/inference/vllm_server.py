@@ -13,6 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from agrpo.launchers.cpus import format_cores
+
 # Ranks vLLM builds LoRA buffers for; a served rank must be one of them (TRL: round_lora_rank).
 VLLM_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
 # Head sizes vLLM's CPU attention supports.
@@ -57,8 +59,10 @@ SHARED_GPU_MEMORY = 0.35
 
 
 def build_replica_launch(cfg: Any, port: int, device: str, gpus: list[int] | None = None,
-                         python: str = sys.executable, shares_gpu_with_trainer: bool = False) -> ReplicaLaunch:
-    """The command and environment of one replica on `port` (pure: no process, no socket)."""
+                         python: str = sys.executable, shares_gpu_with_trainer: bool = False,
+                         cpu_cores: list[int] | None = None) -> ReplicaLaunch:
+    """The command and environment of one replica on `port` (pure: no process, no socket). On CPU, `cpu_cores` are
+    the cores its model worker's OpenMP threads are bound to (agrpo/launchers/cpus.py); None keeps vLLM's `auto`."""
     inference = cfg.inference
     dtype = inference.dtype if inference.dtype != "auto" else ("float32" if device == "cpu" else "bfloat16")
     argv = [
@@ -82,6 +86,8 @@ def build_replica_launch(cfg: Any, port: int, device: str, gpus: list[int] | Non
         # and TRL seeds every request.
         argv += ["--no-enable-chunked-prefill"]
         env["VLLM_CPU_KVCACHE_SPACE"] = str(inference.cpu_kvcache_gib)
+        if cpu_cores:
+            env["VLLM_CPU_OMP_THREADS_BIND"] = format_cores(cpu_cores)
     else:
         memory = inference.gpu_memory_utilization
         if memory is None:
@@ -98,7 +104,8 @@ def build_replica_launch(cfg: Any, port: int, device: str, gpus: list[int] | Non
 
 
 def start_replica(model_path: str | Path, port: int, log_path: str | Path, lora_rank: int = 8, max_loras: int = 3,
-                  max_model_len: int = 512, startup_timeout_s: float = 600.0, extra_args: list[str] | None = None):
+                  max_model_len: int = 512, startup_timeout_s: float = 600.0, extra_args: list[str] | None = None,
+                  cpu_cores: list[int] | None = None):
     """Start one CPU replica of `model_path` and wait for /health (tests and benchmarks). Returns a ManagedProcess
     with `.url` and `.stop()`."""
     from omegaconf import OmegaConf
@@ -112,7 +119,7 @@ def start_replica(model_path: str | Path, port: int, log_path: str | Path, lora_
     cfg.inference.max_lora_rank = lora_rank
     cfg.inference.max_loras = max_loras
     cfg.inference.extra_args = list(extra_args or [])
-    launch = build_replica_launch(cfg, port, device="cpu")
+    launch = build_replica_launch(cfg, port, device="cpu", cpu_cores=cpu_cores)
     process = ManagedProcess(name=f"vllm-{port}", argv=launch.argv, env=launch.env, log_path=Path(log_path),
                              health_url=f"{launch.url}/health")
     process.start()

@@ -11,6 +11,7 @@ import os
 import signal
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +20,7 @@ from omegaconf import OmegaConf
 from agrpo.errors import LaunchError
 from agrpo.inference.vllm_server import build_replica_launch, resolve_device
 from agrpo.launchers.base import Launcher, register
+from agrpo.launchers.cpus import TRAINER_CPUS_ENV, CpuSplit, format_cores, split_cpu_cores
 from agrpo.launchers.gpus import assign_gpus
 from agrpo.launchers.plan import Plan, ProcessSpec
 from agrpo.launchers.ports import free_ports
@@ -43,20 +45,28 @@ def is_loopback_url(url: str) -> bool:
 
 
 def build_local_plan(cfg: Any, run_dir: str, ports: list[int], device: str, num_gpus: int, cpu_count: int = 2,
-                     python: str = sys.executable) -> Plan:
-    """The local plan (pure). `ports` must hold replicas + 1 free ports (the last one for the proxy)."""
+                     python: str = sys.executable, cpu_ids: Sequence[int] | None = None) -> Plan:
+    """The local plan (pure). `ports` must hold replicas + 1 free ports (the last one for the proxy). `cpu_ids` are
+    the cores this process may use (default: 0 .. cpu_count - 1)."""
     inference = cfg.inference
     logs = Path(run_dir) / "logs"
     services: list[ProcessSpec] = []
     upstreams = list(inference.urls)
     trainer_gpus = None
-    if cfg.role == "all" and not upstreams:
+    starts_replicas = cfg.role == "all" and not upstreams
+    cpus = split_cpu_cores(list(cpu_ids) if cpu_ids is not None else list(range(cpu_count)),
+                           inference.replicas if starts_replicas else 0, inference.cpu_cores_per_replica,
+                           cfg.trainer.cpu_threads, unpinned_replicas=sum(map(is_loopback_url, inference.urls)))
+    if device != "cpu":
+        cpus = CpuSplit(None, None, cpus.trainer_threads)
+    if starts_replicas:
         trainer_gpus, replica_gpus = assign_gpus(num_gpus, inference.replicas, inference.gpus_per_replica,
                                                  cfg.trainer.gpus, inference.gpus)
         for index in range(inference.replicas):
             gpus = replica_gpus[index] if replica_gpus else None
             shared = bool(gpus and trainer_gpus and set(gpus) & set(trainer_gpus))
-            launch = build_replica_launch(cfg, ports[index], device, gpus, python, shares_gpu_with_trainer=shared)
+            launch = build_replica_launch(cfg, ports[index], device, gpus, python, shares_gpu_with_trainer=shared,
+                                          cpu_cores=cpus.replica_cores[index] if cpus.replica_cores else None)
             services.append(ProcessSpec(
                 name=f"vllm-{index}", role="replica", argv=launch.argv, env=launch.env, port=launch.port,
                 health_url=f"{launch.url}/health", log_path=str(logs / f"vllm-{index}.log"), gpus=gpus))
@@ -75,9 +85,9 @@ def build_local_plan(cfg: Any, run_dir: str, ports: list[int], device: str, num_
                                     health_url=f"{vllm_url}/health", log_path=str(logs / "proxy.log")))
     trainer_env = {"CUDA_VISIBLE_DEVICES": ",".join(map(str, trainer_gpus))} if trainer_gpus else {}
     if device == "cpu":
-        local_replicas = sum(s.role == "replica" for s in services) + sum(map(is_loopback_url, inference.urls))
-        threads = cfg.trainer.cpu_threads or max(cpu_count - local_replicas, 1)
-        trainer_env["OMP_NUM_THREADS"] = str(threads)
+        trainer_env["OMP_NUM_THREADS"] = str(cpus.trainer_threads)
+        if cpus.trainer_cores:
+            trainer_env[TRAINER_CPUS_ENV] = format_cores(cpus.trainer_cores)
     trainer = ProcessSpec(
         name="trainer", role="trainer", env=trainer_env, gpus=trainer_gpus,
         argv=[python, "-m", "agrpo.trainer", str(Path(run_dir) / RESOLVED_CONFIG), "--vllm-url", vllm_url,
@@ -117,7 +127,8 @@ class LocalLauncher(Launcher):
         num_gpus = torch.cuda.device_count()
         device = resolve_device(cfg.inference.device, num_gpus > 0)
         ports = free_ports(cfg.inference.replicas + 1, cfg.inference.base_port, cfg.inference.host)
-        return build_local_plan(cfg, cfg.sync.output_dir, ports, device, num_gpus, os.cpu_count() or 1)
+        cpu_ids = sorted(os.sched_getaffinity(0))
+        return build_local_plan(cfg, cfg.sync.output_dir, ports, device, num_gpus, len(cpu_ids), cpu_ids=cpu_ids)
 
     def execute(self, cfg: Any, plan: Plan) -> dict[str, Any]:
         run_dir = Path(plan.run_dir)

@@ -14,6 +14,7 @@ from omegaconf import OmegaConf
 
 from agrpo.config.schema import RunConfig
 from agrpo.errors import AgrpoError
+from agrpo.launchers.cpus import apply_trainer_cpus
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -24,6 +25,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     cfg = OmegaConf.merge(OmegaConf.structured(RunConfig), OmegaConf.load(args.config))
     logging.basicConfig(level=cfg.logger.level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    pinned = apply_trainer_cpus()  # before torch starts its threads; TRL's rollout worker inherits it
+    if pinned:
+        logging.getLogger(__name__).info("trainer pinned to CPU cores %s (the replicas have their own)", pinned)
     from agrpo.trainer.trl_backend import run_training
 
     try:

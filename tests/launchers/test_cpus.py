@@ -1,0 +1,44 @@
+"""Splitting a CPU machine's cores between vLLM replicas and the trainer (pure), and the trainer taking its share."""
+
+import os
+
+from agrpo.launchers.cpus import TRAINER_CPUS_ENV, apply_trainer_cpus, format_cores, split_cpu_cores
+from tests.launchers.test_local_plan import plan_for
+
+
+def test_each_replica_gets_its_own_cores_and_the_trainer_the_rest():
+    split = split_cpu_cores(range(8), replicas=3)
+    assert split.replica_cores == [[0], [1], [2]]
+    assert split.trainer_cores == [3, 4, 5, 6, 7] and split.trainer_threads == 5
+    wide = split_cpu_cores([4, 5, 6, 7, 8, 9], replicas=2, cores_per_replica=2, trainer_threads=3)
+    assert wide.replica_cores == [[4, 5], [6, 7]] and wide.trainer_cores == [8, 9] and wide.trainer_threads == 3
+
+
+def test_nothing_is_pinned_when_the_cores_do_not_go_round():
+    split = split_cpu_cores(range(2), replicas=2)
+    assert split.replica_cores is None and split.trainer_cores is None and split.trainer_threads == 1
+    # replicas started elsewhere on this machine (loopback URLs) leave their cores out of the trainer's threads
+    outside = split_cpu_cores(range(8), replicas=0, unpinned_replicas=2)
+    assert outside.trainer_cores is None and outside.trainer_threads == 6
+
+
+def test_the_plan_binds_replica_workers_and_pins_the_trainer():
+    plan = plan_for("inference.replicas=2", cpu_count=4)
+    replicas = [s for s in plan.services if s.role == "replica"]
+    assert [r.env["VLLM_CPU_OMP_THREADS_BIND"] for r in replicas] == ["0", "1"]
+    assert plan.trainer.env[TRAINER_CPUS_ENV] == "2,3" and plan.trainer.env["OMP_NUM_THREADS"] == "2"
+    gpu = plan_for(device="cuda", num_gpus=2, cpu_count=4)
+    assert TRAINER_CPUS_ENV not in gpu.trainer.env
+    assert all("VLLM_CPU_OMP_THREADS_BIND" not in s.env for s in gpu.services)
+
+
+def test_the_trainer_pins_itself_to_usable_cores_only():
+    before = os.sched_getaffinity(0)
+    try:
+        usable = sorted(before)
+        assert apply_trainer_cpus({TRAINER_CPUS_ENV: format_cores([usable[-1], 100_000])}) == [usable[-1]]
+        assert os.sched_getaffinity(0) == {usable[-1]}
+        assert apply_trainer_cpus({TRAINER_CPUS_ENV: "100000"}) is None  # none usable: left alone
+        assert apply_trainer_cpus({}) is None
+    finally:
+        os.sched_setaffinity(0, before)
