@@ -117,7 +117,8 @@ def main() -> None:
     bound = max(figures["gen-only"], figures["train-only"])
     figures["async / lock-step"] = figures["async"] / figures["lock-step"]
     figures["async / max(gen, train)"] = figures["async"] / bound
-    print(f"pipeline_bench: recipe={args.recipe} {' '.join(args.overrides)}, {args.steps} steps per mode (first {WARMUP_STEPS} excluded), "
+    print(f"pipeline_bench: recipe={args.recipe} {' '.join(args.overrides)}, {args.steps} steps per mode "
+          f"(first {WARMUP_STEPS} excluded), "
           f"{os.cpu_count()} CPU cores")
     print("| mode | seconds per optimizer step |\n|---|---|")
     for mode in ("async", "lock-step", "gen-only", "train-only"):

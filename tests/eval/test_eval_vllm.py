@@ -51,7 +51,8 @@ def evaluated(vllm_server, tiny_model_dir, short_problems, random_adapter_dir, t
     base = run_eval(root / "base", vllm_server.url, tiny_model_dir, short_problems)
     assert base.returncode == 0, base.stdout[-3000:] + base.stderr[-5000:]
     log_offset = Path(vllm_server.log_path).stat().st_size
-    tuned = run_eval(root / "adapter", vllm_server.url, tiny_model_dir, short_problems, f"eval.adapter={random_adapter_dir}")
+    tuned = run_eval(root / "adapter", vllm_server.url, tiny_model_dir, short_problems,
+                     f"eval.adapter={random_adapter_dir}")
     assert tuned.returncode == 0, tuned.stdout[-3000:] + tuned.stderr[-5000:]
     server_log = Path(vllm_server.log_path).read_text(errors="replace")[log_offset:]
     return {"base": (root / "base", base), "adapter": (root / "adapter", tuned), "server_log": server_log}
