@@ -91,9 +91,12 @@ def test_ctrl_c_while_a_replica_starts_stops_everything(tmp_path):
     import time
 
     run_dir = tmp_path / "run"
+    # A terminal's Ctrl-C: when pytest itself runs as a background job, SIGINT is ignored and the child would inherit
+    # that (Python then never raises KeyboardInterrupt), so restore the default in the child.
     proc = subprocess.Popen([sys.executable, "-m", "agrpo", "+recipe=smoke", f"hydra.run.dir={run_dir}"], cwd=tmp_path,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env={**os.environ, "HF_HUB_OFFLINE": "1", "AGRPO_CACHE": str(tmp_path / "cache")})
+                            env={**os.environ, "HF_HUB_OFFLINE": "1", "AGRPO_CACHE": str(tmp_path / "cache")},
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     log = run_dir / "logs" / "vllm-0.log"
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline and not (log.exists() and log.stat().st_size > 0):
