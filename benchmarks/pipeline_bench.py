@@ -55,15 +55,15 @@ def trainer_own_time(run_dir: Path) -> float:
     return statistics.fmean(per_step)
 
 
-def generation_only(cfg, server_url: str, adapter: str, steps: int) -> float:
+def generation_only(cfg, server_url: str, adapter: str, samples_per_step: int, steps: int) -> float:
     """Seconds per generated completion token of TRL's own rollout worker with the trained adapter, no trainer."""
     from agrpo.trainer.trl_backend import time_rollouts
 
     requests.post(f"{server_url}/v1/load_lora_adapter", json={"lora_name": "bench-v1", "lora_path": adapter},
                   timeout=120).raise_for_status()
-    per_step = cfg.trainer.per_device_train_batch_size * cfg.trainer.gradient_accumulation_steps
     try:
-        seconds, tokens = time_rollouts(cfg, server_url, "bench", per_step * steps, warmup=per_step * WARMUP_STEPS)
+        seconds, tokens = time_rollouts(cfg, server_url, "bench", samples_per_step * steps,
+                                        warmup=samples_per_step * WARMUP_STEPS)
         return seconds / tokens
     finally:
         unload_adapters(server_url, prefix="bench-")
@@ -109,8 +109,9 @@ def main() -> None:
             figures[f"{mode} reward last 5"] = metrics.get("reward_last")
         figures["train-only"] = trainer_own_time(work / "lock-step")
         apply_trainer_cpus(trainer_env)  # TRL's worker runs where it runs in training: on the trainer's cores
-        seconds_per_token = generation_only(cfg, server.url, str(work / "async" / "final_adapter"), args.steps)
         samples_per_step = cfg.trainer.per_device_train_batch_size * cfg.trainer.gradient_accumulation_steps
+        seconds_per_token = generation_only(cfg, server.url, str(work / "async" / "final_adapter"), samples_per_step,
+                                            args.steps)
         figures["gen-only"] = seconds_per_token * tokens_per_step(work / "async", samples_per_step)
     finally:
         server.stop()

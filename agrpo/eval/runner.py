@@ -9,7 +9,6 @@ import contextlib
 import hashlib
 import json
 import logging
-import os
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -110,17 +109,10 @@ class Endpoint:
 def served(cfg: Any, out_dir: Path) -> Iterator[str]:
     """Yield the URL to evaluate against: inference.urls (behind the proxy when several), or replicas (+ proxy) this
     call starts from the config with the local launcher's plan, always stopped afterwards."""
-    import torch
-
-    from agrpo.inference.vllm_server import resolve_device
-    from agrpo.launchers.local import build_local_plan
-    from agrpo.launchers.ports import free_ports
+    from agrpo.launchers.local import plan_on_this_machine
     from agrpo.launchers.process import ManagedProcess
 
-    num_gpus = torch.cuda.device_count()
-    device = resolve_device(cfg.inference.device, num_gpus > 0)
-    ports = free_ports(cfg.inference.replicas + 1, cfg.inference.base_port, cfg.inference.host)
-    plan = build_local_plan(cfg, str(out_dir), ports, device, num_gpus, os.cpu_count() or 1)
+    plan = plan_on_this_machine(cfg, str(out_dir))
     started: list[ManagedProcess] = []
     try:
         for role in ("replica", "proxy"):

@@ -20,7 +20,7 @@ from omegaconf import OmegaConf
 from agrpo.errors import LaunchError
 from agrpo.inference.vllm_server import build_replica_launch, resolve_device
 from agrpo.launchers.base import Launcher, register
-from agrpo.launchers.cpus import TRAINER_CPUS_ENV, CpuSplit, format_cores, split_cpu_cores
+from agrpo.launchers.cpus import TRAINER_CPUS_ENV, format_cores, split_cpu_cores
 from agrpo.launchers.gpus import assign_gpus
 from agrpo.launchers.plan import Plan, ProcessSpec
 from agrpo.launchers.ports import free_ports
@@ -44,21 +44,19 @@ def is_loopback_url(url: str) -> bool:
     return host == "localhost" or host.startswith("127.") or host == "::1"
 
 
-def build_local_plan(cfg: Any, run_dir: str, ports: list[int], device: str, num_gpus: int, cpu_count: int = 2,
-                     python: str = sys.executable, cpu_ids: Sequence[int] | None = None) -> Plan:
-    """The local plan (pure). `ports` must hold replicas + 1 free ports (the last one for the proxy). `cpu_ids` are
-    the cores this process may use (default: 0 .. cpu_count - 1)."""
+def build_local_plan(cfg: Any, run_dir: str, ports: list[int], device: str, num_gpus: int,
+                     cpu_ids: Sequence[int] = (0, 1), python: str = sys.executable) -> Plan:
+    """The local plan (pure). `ports` must hold replicas + 1 free ports (the last one for the proxy); `cpu_ids` are
+    the cores this process may use."""
     inference = cfg.inference
     logs = Path(run_dir) / "logs"
     services: list[ProcessSpec] = []
     upstreams = list(inference.urls)
     trainer_gpus = None
     starts_replicas = cfg.role == "all" and not upstreams
-    cpus = split_cpu_cores(list(cpu_ids) if cpu_ids is not None else list(range(cpu_count)),
-                           inference.replicas if starts_replicas else 0, inference.cpu_cores_per_replica,
-                           cfg.trainer.cpu_threads, unpinned_replicas=sum(map(is_loopback_url, inference.urls)))
-    if device != "cpu":
-        cpus = CpuSplit(None, None, cpus.trainer_threads)
+    pinned_replicas = inference.replicas if starts_replicas and device == "cpu" else 0
+    cpus = split_cpu_cores(cpu_ids, pinned_replicas, inference.cpu_cores_per_replica, cfg.trainer.cpu_threads,
+                           unpinned_replicas=sum(map(is_loopback_url, inference.urls)))
     if starts_replicas:
         trainer_gpus, replica_gpus = assign_gpus(num_gpus, inference.replicas, inference.gpus_per_replica,
                                                  cfg.trainer.gpus, inference.gpus)
@@ -113,6 +111,16 @@ def proxy_knob_flags(proxy_cfg: Any) -> list[str]:
     return flags
 
 
+def plan_on_this_machine(cfg: Any, run_dir: str) -> Plan:
+    """The local plan for this machine: its GPUs, free ports and the CPU cores this process may use."""
+    import torch
+
+    num_gpus = torch.cuda.device_count()
+    device = resolve_device(cfg.inference.device, num_gpus > 0)
+    ports = free_ports(cfg.inference.replicas + 1, cfg.inference.base_port, cfg.inference.host)
+    return build_local_plan(cfg, run_dir, ports, device, num_gpus, sorted(os.sched_getaffinity(0)))
+
+
 def _sigterm_as_interrupt(_signum, _frame):
     raise KeyboardInterrupt
 
@@ -122,13 +130,7 @@ class LocalLauncher(Launcher):
     name = "local"
 
     def build_plan(self, cfg: Any) -> Plan:
-        import torch
-
-        num_gpus = torch.cuda.device_count()
-        device = resolve_device(cfg.inference.device, num_gpus > 0)
-        ports = free_ports(cfg.inference.replicas + 1, cfg.inference.base_port, cfg.inference.host)
-        cpu_ids = sorted(os.sched_getaffinity(0))
-        return build_local_plan(cfg, cfg.sync.output_dir, ports, device, num_gpus, len(cpu_ids), cpu_ids=cpu_ids)
+        return plan_on_this_machine(cfg, cfg.sync.output_dir)
 
     def execute(self, cfg: Any, plan: Plan) -> dict[str, Any]:
         run_dir = Path(plan.run_dir)

@@ -309,12 +309,12 @@ def time_rollouts(cfg: Any, vllm_url: str, lora_name: str, samples: int, warmup:
     from agrpo.trainer.cpu_compat import apply_cpu_workarounds
 
     apply_cpu_workarounds()
+    from transformers import AutoTokenizer
     from trl.experimental.async_grpo.async_rollout_worker import AsyncRolloutWorker
 
-    from transformers import AutoTokenizer
-
     args = build_grpo_args(cfg, vllm_url, 1, cuda_available())
-    tokenizer = load_tokenizer(cfg.model) or AutoTokenizer.from_pretrained(cfg.model.name_or_path)
+    tokenizer = load_tokenizer(cfg.model) or AutoTokenizer.from_pretrained(
+        cfg.model.name_or_path, trust_remote_code=cfg.model.trust_remote_code)
     dataset = load_train_dataset(cfg.data, seed=cfg.trainer.seed)
     worker = AsyncRolloutWorker(
         model_name=cfg.model.name_or_path, lora_name=lora_name, dataset=dataset,

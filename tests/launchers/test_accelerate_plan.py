@@ -15,7 +15,7 @@ from agrpo.launchers.local import build_local_plan
 def plans_for(*overrides, num_gpus=4, device="cuda", cpu_count=2, layer_cls="Qwen2DecoderLayer"):
     cfg = compose_run_config(["+recipe=smoke", "launcher=accelerate", *overrides], output_dir="/runs/r1")
     ports = [8100 + i for i in range(cfg.inference.replicas + 1)]
-    local = build_local_plan(cfg, "/runs/r1", ports, device, num_gpus, cpu_count=cpu_count, python="py")
+    local = build_local_plan(cfg, "/runs/r1", ports, device, num_gpus, range(cpu_count), python="py")
     plan, accelerate_config = build_accelerate_plan(cfg, local, 29501, layer_cls, python="py")
     return local, plan, accelerate_config
 

@@ -11,7 +11,7 @@ from agrpo.launchers.local import build_local_plan, proxy_knob_flags
 def plan_for(*overrides, device="cpu", num_gpus=0, cpu_count=2):
     cfg = compose_run_config(["+recipe=smoke", *overrides], output_dir="/runs/r1")
     ports = [8100 + i for i in range(cfg.inference.replicas + 1)]
-    return build_local_plan(cfg, "/runs/r1", ports, device, num_gpus, cpu_count=cpu_count, python="py")
+    return build_local_plan(cfg, "/runs/r1", ports, device, num_gpus, range(cpu_count), python="py")
 
 
 def test_one_replica_no_proxy_trainer_talks_to_it():
