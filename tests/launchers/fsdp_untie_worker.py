@@ -3,12 +3,20 @@
 Prints one line per case: the refusal FSDP2 gives a tied head in its own group, and a forward/backward after
 agrpo's untie_embeddings."""
 
+import sys
+
 import torch
 import torch.distributed as dist
 from torch.distributed.fsdp import fully_shard
 from transformers import Qwen2Config, Qwen2ForCausalLM
 
 from agrpo.trainer.fsdp_compat import untie_embeddings
+
+
+def say(line: str) -> None:
+    """One write per line: both ranks share the pipe, and print() writes the text and the newline separately."""
+    sys.stdout.write(line + "\n")
+    sys.stdout.flush()
 
 
 def tied_model():
@@ -32,10 +40,13 @@ def shard(model):
 dist.init_process_group("gloo")
 try:
     shard(tied_model())
-    print("tied: ok", flush=True)
+    say("tied: ok")
 except ValueError as error:
-    print(f"tied: refused: {error}", flush=True)
+    say(f"tied: refused: {error}")
 model = tied_model()
 untie_embeddings(model)
-print(f"untied: loss {shard(model):.4f}", flush=True)
+say(f"untied: loss {shard(model):.4f}")
+# Without it, a rank that finishes first tears the group down under the other one, which then aborts
+# ("terminate called without an active exception"): half the runs failed on this 2-core machine.
+dist.barrier()
 dist.destroy_process_group()
