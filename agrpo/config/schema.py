@@ -106,8 +106,10 @@ class TrainerConfig:
     # Checkpoints (adapter + optimizer + rollout position) every save_steps; 0 disables them.
     save_steps: int = 50
     save_total_limit: Optional[int] = 2
-    # Continue from the latest checkpoint-N in output_dir (set output_dir to the earlier run's directory).
-    resume: bool = False
+    # false: start fresh | true: continue from the latest complete checkpoint-N in output_dir (error if none) |
+    # auto: continue when there is one | a checkpoint folder's path. Adapter versions always continue past every
+    # version already published, so a still-running server never sees a name twice (agrpo/sync/resume.py).
+    resume: str = "false"
     seed: int = 42
     log_completions: bool = False
     # GPUs for the trainer on a GPU machine (None: what the replicas leave; see agrpo/launchers/gpus.py).
@@ -158,6 +160,10 @@ class InferenceConfig:
     extra_args: list[str] = field(default_factory=list)
     # Route through agrpo's proxy: None = only when there is more than one replica.
     use_proxy: Optional[bool] = None
+    # Seconds a published adapter's files outlive its unload (a request still queued inside an engine may reload it
+    # from disk; a missing folder kills that engine). None: TRL's request_timeout + 30 s, the longest such a request
+    # can live (trainer/adapter_retention.py).
+    adapter_retention_s: Optional[float] = None
 
 
 @dataclass

@@ -16,6 +16,7 @@ import json
 import logging
 import re
 from dataclasses import dataclass, field
+from typing import Any
 
 from agrpo.sync.storage import BucketStorage
 
@@ -74,20 +75,31 @@ def read_run_state(storage: BucketStorage) -> RunState:
     return state
 
 
-def prepare_resume(storage: BucketStorage) -> RunState:
-    """Make the run directory ready for a (re)start; return what was found. Idempotent."""
+def raise_version_floor(storage: BucketStorage, checkpoint: str, published_version: int) -> None:
+    """Make `checkpoint` continue adapter versions after `published_version` (written before anything is deleted:
+    the floor must survive a crash right after)."""
+    path = f"{checkpoint}/{ROLLOUT_STATE}"
+    try:
+        saved = json.loads(storage.read_text(path))
+    except FileNotFoundError:
+        saved = {"prompt_index": 0}
+        log.warning("%s has no %s: the data position restarts at prompt 0", checkpoint, ROLLOUT_STATE)
+    if published_version <= int(saved.get("model_version", 0)):
+        return
+    log.info("adapter versions continue after v%d (published before the restart), not v%d (checkpoint)",
+             published_version, int(saved.get("model_version", 0)))
+    saved["model_version"] = published_version
+    storage.write_text(path, json.dumps(saved))
+
+
+def prepare_resume(storage: BucketStorage, checkpoint: str | None = None) -> RunState:
+    """Make the run directory ready for a (re)start from its latest complete checkpoint, or from `checkpoint` (a
+    folder name in it); return what was found. Idempotent."""
     state = read_run_state(storage)
-    if state.checkpoint is not None and state.published_version > state.checkpoint_version:
-        path = f"{state.checkpoint}/{ROLLOUT_STATE}"
-        try:
-            saved = json.loads(storage.read_text(path))
-        except FileNotFoundError:
-            saved = {"prompt_index": 0}
-            log.warning("%s has no %s: the data position restarts at prompt 0", state.checkpoint, ROLLOUT_STATE)
-        saved["model_version"] = state.published_version
-        storage.write_text(path, json.dumps(saved))  # before deleting: the floor must survive a crash right after
-        log.info("adapter versions continue after v%d (published before the restart), not v%d (checkpoint)",
-                 state.published_version, state.checkpoint_version)
+    if checkpoint is not None:
+        state.checkpoint = checkpoint
+    if state.checkpoint is not None:
+        raise_version_floor(storage, state.checkpoint, state.published_version)
     for entry in [*state.stale, *state.incomplete]:
         storage.delete_tree(entry)
     if state.incomplete:
@@ -95,3 +107,49 @@ def prepare_resume(storage: BucketStorage) -> RunState:
     if state.stale:
         log.info("removed %d stale entries of %s", len(state.stale), LORA_DIR)
     return state
+
+
+RESUME_FLAGS = {"false": "false", "no": "false", "0": "false", "true": "true", "yes": "true", "1": "true",
+                "auto": "auto"}
+
+
+def resume_mode(value: Any) -> tuple[str, str | None]:
+    """`trainer.resume` read as ("false" | "true" | "auto" | "path", checkpoint path or None). YAML booleans count
+    as their words, so `trainer.resume=true` and a Jobs requeue setting True both mean "true"."""
+    text = str(value).strip()
+    mode = RESUME_FLAGS.get(text.lower())
+    if mode is not None:
+        return mode, None
+    return "path", text
+
+
+def checkpoint_to_resume(resume: Any, output_dir: str) -> str | None:
+    """The checkpoint folder this start resumes from, after making `output_dir` ready for it (the same discovery as
+    a bucket: complete checkpoints only, adapter versions raised past every version already published, stale
+    adapter folders and half-written checkpoints removed). None: start from scratch.
+
+    "true" insists on a checkpoint, "auto" takes one if there is one, a path names the checkpoint (its version
+    floor is applied only when it lies in `output_dir`, the folder whose adapters a running server may hold)."""
+    from pathlib import Path
+
+    from agrpo.errors import ConfigError
+    from agrpo.sync.storage import LocalDirStorage
+
+    mode, path = resume_mode(resume)
+    if mode == "false":
+        return None
+    if mode == "path":
+        checkpoint = Path(path).expanduser().resolve()
+        if not (checkpoint / COMPLETE_MARKER).is_file():
+            raise ConfigError(f"trainer.resume={path!r} is not a complete checkpoint folder (no {COMPLETE_MARKER}); "
+                              f"give a checkpoint-N folder, or trainer.resume=auto for the latest one in {output_dir}")
+        if checkpoint.parent == Path(output_dir).resolve():
+            prepare_resume(LocalDirStorage(output_dir), checkpoint=checkpoint.name)
+        return str(checkpoint)
+    state = prepare_resume(LocalDirStorage(output_dir))
+    if state.checkpoint is None:
+        if mode == "true":
+            raise ConfigError(f"trainer.resume=true but {output_dir} holds no complete checkpoint-N; use "
+                              "trainer.resume=auto to start from scratch when there is none")
+        return None
+    return str(Path(output_dir) / state.checkpoint)

@@ -11,6 +11,12 @@ loudly here (and in tests/trainer/test_cpu_compat.py) instead of silently runnin
    the server. A trainer-only environment (the server runs elsewhere) gets the guard lifted.
 3. Packed ("tree") attention fetches a FlashAttention-3 kernel from the Hub, which needs CUDA and a network. On CPU
    the same varlen causal attention is computed with PyTorch's SDPA, segment by segment.
+
+One fix applies on every machine (it is the one patch here that is not about CPU):
+4. Stopping the rollout worker at the end of training took 15 s in every run ("Child did not exit within 15s;
+   terminating"): the child had put scored samples on a multiprocessing queue nobody reads any more, and a process
+   cannot exit until its queue's feeder thread has flushed them into the pipe. `stop` now drains the queues while it
+   waits, so the child exits as soon as its loops end.
 """
 
 from __future__ import annotations
@@ -91,6 +97,36 @@ def _patch_tree_attention() -> None:
     _applied.append("tree_attention")
 
 
+def _patch_drain_on_stop() -> None:
+    import queue
+    import threading
+
+    module = _require("trl.experimental.async_grpo.async_rollout_worker", "AsyncRolloutWorker")
+    stop = module.AsyncRolloutWorker.stop
+
+    def stop_draining(self) -> None:
+        done = threading.Event()
+
+        def drain() -> None:
+            while not done.is_set():
+                for source in (self.rollout_buffer, self.metrics_queue):
+                    try:
+                        source.get(timeout=0.05)
+                    except (queue.Empty, OSError, ValueError):
+                        pass
+
+        drainer = threading.Thread(target=drain, daemon=True, name="agrpo-drain-rollouts")
+        drainer.start()
+        try:
+            stop(self)
+        finally:
+            done.set()
+            drainer.join(timeout=1.0)
+
+    module.AsyncRolloutWorker.stop = stop_draining
+    _applied.append("drain_on_stop")
+
+
 def apply_cpu_workarounds(force: bool = False) -> list[str]:
     """Apply what this machine needs and return the names applied (idempotent). `force` applies all (for tests)."""
     no_gpu = force or not torch.cuda.is_available()
@@ -101,6 +137,8 @@ def apply_cpu_workarounds(force: bool = False) -> list[str]:
     vllm_missing = importlib.util.find_spec("vllm") is None
     if (force or vllm_missing) and "vllm_guard" not in _applied:
         _patch_vllm_guard()
+    if "drain_on_stop" not in _applied:
+        _patch_drain_on_stop()
     if _applied:
         log.info("CPU workarounds for TRL active: %s", ", ".join(_applied))
     return list(_applied)

@@ -9,11 +9,9 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import glob
 import json
 import logging
 import os
-import re
 import time
 from pathlib import Path
 from typing import Any, Iterator
@@ -22,7 +20,10 @@ from omegaconf import OmegaConf
 from transformers import TrainerCallback
 
 from agrpo.errors import ConfigError
+from agrpo.sync.resume import checkpoint_to_resume
+from agrpo.trainer.adapter_retention import default_retain_s, retain_adapter_files
 from agrpo.trainer.bottleneck import Verdict, diagnose
+from agrpo.trainer.serving_metrics import ServingCollector, log_serving_figures, summary_line
 
 log = logging.getLogger(__name__)
 
@@ -110,14 +111,15 @@ def build_grpo_args(cfg: Any, vllm_url: str, num_replicas: int, use_gpu: bool):
     return AsyncGRPOConfig(**kwargs)
 
 
-def latest_checkpoint(output_dir: str) -> str | None:
-    """The checkpoint-N folder with the highest N, or None."""
-    found = []
-    for path in glob.glob(os.path.join(output_dir, "checkpoint-*")):
-        match = re.fullmatch(r"checkpoint-(\d+)", os.path.basename(path))
-        if match and os.path.isdir(path):
-            found.append((int(match.group(1)), path))
-    return max(found)[1] if found else None
+def broadcast_from_main(accelerator: Any, value: Any) -> Any:
+    """The main process's `value` on every rank (one process: the value itself)."""
+    if accelerator.num_processes == 1:
+        return value
+    from accelerate.utils import broadcast_object_list
+
+    holder = [value]
+    broadcast_object_list(holder, from_process=0)
+    return holder[0]
 
 
 def final_metrics(log_history: list[dict[str, Any]], window: int = 5, warmup_steps: int = 2) -> dict[str, Any]:
@@ -272,23 +274,29 @@ def run_training(cfg: Any, vllm_url: str, num_replicas: int) -> dict[str, Any]:
             peft_config=build_peft_config(cfg.lora),
         )
     install_sync_hook(trainer, get_store(cfg), cfg.inference.startup_timeout_s)
+    serving = ServingCollector(vllm_url, via_proxy=num_replicas > 1 or cfg.inference.use_proxy is True)
+    if trainer.accelerator.is_main_process:
+        log_serving_figures(trainer, serving)
     bottleneck = BottleneckCallback(cfg.logger.bottleneck_every_steps)
     if cfg.logger.bottleneck_every_steps > 0:
         trainer.add_callback(bottleneck)
-    resume_from = None
-    if cfg.trainer.resume:
-        resume_from = latest_checkpoint(args.output_dir)
-        if resume_from is None:
-            log.warning("trainer.resume=true but %s holds no checkpoint-N: starting from scratch", args.output_dir)
-        else:
-            log.info("Resuming from %s", resume_from)
-    trainer.train(resume_from_checkpoint=resume_from)
+    resume_from = checkpoint_to_resume(cfg.trainer.resume, args.output_dir) if trainer.accelerator.is_main_process \
+        else None
+    resume_from = broadcast_from_main(trainer.accelerator, resume_from)
+    if resume_from is not None:
+        log.info("Resuming from %s", resume_from)
+    retain_s = cfg.inference.adapter_retention_s
+    with retain_adapter_files(trainer, default_retain_s(args.request_timeout) if retain_s is None else retain_s):
+        trainer.train(resume_from_checkpoint=resume_from)
 
     final_dir = Path(args.output_dir) / FINAL_ADAPTER
     save_final_adapter(trainer, final_dir)
     summary = final_metrics(trainer.state.log_history)
     summary["final_adapter"] = str(final_dir)
     summary["global_step"] = trainer.state.global_step
+    if serving.last:
+        summary["serving"] = serving.last
+        log.info("serving: %s", summary_line(serving.last))
     if bottleneck.final is not None:
         summary["bottleneck"] = {"kind": bottleneck.final.kind, "line": bottleneck.final.line}
     summary["wall_time_s"] = time.monotonic() - started  # model load + training + final save (sweep tables)

@@ -66,3 +66,57 @@ def test_inspect_run_reads_a_listing():
     assert state.checkpoint == "checkpoint-2" and state.incomplete == ["checkpoint-3"]
     assert state.published_version == 12
     assert state.stale == [".vllm_lora/trl-policy-v12", ".vllm_lora/trl-policy-v7"]
+
+
+# --- trainer.resume for local runs: the same discovery as the bucket path -----------------------------------------
+
+import pytest  # noqa: E402
+
+from agrpo.errors import ConfigError  # noqa: E402
+from agrpo.sync.resume import checkpoint_to_resume, resume_mode  # noqa: E402
+
+
+@pytest.mark.parametrize("value, expected", [
+    (False, ("false", None)), ("false", ("false", None)), (True, ("true", None)), ("True", ("true", None)),
+    ("auto", ("auto", None)), ("/runs/a/checkpoint-40", ("path", "/runs/a/checkpoint-40")),
+])
+def test_resume_mode_reads_booleans_words_and_paths(value, expected):
+    assert resume_mode(value) == expected
+
+
+def test_local_resume_skips_a_cut_off_checkpoint_and_floors_versions(tmp_path):
+    """Killed at step 50 with checkpoint-40 saved and v42..v51 published on a server that still runs: resume from
+    checkpoint-40, but the next adapter name must come after v51."""
+    checkpoint(tmp_path, 40, version=41)
+    checkpoint(tmp_path, 50, version=51, complete=False)  # cut off mid-save
+    for version in range(42, 52):
+        write(tmp_path, f".vllm_lora/trl-policy-v{version}/adapter_config.json", "{}")
+    chosen = checkpoint_to_resume("true", str(tmp_path))
+    assert chosen == str(tmp_path / "checkpoint-40")
+    assert json.loads((tmp_path / "checkpoint-40/rollout_state.json").read_text()) == {"prompt_index": 80,
+                                                                                       "model_version": 51}
+    assert not (tmp_path / "checkpoint-50").exists()
+
+
+def test_auto_starts_fresh_without_a_checkpoint_and_true_refuses(tmp_path):
+    assert checkpoint_to_resume("auto", str(tmp_path)) is None
+    assert checkpoint_to_resume("false", str(tmp_path)) is None
+    with pytest.raises(ConfigError, match="trainer.resume=auto"):
+        checkpoint_to_resume("true", str(tmp_path))
+
+
+def test_an_explicit_checkpoint_path_must_be_complete(tmp_path):
+    checkpoint(tmp_path, 10, version=11)
+    checkpoint(tmp_path, 20, version=21, complete=False)
+    assert checkpoint_to_resume(str(tmp_path / "checkpoint-10"), str(tmp_path)) == str(tmp_path / "checkpoint-10")
+    with pytest.raises(ConfigError, match="not a complete checkpoint"):
+        checkpoint_to_resume(str(tmp_path / "checkpoint-20"), str(tmp_path))
+
+
+def test_an_older_checkpoint_chosen_by_path_gets_the_version_floor(tmp_path):
+    checkpoint(tmp_path, 10, version=11)
+    checkpoint(tmp_path, 20, version=21)
+    write(tmp_path, ".vllm_lora/trl-policy-v25/adapter_config.json", "{}")
+    checkpoint_to_resume(str(tmp_path / "checkpoint-10"), str(tmp_path))
+    assert json.loads((tmp_path / "checkpoint-10/rollout_state.json").read_text())["model_version"] == 25
+    assert not list((tmp_path / ".vllm_lora").iterdir())

@@ -33,7 +33,7 @@ def test_trl_still_calls_cuda_for_flops():
 
 def test_apply_forced_patches_every_attribute():
     applied = cpu_compat.apply_cpu_workarounds(force=True)
-    assert {"flops", "tree_attention", "vllm_guard"} <= set(applied)
+    assert {"flops", "tree_attention", "vllm_guard", "drain_on_stop"} <= set(applied)
     from trl.experimental.async_grpo import async_grpo_trainer, async_rollout_worker, packing
 
     assert async_grpo_trainer.get_peak_flops_per_device(None, "float32") is None
@@ -73,3 +73,30 @@ def test_varlen_attention_matches_dense_reference():
     want = reference_attention(q, k, v, q_lens, [len(p) for p in paths], kv_index, heads // kv_heads)
     assert got.shape == (total, heads, dim)
     torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-4)
+
+
+def _fill_queue_then_wait(samples, stop_event):
+    for _ in range(64):
+        samples.put(b"x" * 100_000)  # far more than a pipe holds: the feeder thread blocks until someone reads
+    stop_event.wait()
+
+
+def test_stopping_the_rollout_worker_lets_the_child_exit_by_itself():
+    """A child that queued samples nobody will read cannot exit (its queue's feeder thread waits for a reader); TRL's
+    stop then terminates it after 15 s. With the drain, the child exits on its own: exit code 0, not SIGTERM's -15."""
+    import multiprocessing as mp
+
+    from accelerate import PartialState
+
+    PartialState()  # TRL logs through accelerate's logger
+    cpu_compat.apply_cpu_workarounds()
+    from trl.experimental.async_grpo.async_rollout_worker import AsyncRolloutWorker
+
+    ctx = mp.get_context("fork")
+    worker = AsyncRolloutWorker.__new__(AsyncRolloutWorker)
+    worker.rollout_buffer, worker.metrics_queue, worker._stop_event_mp = ctx.Queue(), ctx.Queue(), ctx.Event()
+    worker._process = ctx.Process(target=_fill_queue_then_wait, args=(worker.rollout_buffer, worker._stop_event_mp))
+    worker._process.start()
+    process = worker._process
+    worker.stop()
+    assert process.exitcode == 0
