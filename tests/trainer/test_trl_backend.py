@@ -5,8 +5,7 @@ import pytest
 from agrpo.config.compose import compose_run_config
 from agrpo.errors import ConfigError
 from agrpo.inference.vllm_server import VLLM_LORA_RANKS
-from agrpo.trainer.trl_backend import (build_grpo_args, build_peft_config, final_metrics, latest_checkpoint,
-                                       scaled_inflight)
+from agrpo.trainer.trl_backend import (build_grpo_args, build_peft_config, final_metrics, scaled_inflight)
 
 
 def cfg_for(*overrides, tmp="/tmp/agrpo-args"):
@@ -65,15 +64,6 @@ def test_our_lora_ranks_match_trls():
     from trl.experimental.async_grpo.async_grpo_trainer import VLLM_LORA_RANKS as TRL_RANKS
 
     assert tuple(TRL_RANKS) == VLLM_LORA_RANKS
-
-
-def test_latest_checkpoint_picks_highest_step(tmp_path):
-    assert latest_checkpoint(str(tmp_path)) is None
-    for step in (5, 40, 100, 9):
-        (tmp_path / f"checkpoint-{step}").mkdir()
-    (tmp_path / "checkpoint-final").mkdir()
-    (tmp_path / "checkpoint-200").write_text("not a folder")
-    assert latest_checkpoint(str(tmp_path)) == str(tmp_path / "checkpoint-100")
 
 
 def test_final_metrics_windows():
