@@ -164,6 +164,10 @@ class InferenceConfig:
     # from disk; a missing folder kills that engine). None: TRL's request_timeout + 30 s, the longest such a request
     # can live (trainer/adapter_retention.py).
     adapter_retention_s: Optional[float] = None
+    # A local replica behind the proxy that dies mid-run is started again; the proxy re-admits it after replaying
+    # the loaded adapters (launchers/supervise.py). Restarts per replica before giving up on it.
+    restart_on_failure: bool = True
+    max_restarts: int = 3
 
 
 @dataclass

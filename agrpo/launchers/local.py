@@ -25,6 +25,7 @@ from agrpo.launchers.gpus import assign_gpus
 from agrpo.launchers.plan import Plan, ProcessSpec
 from agrpo.launchers.ports import free_ports
 from agrpo.launchers.process import ManagedProcess
+from agrpo.launchers.supervise import ReplicaSupervisor, wait_supervised
 from agrpo.models.resolve import prepare_model
 
 log = logging.getLogger(__name__)
@@ -156,7 +157,10 @@ class LocalLauncher(Launcher):
             trainer = ManagedProcess(plan.trainer.name, plan.trainer.argv, plan.trainer.env)
             trainer.start(inherit_output=True)
             started.append(trainer)
-            code = trainer.wait()
+            replicas = [p for p, s in zip(services, plan.services) if s.role == "replica"]
+            restart = cfg.inference.restart_on_failure and any(s.role == "proxy" for s in plan.services)
+            supervisor = ReplicaSupervisor(replicas, cfg.inference.max_restarts) if restart and replicas else None
+            code = wait_supervised(trainer, supervisor)
             if code != 0:
                 raise LaunchError(f"the trainer exited with code {code} (its output is above); the run directory "
                                   f"{run_dir} keeps the checkpoints, adapters and replica logs written so far")

@@ -86,3 +86,71 @@ def test_serving_figures_reached_tensorboard_and_the_summary(two_replica_run):
     # G=8 completions share a prompt: routing by prefix keeps 7 of 8 on the replica that holds it.
     assert serving["proxy/affinity_share"] > 0.8
     assert 0.0 < serving["serving/prefix_cache_hit_rate"] <= 1.0
+
+
+# --- a replica killed mid-run -----------------------------------------------------------------------------------------
+
+def wait_for(predicate, timeout_s: float, what: str, poll_s: float = 0.5):
+    import time
+
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(poll_s)
+    raise AssertionError(f"timed out after {timeout_s:.0f} s waiting for {what}")
+
+
+def read(path: Path) -> str:
+    return path.read_text(errors="replace") if path.exists() else ""
+
+
+@pytest.fixture(scope="module")
+def run_with_a_killed_replica(tmp_path_factory):
+    """SIGKILL replica 1's whole process group (API server and engine core) once it has served a few versions."""
+    import signal
+
+    run_dir = tmp_path_factory.mktemp("killed") / "run"
+    argv = [sys.executable, "-m", "agrpo", "+recipe=smoke", "inference.replicas=2", f"hydra.run.dir={run_dir}"]
+    output = run_dir.parent / "launcher.out"
+    with open(output, "wb") as sink:
+        launcher = subprocess.Popen(argv, stdout=sink, stderr=subprocess.STDOUT, start_new_session=True,
+                                    env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    try:
+        replica_log = run_dir / "logs" / "vllm-1.log"
+        wait_for(lambda: 5 in loaded_versions(read(replica_log)), 900, "replica 1 to load trl-policy-v5")
+        pid = int(re.search(r"\(APIServer pid=(\d+)\)", read(replica_log)).group(1))
+        killed_at = len(read(replica_log))
+        os.killpg(os.getpgid(pid), signal.SIGKILL)
+        code = launcher.wait(timeout=1500)
+    finally:
+        if launcher.poll() is None:
+            os.killpg(launcher.pid, signal.SIGKILL)
+    assert code == 0, read(output)[-5000:]
+    return {"run_dir": run_dir, "output": read(output), "second_life": read(replica_log)[killed_at:]}
+
+
+def test_training_completes_after_a_replica_is_killed(run_with_a_killed_replica):
+    metrics = json.loads((run_with_a_killed_replica["run_dir"] / "metrics.json").read_text())
+    assert metrics["global_step"] == 60
+    assert metrics["reward_last"] > metrics["reward_first"] + 0.3, metrics
+    assert "vllm-1 died; restarting it (1 of 3)" in run_with_a_killed_replica["output"]
+
+
+def test_the_restarted_replica_was_readmitted_with_the_current_adapters(run_with_a_killed_replica):
+    run_dir = run_with_a_killed_replica["run_dir"]
+    history = [entry for entry in json.loads((run_dir / "log_history.json").read_text()) if "proxy/routed" in entry]
+    health = [entry["proxy/replica1/healthy"] for entry in history]
+    went_down = health.index(0.0)
+    back = went_down + health[went_down:].index(1.0)  # raises if it never came back
+    assert history[-1]["proxy/healthy_replicas"] == 2
+    assert history[-1]["proxy/replica1/routed"] > history[back]["proxy/replica1/routed"], "it took traffic again"
+    # Its second life: the proxy replayed the adapters loaded at that moment (the current policy and the one before
+    # it, max_staleness=1) before admitting it, then every later version reached it as usual.
+    second = [int(v) for v in re.findall(r"Loaded new LoRA adapter: name 'trl-policy-v(\d+)'",
+                                         run_with_a_killed_replica["second_life"])]
+    assert second and second[-1] == 61, second
+    assert second == sorted(second) and second == list(range(second[0], 62)), second
+    for failure in ENGINE_FAILURES:
+        assert failure not in run_with_a_killed_replica["second_life"]
