@@ -80,6 +80,19 @@ def _names(replicas: Sequence[Replica]) -> str:
     return ", ".join(str(r.index) for r in replicas)
 
 
+def answered(replicas: Sequence[Replica], replies: Sequence[Reply]) -> tuple[list[Replica], list[Reply]]:
+    """The replicas that gave an HTTP answer, with their replies. One that gave none (connection refused or reset,
+    timeout) is down: the control plane takes it out of rotation and re-synchronises it (adapters, pause) before it
+    takes traffic again, so it must not veto a state change the others made. All-or-nothing holds among the rest."""
+    pairs = [(r, p) for r, p in zip(replicas, replies) if p.status is not None]
+    return [r for r, _ in pairs], [p for _, p in pairs]
+
+
+def _none_answered(replicas: Sequence[Replica], replies: Sequence[Reply], what: str) -> Outcome:
+    details = "; ".join(f"{_name(r)}: {p.summary()}" for r, p in zip(replicas, replies))
+    return error_outcome(502, f"no replica answered {what}: {details}")
+
+
 def _success(replies: Sequence[Reply]) -> Outcome:
     first = replies[0]
     return Outcome(first.status or 200, first.body, first.content_type)
@@ -112,7 +125,7 @@ async def load_adapter(
         delay = retry.initial_s
         while True:
             reply = await send(replica, "POST", "/v1/load_lora_adapter", body)
-            if reply.ok or abort.is_set():
+            if reply.ok or abort.is_set() or reply.status is None:  # no answer: down, not a veto
                 return reply
             if not adapter_missing(reply):
                 abort.set()  # a real failure: stop the others from retrying
@@ -127,7 +140,11 @@ async def load_adapter(
                 pass
             delay = min(delay * 2, retry.max_s)
 
-    replies = await asyncio.gather(*(until_loaded(r) for r in replicas))
+    all_replies = await asyncio.gather(*(until_loaded(r) for r in replicas))
+    up, replies = answered(replicas, all_replies)
+    if not up:
+        return _none_answered(replicas, all_replies, "the adapter load")
+    replicas = up
     if all(reply.ok for reply in replies):
         return _success(replies)
 
@@ -162,9 +179,13 @@ async def unload_adapter(replicas: Sequence[Replica], body: bytes, send: Send) -
     """Unload everywhere; any replica that did not confirm makes the answer a failure."""
     if not replicas:
         return error_outcome(503, "no healthy replica to unload the adapter from")
-    replies = await asyncio.gather(
+    all_replies = await asyncio.gather(
         *(send(r, "POST", "/v1/unload_lora_adapter", body) for r in replicas)
     )
+    up, replies = answered(replicas, all_replies)
+    if not up:
+        return _none_answered(replicas, all_replies, "the adapter unload")
+    replicas = up
     failed = [(r, p) for r, p in zip(replicas, replies) if not p.ok]
     if not failed:
         return _success(replies)
@@ -182,7 +203,11 @@ async def everywhere_or_undo(
     """Pause or resume all replicas; if some fail, send `undo_path_qs` to those that obeyed."""
     if not replicas:
         return error_outcome(503, f"no healthy replica for {path_qs}")
-    replies = await asyncio.gather(*(send(r, "POST", path_qs, body) for r in replicas))
+    all_replies = await asyncio.gather(*(send(r, "POST", path_qs, body) for r in replicas))
+    up, replies = answered(replicas, all_replies)
+    if not up:
+        return _none_answered(replicas, all_replies, path_qs)
+    replicas = up
     failed = [(r, p) for r, p in zip(replicas, replies) if not p.ok]
     if not failed:
         return _success(replies)
@@ -204,7 +229,11 @@ async def everywhere(
     """Send to all replicas (reset_prefix_cache, sleep, wake_up); report every failure."""
     if not replicas:
         return error_outcome(503, f"no healthy replica for {path_qs}")
-    replies = await asyncio.gather(*(send(r, method, path_qs, body) for r in replicas))
+    all_replies = await asyncio.gather(*(send(r, method, path_qs, body) for r in replicas))
+    up, replies = answered(replicas, all_replies)
+    if not up:
+        return _none_answered(replicas, all_replies, path_qs)
+    replicas = up
     failed = [(r, p) for r, p in zip(replicas, replies) if not p.ok]
     if not failed:
         return _success(replies)

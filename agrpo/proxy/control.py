@@ -68,8 +68,14 @@ class Control:
 
     # ------------------------------------------------------------------ broadcast
     async def _send(self, replica: Replica, method: str, path_qs: str, body: bytes) -> Reply:
-        return await send_once(self.server.session, replica, method, path_qs, body,
-                               self._headers, self._broadcast_timeout)
+        reply = await send_once(self.server.session, replica, method, path_qs, body,
+                                self._headers, self._broadcast_timeout)
+        if reply.status is None and replica.healthy:  # down: out of rotation until a probe re-admits it
+            log.warning("replica %d (%s) marked unhealthy: no answer to %s (%s)", replica.index, replica.url,
+                        path_qs, reply.error)
+            replica.healthy = False
+            replica.last_error = reply.summary()
+        return reply
 
     async def broadcast(self, request: web.Request) -> web.Response:
         try:

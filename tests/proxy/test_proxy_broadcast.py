@@ -154,3 +154,36 @@ def test_bad_load_body_is_400():
             assert status == 400
             assert fakes[0].requests("/v1/load_lora_adapter") == []
     run(scenario())
+
+
+def test_a_replica_that_is_down_does_not_veto_a_state_change():
+    """Killed mid-run: it gives no HTTP answer. The others must still pause, load and resume (the trainer's sync
+    would otherwise fail and end the run); the dead one is taken out of rotation, and the proxy replays the loaded
+    adapters to it before re-admitting it."""
+    async def scenario():
+        async with cluster(3, health_interval_s=3600) as (proxy, fakes, session):
+            port = fakes[1].port
+            await fakes[1].stop()
+            status, _, body = await post(session, proxy.url + "/pause?mode=keep")
+            assert status == 200, body
+            status, _, body = await post(session, proxy.url + "/v1/load_lora_adapter", LOAD)
+            assert status == 200, body
+            status, _, _ = await post(session, proxy.url + "/resume")
+            assert status == 200
+            assert [f.loaded for f in (fakes[0], fakes[2])] == [{"trl-policy-v2"}] * 2
+            assert [f.paused for f in (fakes[0], fakes[2])] == [False, False]
+            assert [r.healthy for r in proxy.replicas] == [True, False, True]
+            await fakes[1].start(port)  # restarted on its port, empty
+            await proxy.control.probe_all()
+            assert proxy.replicas.get(1).healthy and fakes[1].loaded == {"trl-policy-v2"}
+    run(scenario())
+
+
+def test_no_replica_answering_is_a_502():
+    async def scenario():
+        async with cluster(2, health_interval_s=3600) as (proxy, fakes, session):
+            for fake in fakes:
+                await fake.stop()
+            status, _, body = await post(session, proxy.url + "/v1/load_lora_adapter", LOAD)
+            assert status == 502 and "no replica answered the adapter load" in message(body)
+    run(scenario())
