@@ -174,3 +174,72 @@ def test_resume_continues_steps_and_adapter_versions(trained, vllm_server, tiny_
     # last two.
     served = {m["id"] for m in requests.get(f"{vllm_server.url}/v1/models", timeout=10).json()["data"]}
     assert sorted(int(n.rsplit("v", 1)[1]) for n in served if n.startswith("trl-policy-v")) == [63, 64]
+
+
+def trainer_pids(run_dir: Path) -> list[int]:
+    """The trainer process of this run (python -m agrpo.trainer <run_dir>/config.yaml), found by its command line:
+    it is agrpo's own process, not one of vLLM's renamed ones."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                argv = (entry / "cmdline").read_bytes().split(b"\0")
+            except OSError:
+                continue
+            if b"agrpo.trainer" in argv and str(run_dir / "config.yaml").encode() in argv:
+                found.append(int(entry.name))
+    return found
+
+
+def published_versions(run_dir: Path) -> list[int]:
+    lora = run_dir / ".vllm_lora"
+    names = [p.name for p in lora.iterdir()] if lora.is_dir() else []
+    return sorted(int(n.rsplit("v", 1)[1]) for n in names if re.fullmatch(r"trl-policy-v\d+", n))
+
+
+def test_a_trainer_killed_between_checkpoints_resumes_against_the_running_server(vllm_server, tiny_model_dir,
+                                                                                  tmp_path, clean_adapters):
+    """Killed at step ~25 with checkpoint-20 on disk and v21..v26 published (the server still holds the newest):
+    the resumed run starts from checkpoint-20 with its weights, publishes names after every published one (no
+    "already been loaded"), and its rewards continue from the checkpoint's level instead of the base model's."""
+    import signal
+    import time
+
+    unload_adapters(vllm_server.url)  # what earlier tests left on the shared server
+    run_dir = tmp_path / "run"
+    argv = [sys.executable, "-m", "agrpo", "+recipe=smoke", "role=trainer", f"inference.urls=[{vllm_server.url}]",
+            f"model.name_or_path={tiny_model_dir}", "model.builder=null", f"hydra.run.dir={run_dir}",
+            "trainer.save_steps=10", "trainer.max_steps=40"]
+    launcher = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+                                env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    try:
+        deadline = time.monotonic() + 900
+        while not ((run_dir / "checkpoint-20" / "trainer_state.json").is_file()
+                   and published_versions(run_dir)[-1:] >= [25]):
+            assert launcher.poll() is None and time.monotonic() < deadline, "the first run never reached step 25"
+            time.sleep(0.2)
+        for pid in trainer_pids(run_dir):
+            os.killpg(os.getpgid(pid), signal.SIGKILL)
+        assert launcher.wait(timeout=120) != 0
+    finally:
+        if launcher.poll() is None:
+            os.killpg(launcher.pid, signal.SIGKILL)
+    before = published_versions(run_dir)[-1]
+    checkpoint_state = json.loads((run_dir / "checkpoint-20" / "trainer_state.json").read_text())
+    checkpoint_rewards = [e["reward"] for e in checkpoint_state["log_history"] if "reward" in e]
+
+    result = run_agrpo(run_dir, vllm_server.url, tiny_model_dir, "trainer.resume=true", "trainer.save_steps=10",
+                       "trainer.max_steps=30")
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-5000:]
+    assert "already been loaded" not in result.stderr
+    metrics = json.loads((run_dir / "metrics.json").read_text())
+    assert metrics["global_step"] == 30
+    served = {m["id"] for m in requests.get(f"{vllm_server.url}/v1/models", timeout=10).json()["data"]}
+    resumed_versions = sorted(int(n.rsplit("v", 1)[1]) for n in served if n.startswith("trl-policy-v"))
+    # one version published at start, one per step 21..30: all after the killed run's last
+    assert resumed_versions[-1] == before + 11, (before, resumed_versions)
+    # Rewards pick up where the checkpoint left them (the policy learned by step 20), far above the first steps'.
+    resumed = [e["reward"] for e in json.loads((run_dir / "log_history.json").read_text())
+               if "reward" in e and e["step"] > 20]
+    assert len(resumed) == 10
+    assert sum(resumed[:5]) / 5 > sum(checkpoint_rewards[:5]) / 5 + 0.15, (checkpoint_rewards, resumed)
