@@ -16,9 +16,9 @@ import hydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
+from agrpo import __version__
 from agrpo.config.schema import register_configs
 from agrpo.config.validate import validate
-from agrpo import __version__
 from agrpo.errors import AgrpoError, ConfigError
 from agrpo.paths import CONF_DIR, RECIPES_DIR, register_resolvers
 
@@ -56,7 +56,8 @@ def hydra_main(cfg: DictConfig) -> float | None:
             return None
         sys.exit(error.exit_code)
     if summary.get("reward_last") is not None:
-        print(f"agrpo: mean reward first 5 steps {summary['reward_first']:.4f}, last 5 steps {summary['reward_last']:.4f}")
+        print(f"agrpo: mean reward first 5 steps {summary['reward_first']:.4f}, "
+              f"last 5 steps {summary['reward_last']:.4f}")
         return float(summary["reward_last"])  # what Hydra sweepers (e.g. Optuna) optimise
     return None
 

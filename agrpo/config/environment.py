@@ -92,7 +92,7 @@ def data_problems(cfg: Any) -> list[str]:
         problem += (f" (it is under data_dir={cfg.data_dir!r}, set by data_dir=... or the AGRPO_DATA_DIR "
                     "environment variable: point either at the folder that holds the data)")
     else:
-        problem += ": point data.path at a local JSONL/Parquet/Arrow file or folder (or set it to null to use data.name)"
+        problem += ": point data.path at a local JSONL/Parquet/Arrow file or folder (or null to use data.name)"
     return [problem]
 
 

@@ -96,8 +96,8 @@ def unknown_key_problems(node: Any, prefix: str = "") -> list[str]:
     for key in node.keys():
         path = f"{prefix}{key}"
         if key not in known:
-            problems.append(f"{path} is not a config key{did_you_mean(str(key), known, prefix)}: remove it"
-                            + (" (other AsyncGRPOConfig fields go under trainer.extra)" if prefix == "trainer." else ""))
+            where_else = " (other AsyncGRPOConfig fields go under trainer.extra)" if prefix == "trainer." else ""
+            problems.append(f"{path} is not a config key{did_you_mean(str(key), known, prefix)}: remove it{where_else}")
         else:
             problems += unknown_key_problems(node._get_node(key), f"{path}.")
     return problems

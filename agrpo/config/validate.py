@@ -46,7 +46,8 @@ def cross_field_problems(cfg: Any) -> list[str]:
     if lora.r > 512:
         problems.append(f"lora.r={lora.r} exceeds the largest rank vLLM serves (512)")
     if lora.use_dora:
-        problems.append("lora.use_dora=true cannot be synced adapter-only (vLLM serves plain LoRA): set lora.use_dora=false")
+        problems.append("lora.use_dora=true cannot be synced adapter-only (vLLM serves plain LoRA): "
+                        "set lora.use_dora=false")
     if lora.modules_to_save:
         problems.append(f"lora.modules_to_save={list(lora.modules_to_save)} trains full modules that a LoRA adapter "
                         "cannot carry to vLLM: set lora.modules_to_save=null")

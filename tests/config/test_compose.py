@@ -33,7 +33,8 @@ def test_every_recipe_composes_resolves_and_validates(recipe, monkeypatch):
 def test_recipe_starts_with_its_command(recipe):
     lines = (Path(RECIPES_DIR) / f"{recipe}.yaml").read_text().splitlines()
     assert lines[0] == "# @package _global_"
-    assert lines[1] == f"# python -m agrpo +recipe={recipe}" or lines[1].startswith(f"# python -m agrpo +recipe={recipe} ")
+    command = f"# python -m agrpo +recipe={recipe}"
+    assert lines[1] == command or lines[1].startswith(f"{command} ")
     assert lines[2].startswith("# Hardware:")
 
 

@@ -19,8 +19,11 @@ import yaml
 REPO_ROOT = Path(__file__).resolve().parents[2]
 SHARED_DATA = REPO_ROOT.parent / "shared" / "data"
 
-pytestmark = [pytest.mark.packaging, pytest.mark.skipif(shutil.which("git") is None or not (REPO_ROOT / ".git").exists(),
-                                reason="builds the wheel from `git ls-files` of a checkout")]
+pytestmark = [
+    pytest.mark.packaging,
+    pytest.mark.skipif(shutil.which("git") is None or not (REPO_ROOT / ".git").exists(),
+                       reason="builds the wheel from `git ls-files` of a checkout"),
+]
 
 
 def copy_tracked_files(destination: Path) -> None:
