@@ -116,7 +116,8 @@ def test_version_is_agrpos(installed_wheel, tmp_path):
     assert result.stdout.strip() == f"agrpo {__version__}"
 
 
-def test_eval_help_from_the_wheel(installed_wheel, tmp_path):
-    result = run_installed(installed_wheel, tmp_path, "eval", "--help")
+@pytest.mark.parametrize("subcommand", ["eval", "jobs"])
+def test_subcommand_help_from_the_wheel(installed_wheel, tmp_path, subcommand):
+    result = run_installed(installed_wheel, tmp_path, subcommand, "--help")
     assert result.returncode == 0, result.stderr
-    assert result.stdout.startswith("usage: agrpo eval")
+    assert result.stdout.startswith(f"usage: agrpo {subcommand}")
