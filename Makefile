@@ -1,10 +1,14 @@
 # make demo   set up .venv from nothing, then train the smoke recipe (CPU is fine)
 # make test   set up .venv from nothing, then run the whole test suite (real vLLM included)
+# make lint   ruff's checks (CI runs lint, then test)
 PY ?= python3.11
 VENV := .venv
 STAMP := $(VENV)/.agrpo-installed
+# Local copies of the datasets (recipes read ${data_dir}/...): the shared folder beside the checkout, unless set.
+AGRPO_DATA_DIR ?= $(abspath ../shared/data)
+export AGRPO_DATA_DIR
 
-.PHONY: setup setup-gpu demo test test-fast clean
+.PHONY: setup setup-gpu demo test test-fast lint clean
 
 $(STAMP): pyproject.toml
 	test -x $(VENV)/bin/python || $(PY) -m venv $(VENV)
@@ -28,10 +32,13 @@ demo: setup
 	HF_HUB_OFFLINE=1 $(VENV)/bin/python -m agrpo +recipe=smoke
 
 test: setup
-	$(VENV)/bin/python -m pytest -q
+	$(VENV)/bin/python -m pytest -q --durations=15
 
 test-fast: setup
-	$(VENV)/bin/python -m pytest -q -m "not vllm"
+	$(VENV)/bin/python -m pytest -q --durations=15 -m "not vllm"
+
+lint: setup
+	$(VENV)/bin/ruff check .
 
 clean:
-	rm -rf $(VENV) outputs/*/ multirun
+	rm -rf $(VENV) outputs/*/

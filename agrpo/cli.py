@@ -9,7 +9,6 @@ from __future__ import annotations
 import logging
 import os
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -17,10 +16,11 @@ import hydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
+from agrpo import __version__
 from agrpo.config.schema import register_configs
 from agrpo.config.validate import validate
-from agrpo.errors import AgrpoError
-from agrpo.paths import CONF_DIR, register_resolvers
+from agrpo.errors import AgrpoError, ConfigError
+from agrpo.paths import CONF_DIR, RECIPES_DIR, register_resolvers
 
 log = logging.getLogger("agrpo")
 
@@ -56,7 +56,8 @@ def hydra_main(cfg: DictConfig) -> float | None:
             return None
         sys.exit(error.exit_code)
     if summary.get("reward_last") is not None:
-        print(f"agrpo: mean reward first 5 steps {summary['reward_first']:.4f}, last 5 steps {summary['reward_last']:.4f}")
+        print(f"agrpo: mean reward first 5 steps {summary['reward_first']:.4f}, "
+              f"last 5 steps {summary['reward_last']:.4f}")
         return float(summary["reward_last"])  # what Hydra sweepers (e.g. Optuna) optimise
     return None
 
@@ -68,28 +69,40 @@ def in_multirun() -> bool:
 
 
 def expand_recipe_paths(argv: list[str]) -> list[str]:
-    """Let `+recipe=` take a path to the user's own YAML: expose it as a `recipe` group option in a temp search path.
+    """Let `+recipe=` take a path to the user's own YAML: it becomes a `recipe` group option held in memory.
 
-    `+recipe=NAME` resolves to recipes/NAME.yaml through the search path (conf/recipe links to recipes/).
+    `+recipe=NAME` is a file under agrpo/conf/recipe (recipes/ in the checkout). A path is read and stored in Hydra's
+    ConfigStore as `recipe/<stem>` (nothing is written anywhere), in package `_global_` unless its own
+    `# @package` header says otherwise: the header is optional. Raises ConfigError when the file is not there.
     """
-    out, extra_dirs, first_override = [], [], None
+    out = []
     for arg in argv:
         key, _, value = arg.partition("=")
         if key in ("+recipe", "recipe") and (value.endswith((".yaml", ".yml")) or os.sep in value):
-            source = Path(value).expanduser().resolve()
-            if not source.is_file():
-                print(f"agrpo: error: recipe file {value!r} does not exist", file=sys.stderr)
-                sys.exit(2)
-            root = Path(tempfile.mkdtemp(prefix="agrpo-recipe-"))
-            (root / "recipe").mkdir()
-            (root / "recipe" / f"{source.stem}.yaml").symlink_to(source)
-            extra_dirs.append(f"file://{root}")
-            arg = f"{key}={source.stem}"
-            first_override = len(out) if first_override is None else first_override
+            arg = f"{key}={store_recipe_file(value)}"
         out.append(arg)
-    if extra_dirs:  # placed among the overrides: argparse wants them before flags such as --cfg
-        out.insert(first_override, f"hydra.searchpath=[{','.join(extra_dirs)}]")
     return out
+
+
+def store_recipe_file(value: str) -> str:
+    """Store the recipe file at `value` as a `recipe` group option and return the option's name."""
+    from hydra.core.config_store import ConfigStore
+    from hydra.plugins.config_source import ConfigSource
+    from omegaconf import OmegaConf
+
+    source = Path(value).expanduser().resolve()
+    if not source.is_file():
+        raise ConfigError(f"recipe file {value!r} does not exist (+recipe= takes a recipe name or a YAML path)")
+    text = source.read_text()
+    try:
+        package = ConfigSource._get_header_dict(text)["package"] or "_global_"
+        node = OmegaConf.create(text)
+    except Exception as error:  # a YAML or header syntax error: the message says where
+        raise ConfigError(f"recipe file {value!r} cannot be read: {error}") from None
+    # A shipped recipe of the same name would shadow the file (it comes first in Hydra's search path).
+    name = source.stem if not (RECIPES_DIR / f"{source.stem}.yaml").exists() else f"{source.stem}_file"
+    ConfigStore.instance().store(group="recipe", name=name, node=node, package=package, provider=str(source))
+    return name
 
 
 # `agrpo <subcommand> ...`: tools beside the training entrypoint, each a module with `main(argv) -> int`.
@@ -104,9 +117,16 @@ def main() -> None:
         import importlib
 
         sys.exit(importlib.import_module(SUBCOMMANDS[sys.argv[1]]).main(sys.argv[2:]))
+    if len(sys.argv) > 1 and sys.argv[1] in ("--version", "-V"):  # Hydra's own --version prints Hydra's
+        print(f"agrpo {__version__}")
+        return
     register_configs()
     register_resolvers()
-    sys.argv = [sys.argv[0], *expand_recipe_paths(sys.argv[1:])]
+    try:
+        sys.argv = [sys.argv[0], *expand_recipe_paths(sys.argv[1:])]
+    except ConfigError as error:
+        print(f"agrpo: error: {error}", file=sys.stderr)
+        sys.exit(error.exit_code)
     hydra_main()
     from agrpo.sweeps import LAST_SWEEP_FAILURES
 

@@ -1,17 +1,38 @@
-"""Where the project's config lives, and the OmegaConf resolvers that point at it."""
+"""Where the project's config lives (inside the installed package), and the OmegaConf resolvers the config uses.
+
+The YAML tree ships as `agrpo/conf` (in a checkout a link to the top-level conf/, whose recipe/ links to recipes/;
+in a wheel real files), so Hydra reads it through the package from any working directory and any install.
+"""
 
 from __future__ import annotations
 
+import os
+from importlib.resources import files
 from pathlib import Path
 
 from omegaconf import OmegaConf
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
-CONF_DIR = REPO_ROOT / "conf"
-RECIPES_DIR = REPO_ROOT / "recipes"
+CONF_DIR = Path(str(files("agrpo") / "conf"))
+RECIPES_DIR = CONF_DIR / "recipe"
+
+
+def run_dir() -> str:
+    """`${agrpo_run_dir:}`: the run's output directory. Hydra knows it once the job runs; `--cfg job` prints the
+    config before that (runtime.output_dir is None there), so show where a run would write instead."""
+    from hydra.core.hydra_config import HydraConfig
+
+    hydra_cfg = HydraConfig.get()
+    output_dir = OmegaConf.select(hydra_cfg, "runtime.output_dir", default=None, throw_on_missing=False)
+    if output_dir:
+        return str(output_dir)
+    from hydra.types import RunMode
+
+    if hydra_cfg.mode == RunMode.MULTIRUN:
+        return os.path.abspath(str(hydra_cfg.sweep.dir))
+    return os.path.abspath(str(hydra_cfg.run.dir))
 
 
 def register_resolvers() -> None:
-    """`${agrpo_root:}`: the checkout's root, so defaults such as data_dir work from any working directory."""
-    if not OmegaConf.has_resolver("agrpo_root"):
-        OmegaConf.register_new_resolver("agrpo_root", lambda: str(REPO_ROOT))
+    """Resolvers the shipped YAML refers to; registered before any compose (CLI, compose API)."""
+    if not OmegaConf.has_resolver("agrpo_run_dir"):
+        OmegaConf.register_new_resolver("agrpo_run_dir", run_dir)

@@ -109,3 +109,27 @@ def test_ctrl_c_while_a_replica_starts_stops_everything(tmp_path):
     # the replica's command line names the model under tmp_path/cache, the trainer's the run dir
     leftover = subprocess.run(["pgrep", "-f", str(tmp_path)], capture_output=True, text=True)
     assert leftover.stdout.strip() == ""
+
+
+def test_user_recipe_named_like_a_shipped_one_and_without_header(tmp_path):
+    """./smoke.yaml building on the shipped smoke recipe: the user's file is used, the header is optional, and no
+    temp folder is left behind."""
+    (tmp_path / "smoke.yaml").write_text("defaults:\n  - /recipe/smoke\n\nrun_name: smokey\nlora:\n  r: 2\n")
+    (tmp_path / "tmp").mkdir()
+    result = agrpo("+recipe=./smoke.yaml", "--cfg", "job", cwd=tmp_path, env={"TMPDIR": str(tmp_path / "tmp")})
+    assert result.returncode == 0, result.stderr
+    assert "run_name: smokey" in result.stdout and "lowercase_fraction" in result.stdout
+    assert not list((tmp_path / "tmp").iterdir())
+
+
+def test_version_prints_agrpos_own(tmp_path):
+    from agrpo import __version__
+
+    result = agrpo("--version", cwd=tmp_path)
+    assert result.returncode == 0 and result.stdout.strip() == f"agrpo {__version__}"
+
+
+def test_bad_recipe_yaml_is_one_paragraph(tmp_path):
+    (tmp_path / "broken.yaml").write_text("trainer: [unclosed\n")
+    result = agrpo("+recipe=./broken.yaml", cwd=tmp_path)
+    assert result.returncode == 2 and "broken.yaml" in result.stderr and "Traceback" not in result.stderr

@@ -337,8 +337,10 @@ class RunConfig:
     role: str = "all"
     # Where built models and other reusable artefacts are cached.
     cache_dir: str = "${oc.env:AGRPO_CACHE,${oc.env:HOME}/.cache/agrpo}"
-    # Local copies of public datasets (offline machines); recipes read from here when set.
-    data_dir: str = "${oc.env:AGRPO_DATA_DIR,${agrpo_root:}/../shared/data}"
+    # Local copies of public datasets (offline machines), e.g. data.path=${data_dir}/gsm8k/train.jsonl. Set it here
+    # or in AGRPO_DATA_DIR; unset (null) is fine for recipes that read no local file, and validation names both
+    # when a recipe needs it.
+    data_dir: Optional[str] = "${oc.env:AGRPO_DATA_DIR,null}"
 
 
 def register_configs() -> None:

@@ -1,12 +1,20 @@
-"""Cross-field checks that run before anything starts. Each problem names the keys to change (pure)."""
+"""The one validation pass, run before any process, Job or file outside the run dir exists (dry run included).
+
+`find_problems` holds the checks of the config alone (pure): unknown keys, ranges, names, cross-field rules.
+`validate` adds the checks against this machine (agrpo/config/environment.py: imports, files, packages, device) and
+raises one ConfigError listing everything, each problem naming the key to change.
+"""
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import re
 from typing import Any
 
+from omegaconf import OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+
+from agrpo.config.ranges import name_problems, proxy_problems, range_problems, unknown_key_problems
 from agrpo.errors import ConfigError
 
 NOT_IN_ADAPTER = ("lm_head", "embed_tokens", "wte", "embed_out")
@@ -15,6 +23,14 @@ DEVICES = ("auto", "cpu", "cuda")
 
 
 def find_problems(cfg: Any) -> list[str]:
+    """Everything wrong with the config itself, without looking at this machine."""
+    problems = unknown_key_problems(cfg)
+    if problems:  # other checks would read the stray keys' siblings with wrong assumptions: fix these first
+        return problems
+    return range_problems(cfg) + name_problems(cfg) + cross_field_problems(cfg) + proxy_problems(cfg)
+
+
+def cross_field_problems(cfg: Any) -> list[str]:
     problems: list[str] = []
     trainer, inference, lora = cfg.trainer, cfg.inference, cfg.lora
     needed_loras = trainer.max_staleness + 2
@@ -30,7 +46,8 @@ def find_problems(cfg: Any) -> list[str]:
     if lora.r > 512:
         problems.append(f"lora.r={lora.r} exceeds the largest rank vLLM serves (512)")
     if lora.use_dora:
-        problems.append("lora.use_dora=true cannot be synced adapter-only (vLLM serves plain LoRA): set lora.use_dora=false")
+        problems.append("lora.use_dora=true cannot be synced adapter-only (vLLM serves plain LoRA): "
+                        "set lora.use_dora=false")
     if lora.modules_to_save:
         problems.append(f"lora.modules_to_save={list(lora.modules_to_save)} trains full modules that a LoRA adapter "
                         "cannot carry to vLLM: set lora.modules_to_save=null")
@@ -57,8 +74,10 @@ def find_problems(cfg: Any) -> list[str]:
         problems.append(f"role={cfg.role!r} must be one of {ROLES}")
     if cfg.role == "trainer" and not inference.urls:
         problems.append("role=trainer needs the replicas' URLs in inference.urls")
-    if importlib.util.find_spec(f"agrpo.sync.{cfg.sync.kind}") is None:
-        problems.append(f"sync.kind={cfg.sync.kind!r} has no module agrpo/sync/{cfg.sync.kind}.py: pick sync=shared_dir")
+    shadowed = sorted(set(cfg.trainer.extra or {}) & set(cfg.trainer.keys()))
+    if shadowed:
+        problems.append(f"trainer.extra sets {shadowed}, which trainer.* already has: set trainer.{shadowed[0]} "
+                        "instead (trainer.extra is for the AsyncGRPOConfig fields agrpo does not name)")
     problems += hf_jobs_problems(cfg)
     funcs = cfg.reward.funcs or []
     if not funcs:
@@ -108,9 +127,27 @@ def hf_jobs_problems(cfg: Any) -> list[str]:
     return problems
 
 
-def validate(cfg: Any) -> None:
-    """Raise one ConfigError listing every problem, so the user fixes them in one go."""
-    problems = find_problems(cfg)
+def resolution_problems(cfg: Any) -> list[str]:
+    """Every interpolation resolves (`${oc.env:...}`, `${data_dir}`, resolvers); the first failure, as a sentence."""
+    try:
+        OmegaConf.to_container(cfg, resolve=True, throw_on_missing=False)
+    except OmegaConfBaseException as error:
+        key = getattr(error, "full_key", None) or "the config"
+        message = str(getattr(error, "msg", None) or error).splitlines()[0]
+        return [f"{key} cannot be resolved: {message}"]
+    return []
+
+
+def validate(cfg: Any, check_environment: bool = True) -> None:
+    """Raise one ConfigError listing every problem, so the user fixes them in one go. `check_environment=False`
+    skips the checks against this machine (imports, files, packages, device)."""
+    from agrpo.config.environment import environment_problems
+
+    problems = resolution_problems(cfg)  # the other checks read resolved values
+    if not problems:
+        problems = unknown_key_problems(cfg)  # stray keys first: the rest assumes the schema's shape
+    if not problems:
+        problems = find_problems(cfg) + (environment_problems(cfg) if check_environment else [])
     if problems:
         listing = "; ".join(problems)
         raise ConfigError(f"invalid config ({len(problems)} problem{'s' if len(problems) > 1 else ''}): {listing}.")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from hydra.utils import get_method
@@ -15,6 +16,9 @@ def load_train_dataset(data_cfg: Any, seed: int):
         loader = get_method(data_cfg.loader)
     except Exception as error:  # Hydra wraps import errors in its own type
         raise ConfigError(f"data.loader={data_cfg.loader!r} cannot be imported: {error}") from None
+    missing = missing_data_path(data_cfg.path)
+    if missing:
+        raise ConfigError(missing)
     dataset = loader(data_cfg, seed=seed)
     if "prompt" not in dataset.column_names:
         raise ConfigError(
@@ -25,3 +29,14 @@ def load_train_dataset(data_cfg: Any, seed: int):
     if data_cfg.max_prompts is not None:
         dataset = dataset.select(range(min(data_cfg.max_prompts, len(dataset))))
     return dataset
+
+
+def missing_data_path(path: str | None) -> str | None:
+    """Why `data.path` cannot be read (the sentence to show), or None. An unset data_dir interpolates as "None"."""
+    if path is None or Path(str(path)).expanduser().exists():
+        return None
+    if str(path).startswith("None/"):
+        return (f"data.path={path!r} is built from data_dir, which is not set: pass data_dir=/path/to/data or set "
+                "the AGRPO_DATA_DIR environment variable")
+    return (f"data.path={path!r} does not exist: point data.path (or data_dir / AGRPO_DATA_DIR, when the path is "
+            "built from it) at the data")

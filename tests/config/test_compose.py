@@ -12,6 +12,7 @@ from agrpo.errors import ConfigError
 from agrpo.paths import RECIPES_DIR
 
 RECIPES = sorted(p.stem for p in Path(RECIPES_DIR).glob("*.yaml"))
+SHARED_DATA = Path(__file__).resolve().parents[2].parent / "shared" / "data"
 
 
 def test_recipes_exist():
@@ -19,7 +20,8 @@ def test_recipes_exist():
 
 
 @pytest.mark.parametrize("recipe", RECIPES)
-def test_every_recipe_composes_resolves_and_validates(recipe):
+def test_every_recipe_composes_resolves_and_validates(recipe, monkeypatch):
+    monkeypatch.setenv("AGRPO_DATA_DIR", str(SHARED_DATA))  # gsm8k_cpu reads ${data_dir}/gsm8k/train.jsonl
     cfg = compose_run_config([f"+recipe={recipe}"], output_dir="/tmp/agrpo-compose")
     OmegaConf.resolve(cfg)  # every interpolation resolves
     validate(cfg)
@@ -31,7 +33,8 @@ def test_every_recipe_composes_resolves_and_validates(recipe):
 def test_recipe_starts_with_its_command(recipe):
     lines = (Path(RECIPES_DIR) / f"{recipe}.yaml").read_text().splitlines()
     assert lines[0] == "# @package _global_"
-    assert lines[1] == f"# python -m agrpo +recipe={recipe}" or lines[1].startswith(f"# python -m agrpo +recipe={recipe} ")
+    command = f"# python -m agrpo +recipe={recipe}"
+    assert lines[1] == command or lines[1].startswith(f"{command} ")
     assert lines[2].startswith("# Hardware:")
 
 
@@ -46,6 +49,13 @@ def test_smoke_recipe_values_override_defaults():
 def test_command_line_override_wins_over_recipe():
     cfg = compose_run_config(["+recipe=smoke", "trainer.max_steps=3", "lora.r=4"], output_dir="/tmp/x")
     assert (cfg.trainer.max_steps, cfg.lora.r) == (3, 4)
+
+
+def test_data_dir_comes_from_the_environment(monkeypatch):
+    monkeypatch.setenv("AGRPO_DATA_DIR", "/data/here")
+    assert compose_run_config(["+recipe=gsm8k_cpu"], output_dir="/tmp/x").data.path == "/data/here/gsm8k/train.jsonl"
+    monkeypatch.delenv("AGRPO_DATA_DIR")
+    assert compose_run_config(["+recipe=smoke"], output_dir="/tmp/x").data_dir is None
 
 
 def test_unknown_key_fails():
