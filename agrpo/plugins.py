@@ -23,5 +23,12 @@ def lookup(registry: dict[str, T], package: str, name: str, config_key: str) -> 
         if error.name != module:
             raise
     if name not in registry:
+        import pkgutil
+
+        for found in pkgutil.iter_modules(importlib.import_module(package).__path__):  # register every plugin
+            try:
+                importlib.import_module(f"{package}.{found.name}")
+            except ImportError:  # a plugin whose dependency is missing is not an option here
+                continue
         raise ConfigError(f"{config_key}={name!r} is not one of {sorted(registry)}: pick one of them")
     return registry[name]

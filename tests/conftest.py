@@ -19,6 +19,7 @@ import pytest  # noqa: E402
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 SHARED_DATA = REPO_ROOT.parent / "shared" / "data"
+os.environ.setdefault("AGRPO_DATA_DIR", str(SHARED_DATA))  # `make test` sets it too; plain pytest needs it
 
 
 @pytest.fixture(scope="session")

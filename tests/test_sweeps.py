@@ -54,7 +54,7 @@ def test_multirun_runs_every_point_past_a_failed_one_then_exits_non_zero(tmp_pat
     assert "sweep point(s) 0 failed" in result.stderr
     assert "| 0 | inference.max_loras=2 | failed |" in result.stdout
     assert "| 1 | inference.max_loras=3 | no metrics |" in result.stdout  # the next point still ran (dry run)
-    summary = list(tmp_path.glob("multirun/smoke/*/sweep_summary.md"))
+    summary = list(tmp_path.glob("outputs/multirun/smoke/*/sweep_summary.md"))
     assert len(summary) == 1 and "max_loras=3" in summary[0].read_text()
 
 

@@ -69,7 +69,7 @@ def test_fsdp2_on_cpu_refuses_a_tied_head_and_trains_after_untie(tmp_path):
     result = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
                              "--master_port", str(port), str(Path(__file__).parent / "fsdp_untie_worker.py")],
                             capture_output=True, text=True, timeout=300, env=env, cwd=tmp_path)
-    assert result.returncode == 0, "\n".join(l for l in result.stderr.splitlines() if "arn" not in l)[:4000]
+    assert result.returncode == 0, "\n".join(line for line in result.stderr.splitlines() if "arn" not in line)[:4000]
     lines = result.stdout.splitlines()
     assert sum("tied: refused" in line and "shared" in line for line in lines) == 2
     losses = {line for line in lines if line.startswith("untied: loss")}
