@@ -214,10 +214,32 @@ def test_a_dotted_run_id_fails_the_dry_run_naming_the_key(capsys):
     assert capsys.readouterr().out == ""
 
 
-def test_the_gsm8k_and_sanity_jobs_configs_are_valid():
+def test_the_gsm8k_jobs_config_is_valid():
     assert find_problems(jobs_cfg()) == [] and hf_jobs_problems(jobs_cfg()) == []
-    sanity = compose_run_config(["+recipe=sanity", "launcher.hf_jobs.run_id=s1"])
-    assert hf_jobs_problems(sanity) == [] and find_problems(sanity) == []
+
+
+def test_the_sanity_recipe_is_the_blogs_run_on_jobs():
+    """The reference topology and every number the blog gives (recipes/sanity.md lists what still differs)."""
+    cfg = compose_run_config(["+recipe=sanity", "launcher=hf_jobs", "sync=bucket", "launcher.hf_jobs.run_id=s1"])
+    assert find_problems(cfg) == [] and hf_jobs_problems(cfg) == []
+    t = cfg.trainer
+    assert cfg.model.name_or_path == "Qwen/Qwen2.5-Math-1.5B" and (cfg.lora.r, cfg.lora.alpha) == (1, 2)
+    assert (t.learning_rate, t.extra.adam_beta2, t.num_generations) == (4e-5, 0.95, 8)
+    assert t.per_device_train_batch_size * t.gradient_accumulation_steps * 2 == 128 and t.token_budget == 0
+    assert (t.max_completion_length, cfg.inference.max_model_len) == (3000, 4096)
+    assert (t.max_staleness, t.weight_sync_steps, t.max_inflight_tasks, t.queue_maxsize, t.save_steps) == (
+        4, 4, 128, 512, 20)
+    assert t.gradient_checkpointing is True
+    assert cfg.data.system_prompt == r"Please reason step by step, and put your final answer within \boxed{}."
+    plan = build_jobs_plan(cfg)
+    assert [(j.flavor, j.image) for j in plan.jobs()] == [("h200", IMAGE)] * 2 + [("h200x2", IMAGE)]
+    served = plan.replicas[0].command
+    assert served[:3] == ["vllm", "serve", "Qwen/Qwen2.5-Math-1.5B"]
+    assert served[served.index("--max-cpu-loras") + 1] == "12" and served[served.index("--max-loras") + 1] == "6"
+    assert served[served.index("--generation-config") + 1] == "vllm"
+    job = OmegaConf.create(plan.config.text)
+    assert job.launcher.hf_jobs.trainer_launcher == "accelerate"  # FSDP2 over the h200x2 trainer's 2 GPUs
+    assert plan.cost_per_hour() == (20.0, [])
 
 
 def test_rendered_commands_round_trip_through_a_shell():
