@@ -35,13 +35,16 @@ def test_python_m_agrpo_launches_the_run_and_the_trainer_job_runs_the_uploaded_w
                                        "lora:\n  alpha: 3\n")
     with FakeHub(on_create=finishing_trainer) as hub:
         user = [f"+recipe={recipes / 'mine.yaml'}", "launcher=hf_jobs", "sync=bucket", "inference.replicas=2",
-                "lora.r=1", "launcher.hf_jobs.run_id=cli1", f"launcher.hf_jobs.replica_url='{hub.replica_url_template()}'",
+                "lora.r=1", "launcher.hf_jobs.run_id=cli1",
+                f"launcher.hf_jobs.replica_url='{hub.replica_url_template()}'",
                 "launcher.hf_jobs.poll_interval_s=0.01"]
         done = subprocess.run([sys.executable, "-m", "agrpo", *user, f"hydra.run.dir={tmp_path / 'out'}"],
                               env=child_env(hub), capture_output=True, text=True, timeout=300, cwd=tmp_path)
     assert done.returncode == 0, done.stderr[-3000:]
     assert "trainer: done, 4 steps" in done.stdout
-    assert FAKE_TOKEN not in done.stdout + done.stderr
+    logs = "".join(p.read_text() for p in (tmp_path / "out").rglob("*") if p.is_file())
+    assert "prepare: upload the resolved run config" in logs  # the plan went to the run's log
+    assert FAKE_TOKEN not in done.stdout + done.stderr + logs
     assert hub.calls("GET", "/api/whoami-v2")  # the namespace came from the token
     replica0, replica1, trainer = hub.created()
     ids = list(hub.jobs)

@@ -9,7 +9,7 @@ import json
 import shlex
 
 import pytest
-from fakes.fake_hub import FAKE_TOKEN, NAMESPACE, FakeHub, use_fake_hub
+from fakes.fake_hub import FAKE_TOKEN, FakeHub, use_fake_hub
 from omegaconf import OmegaConf
 
 from agrpo.config.compose import compose_run_config
@@ -56,7 +56,8 @@ def test_golden_job_creation_bodies_for_a_two_replica_run(monkeypatch):
     replica0, replica1, trainer = hub.created()
     ids = list(hub.jobs)
     assert replica0 == {
-        "command": ["vllm", "serve", "Qwen/Qwen2.5-0.5B-Instruct", "--host", "0.0.0.0", "--port", "8000", "--dtype", "bfloat16", "--max-model-len", "1024",
+        "command": ["vllm", "serve", "Qwen/Qwen2.5-0.5B-Instruct", "--host", "0.0.0.0", "--port", "8000", "--dtype",
+                    "bfloat16", "--max-model-len", "1024",
                     "--enable-lora", "--max-lora-rank", "8", "--max-loras", "6", "--logprobs-mode",
                     "processed_logprobs", "--seed", "42", "--gpu-memory-utilization", "0.85"],
         "arguments": [],
@@ -230,7 +231,8 @@ def rendered_lines_of(body: dict) -> list[str]:
     if body.get("expose"):
         lines.append(f"  ports: {', '.join(map(str, body['expose']['ports']))} -> ")
     shown = SAFE_ENV_VALUES | {"AGRPO_LAUNCH_ID"}  # any other env value (none here) would print as <set>
-    lines.append("  env: " + " ".join(f"{k}={v if k in shown else '<set>'}" for k, v in sorted(body["environment"].items())))
+    env = sorted(body["environment"].items())
+    lines.append("  env: " + " ".join(f"{k}={v if k in shown else '<set>'}" for k, v in env))
     return lines
 
 

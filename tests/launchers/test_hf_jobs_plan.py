@@ -93,7 +93,8 @@ def test_the_install_script_runs_under_bash_and_execs_the_trainer_after_pip(tmp_
 
 
 def test_pinned_requirement_and_prebuilt_image_replace_the_wheel():
-    pinned = build_jobs_plan(jobs_cfg("launcher.hf_jobs.install='agrpo==0.1.0'", "launcher.hf_jobs.trainer_flavor=cpu-upgrade"))
+    pinned = build_jobs_plan(jobs_cfg("launcher.hf_jobs.install='agrpo==0.1.0'",
+                                      "launcher.hf_jobs.trainer_flavor=cpu-upgrade"))
     assert pinned.wheel is None
     assert pinned.trainer.command[3:6] == ["agrpo-install", "agrpo==0.1.0", "--"]  # no kernels on a CPU flavor
     prebuilt = build_jobs_plan(jobs_cfg("launcher.hf_jobs.trainer_image=me/agrpo-trainer:1",

@@ -136,7 +136,8 @@ def test_the_trainer_job_stops_with_one_line_when_its_replicas_are_gone(hub, tmp
     monkeypatch.setenv("AGRPO_LAUNCH_ID", "L9")
     assert main([str(tmp_path / "run1" / "config.yaml")]) == 1
     assert hub.cancelled() == [survivor.id]
-    assert "found 1 running replica Job(s) of run run1 (launch L9) where inference.replicas=2" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "found 1 running replica Job(s) of run run1 (launch L9) where inference.replicas=2" in err
 
 
 def test_python_m_agrpo_refuses_the_trainer_jobs_role():

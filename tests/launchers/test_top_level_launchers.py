@@ -69,7 +69,8 @@ def test_one_node_script_runs_python_m_agrpo_with_the_arguments(tmp_path):
 def test_multi_node_script_serves_a_replica_per_other_node_and_gives_the_trainer_their_urls(tmp_path, fake_slurm):
     env = env_with(PATH=f"{fake_slurm}{os.pathsep}{os.environ['PATH']}", SLURM_JOB_NODELIST="node-[a-c]",
                    AGRPO_LAUNCHERS=str(LAUNCHERS))
-    done = subprocess.run(["bash", str(LAUNCHERS / "slurm_multi_node.sbatch"), "+recipe=gsm8k", "inference.max_model_len=2048",
+    done = subprocess.run(["bash", str(LAUNCHERS / "slurm_multi_node.sbatch"), "+recipe=gsm8k",
+                           "inference.max_model_len=2048",
                            "launcher.dry_run=true", f"hydra.run.dir={tmp_path / 'run'}"],
                           env=env, capture_output=True, text=True, timeout=300, cwd=tmp_path)
     assert done.returncode == 0, done.stderr[-2000:]

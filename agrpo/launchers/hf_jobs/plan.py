@@ -181,7 +181,8 @@ def bind_namespace(plan: JobsPlan, namespace: str) -> JobsPlan:
         if isinstance(value, dict):
             return {k: swap(v) for k, v in value.items()}
         if dataclasses.is_dataclass(value):
-            return dataclasses.replace(value, **{f.name: swap(getattr(value, f.name)) for f in dataclasses.fields(value)})
+            fields = dataclasses.fields(value)
+            return dataclasses.replace(value, **{f.name: swap(getattr(value, f.name)) for f in fields})
         return value
 
     return swap(plan)

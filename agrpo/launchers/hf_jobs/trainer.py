@@ -105,7 +105,8 @@ def load_job_config(path: str, api: Any) -> Any:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m agrpo.launchers.hf_jobs.trainer", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m agrpo.launchers.hf_jobs.trainer",
+                                     description=__doc__.splitlines()[0])
     parser.add_argument("config", help="<run dir>/config.yaml, uploaded by the launcher")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
