@@ -5,8 +5,11 @@ machines cannot reach it; huggingface_hub's own HfApi makes every call, so the b
 real Jobs API would receive.
 """
 
+import io
 import json
 import shlex
+import zipfile
+from pathlib import Path
 
 import pytest
 from fakes.fake_hub import FAKE_TOKEN, FakeHub, use_fake_hub
@@ -21,6 +24,7 @@ from agrpo.launchers.plan import SAFE_ENV_VALUES
 
 USER = ["+recipe=gsm8k", "launcher=hf_jobs", "sync=bucket", "inference.replicas=2", "launcher.hf_jobs.run_id=run1",
         "launcher.hf_jobs.namespace=alice"]
+REPO = Path(__file__).resolve().parents[2]
 PINNED = "launcher.hf_jobs.install='agrpo==0.1.0'"  # most tests skip the wheel build; one builds it for real
 
 
@@ -242,6 +246,7 @@ def test_the_executor_submits_exactly_the_jobs_the_dry_run_printed_and_uploads_t
     with FakeHub(on_create=finishing_trainer) as hub:
         plan = make_plan(hub, "launcher.hf_jobs.trainer_attempts=2")
         dry_run = plan.render()
+        tree_before = sorted(p.name for p in REPO.iterdir())
         summary, _ = launch(hub, monkeypatch, plan=plan)
         assert summary["run_id"] == "run1", summary
         created = hub.created()
@@ -258,9 +263,13 @@ def test_the_executor_submits_exactly_the_jobs_the_dry_run_printed_and_uploads_t
         uploaded = hub.uploads["alice/agrpo-runs"]
         assert sorted(uploaded) == sorted([plan.wheel.path_in_bucket, plan.config.path_in_bucket])
         assert uploaded[plan.config.path_in_bucket].decode() == plan.config.text
-        assert uploaded[plan.wheel.path_in_bucket][:2] == b"PK"  # a zip: the wheel pip built
+        wheel = zipfile.ZipFile(io.BytesIO(uploaded[plan.wheel.path_in_bucket]))  # the wheel pip built
+        assert "agrpo/launchers/hf_jobs/executor.py" in wheel.namelist()
+        executor = "agrpo/launchers/hf_jobs/executor.py"
+        assert wheel.read(executor) == (REPO / executor).read_bytes()  # the code that launched the run
         assert f"/bucket/{plan.wheel.path_in_bucket}" in created[2]["command"]
         assert "prepare: " in dry_run and plan.wheel.filename in dry_run
+        assert sorted(p.name for p in REPO.iterdir()) == tree_before  # built from a copy: no build/, no egg-info
 
 
 def test_no_secret_value_reaches_a_job_body_the_config_or_the_logs(monkeypatch, caplog):

@@ -57,7 +57,7 @@ def test_trainer_job_installs_the_uploaded_wheel_without_moving_the_images_vllm_
     assert wheel.filename.startswith("agrpo-") and wheel.filename.endswith("-py3-none-any.whl")
     assert wheel.path_in_bucket == f"run1/.agrpo/{wheel.filename}"
     assert wheel.argv("/tmp/w")[1:] == ["-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-w", "/tmp/w",
-                                        wheel.package_root]
+                                        "/tmp/w/src"]
     command = plan.trainer.command
     assert command[:2] == ["bash", "-c"]
     script = command[2]

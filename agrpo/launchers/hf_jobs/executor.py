@@ -17,7 +17,7 @@ from typing import Any
 
 from agrpo.errors import LaunchError
 from agrpo.launchers.hf_jobs.client import TERMINAL_STAGES, cancel_jobs, hf_token, log_tail, secret_values, stage_of
-from agrpo.launchers.hf_jobs.package import build_wheel, wheel_build_dir
+from agrpo.launchers.hf_jobs.package import build_wheel, copy_source, wheel_build_dir
 from agrpo.launchers.hf_jobs.plan import TOKEN_SECRET, JobSpec, JobsPlan
 from agrpo.launchers.hf_jobs.ready import ReplicaJob, ReplicaNotReady, probe_health, wait_until_ready
 
@@ -59,6 +59,7 @@ class JobsRun:
             if plan.wheel:
                 out_dir = wheel_build_dir()
                 log.info("building %s from %s", plan.wheel.filename, plan.wheel.package_root)
+                copy_source(plan.wheel.package_root, f"{out_dir}/src")
                 wheel = build_wheel(plan.wheel.argv(out_dir), plan.wheel.filename, out_dir)
                 files.append((str(wheel), plan.wheel.path_in_bucket))
             files.append((plan.config.text.encode(), plan.config.path_in_bucket))

@@ -2,11 +2,14 @@
 
 `package_root()` finds the source tree of the imported agrpo (a checkout or an unpacked sdist: the folder above the
 package holding agrpo's pyproject.toml); `wheel_filename()` names the file `pip wheel` will build from it, so the
-plan can name the file the trainer Job installs before it exists; `build_wheel()` builds it (I/O).
+plan can name the file the trainer Job installs before it exists; `build_wheel()` builds it (I/O) from a copy of
+the tree, because setuptools writes build/ and *.egg-info into the tree it builds and would ship stale modules
+left in build/ by an earlier build.
 """
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import tempfile
 import tomllib
@@ -47,6 +50,15 @@ def package_version(root: Path) -> str:
 
 def wheel_filename(root: Path) -> str:
     return f"agrpo-{package_version(root)}-py3-none-any.whl"
+
+
+# Never copied into the build: outputs, caches, environments and earlier builds.
+NOT_SOURCE = shutil.ignore_patterns(".git", ".venv", "build", "dist", "*.egg-info", "outputs", "multirun",
+                                    "__pycache__", ".pytest_cache", ".hypothesis", "*.pyc")
+
+
+def copy_source(root: str, dest: str) -> None:
+    shutil.copytree(root, dest, ignore=NOT_SOURCE, symlinks=True)
 
 
 def build_wheel(argv: list[str], expected: str, out_dir: str) -> Path:

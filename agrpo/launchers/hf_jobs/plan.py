@@ -94,9 +94,10 @@ class WheelBuild:
     path_in_bucket: str
     python: str  # the interpreter that runs agrpo here builds it
 
-    def argv(self, out_dir: str) -> list[str]:
-        return [self.python, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-w", out_dir,
-                self.package_root]
+    def argv(self, work_dir: str) -> list[str]:
+        """Built from `<work_dir>/src`, a copy of package_root (so nothing is written into it), into work_dir."""
+        return [self.python, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-w", work_dir,
+                f"{work_dir}/src"]
 
 
 @dataclass
@@ -158,8 +159,9 @@ class JobsPlan:
                  f"bucket {self.bucket}; run dir {self.run_dir} (adapters, checkpoints, TensorBoard, final adapter)",
                  f"{cost} (an estimate from agrpo's price table; HfApi().list_jobs_hardware() has current prices)"]
         if self.wheel:
-            parts.append(f"prepare: {shlex.join(self.wheel.argv('<tmp>'))} -> upload "
-                         f"{self.wheel.filename} to bucket {self.bucket}:{self.wheel.path_in_bucket}")
+            parts.append(f"prepare: copy {self.wheel.package_root} (sources only) to <tmp>/src; "
+                         f"{shlex.join(self.wheel.argv('<tmp>'))} -> upload {self.wheel.filename} to bucket "
+                         f"{self.bucket}:{self.wheel.path_in_bucket}")
         parts.append(f"prepare: upload the resolved run config ({len(self.config.text.splitlines())} lines, sha256 "
                      f"{self.config.digest()}) to bucket {self.bucket}:{self.config.path_in_bucket}")
         parts += [f"note: {note}" for note in self.notes]
