@@ -146,3 +146,15 @@ def test_python_m_agrpo_refuses_the_trainer_jobs_role():
 
     with pytest.raises(ConfigError, match="python -m agrpo.launchers.hf_jobs.trainer"):
         get_launcher("hf_jobs").build_plan(trainer_cfg(Path("/bucket/run1")))
+
+
+def test_a_hub_error_while_finding_the_replicas_is_one_line(hub, tmp_path, monkeypatch, capsys):
+    from agrpo.launchers.hf_jobs.planner import build_jobs_plan
+    from agrpo.launchers.hf_jobs.trainer import main
+
+    cfg = compose_run_config(["+recipe=gsm8k", "launcher=hf_jobs", "sync=bucket", "launcher.hf_jobs.run_id=run1",
+                              "launcher.hf_jobs.namespace=bob", f"sync.mount_path={tmp_path}"])  # no access to bob
+    write(tmp_path / "run1" / "config.yaml", build_jobs_plan(cfg, launch_id="L3").config.text)
+    assert main([str(tmp_path / "run1" / "config.yaml")]) == 1
+    err = capsys.readouterr().err
+    assert "could not list the replica Jobs of run run1 in bob (HfHubHTTPError" in err and "Traceback" not in err

@@ -78,8 +78,13 @@ def run_trainer_job(cfg: Any, local_plan: Any, execute_local: Any, api: Any = No
 def replica_urls(cfg: Any, api: Any, launch_id: str) -> list[str]:
     """The exposed URLs of this launch's running replica Jobs (the launcher waited until they served)."""
     jobs = cfg.launcher.hf_jobs
-    found = [job for job in run_jobs(api, jobs.namespace, jobs.run_id, role="replica", launch_id=launch_id or None)
-             if stage_of(job) == "RUNNING"]
+    try:
+        listed = run_jobs(api, jobs.namespace, jobs.run_id, role="replica", launch_id=launch_id or None)
+    except Exception as error:  # HTTP or network: one line, then the Job ends (and the platform may requeue it)
+        first = (str(error).splitlines() or [""])[0]
+        raise LaunchError(f"the trainer Job could not list the replica Jobs of run {jobs.run_id} in "
+                          f"{jobs.namespace} ({type(error).__name__}: {first})") from None
+    found = [job for job in listed if stage_of(job) == "RUNNING"]
     if len(found) != cfg.inference.replicas:
         cancel_jobs(api, jobs.namespace, [job.id for job in found])  # no run without all of them: stop the billing
         raise LaunchError(f"the trainer Job found {len(found)} running replica Job(s) of run {jobs.run_id} (launch "
