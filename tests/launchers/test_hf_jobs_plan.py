@@ -4,6 +4,7 @@ No Hub is involved here (plans are plain data); the tests that talk to the Jobs 
 the real one cannot be reached from these machines.
 """
 
+import os
 import shlex
 
 import pytest
@@ -90,6 +91,38 @@ def test_the_install_script_runs_under_bash_and_execs_the_trainer_after_pip(tmp_
     assert calls[1].endswith(f"/bucket/run1/.agrpo/{plan.wheel.filename} {GPU_EXTRAS}")
     assert calls[2:] == ["vllm==0.31.0", "torch==2.9.0",  # the image's versions pinned, nothing else
                          "-m agrpo.launchers.hf_jobs.trainer /bucket/run1/config.yaml"]
+
+
+def test_the_install_is_retried_with_growing_waits_and_the_trainer_runs_only_after_it_succeeds(tmp_path):
+    """pip fails once, then succeeds: two installs, one wait (a stand-in `sleep` records it), then the trainer.
+    With every attempt failing the Job ends with code 1 and the trainer never starts."""
+    import subprocess
+
+    log = tmp_path / "calls"
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "sleep").write_text(f'#!/bin/bash\necho "sleep $1" >> {log}\n')
+    (bin_dir / "python3").write_text(
+        f'#!/bin/bash\necho "$*" >> {log}\n'
+        f'if [ "$3" = install ] && [ ! -e {tmp_path}/failed_once -o -e {tmp_path}/always_fail ]; then\n'
+        f'  touch {tmp_path}/failed_once; exit 1\nfi\n')
+    for tool in ("sleep", "python3"):
+        (bin_dir / tool).chmod(0o755)
+    env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}"}
+    plan = build_jobs_plan(jobs_cfg("launcher.hf_jobs.install='agrpo==0.1.0'", "launcher.hf_jobs.install_attempts=3"))
+    done = subprocess.run(plan.trainer.command, env=env, capture_output=True, text=True, timeout=30)
+    calls = log.read_text().splitlines()
+    assert done.returncode == 0, done.stderr
+    assert [c.split()[2] if c.startswith("-m pip") else c for c in calls] == [
+        "freeze", "install", "sleep 15", "install", "-m agrpo.launchers.hf_jobs.trainer /bucket/run1/config.yaml"]
+    assert "pip install failed (attempt 1 of 3)" in done.stderr
+    log.unlink()
+    (tmp_path / "always_fail").touch()
+    done = subprocess.run(plan.trainer.command, env=env, capture_output=True, text=True, timeout=30)
+    calls = log.read_text().splitlines()
+    assert done.returncode == 1 and "pip install failed (attempt 3 of 3)" in done.stderr
+    assert [c for c in calls if c.startswith("sleep")] == ["sleep 15", "sleep 30"]  # no wait after the last
+    assert not any("agrpo.launchers.hf_jobs.trainer" in c for c in calls)
 
 
 def test_pinned_requirement_and_prebuilt_image_replace_the_wheel():

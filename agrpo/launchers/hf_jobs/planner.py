@@ -38,7 +38,8 @@ INSTALL_SCRIPT = (
     'pins=$(mktemp); "$1" -m pip freeze 2>/dev/null | grep -iE "^(vllm|torch|transformers)==" > "$pins"; '
     'for attempt in $(seq {attempts}); do '
     '"$1" -m pip install --no-cache-dir --constraint "$pins" "${{reqs[@]}}" && exec "$@"; '
-    'echo "agrpo: pip install failed (attempt $attempt of {attempts})" >&2; sleep $((attempt * 15)); done; exit 1')
+    'echo "agrpo: pip install failed (attempt $attempt of {attempts})" >&2; '
+    'if [ "$attempt" -lt {attempts} ]; then sleep $((attempt * 15)); fi; done; exit 1')
 
 
 def require_valid(cfg: Any) -> None:
