@@ -13,15 +13,29 @@ import json
 import logging
 import shutil
 import time
+from pathlib import Path
 from typing import Any
 
 from agrpo.errors import LaunchError
 from agrpo.launchers.hf_jobs.client import TERMINAL_STAGES, cancel_jobs, hf_token, log_tail, secret_values, stage_of
 from agrpo.launchers.hf_jobs.package import build_wheel, copy_source, wheel_build_dir
-from agrpo.launchers.hf_jobs.plan import TOKEN_SECRET, JobSpec, JobsPlan
+from agrpo.launchers.hf_jobs.plan import TOKEN_SECRET, JobSpec, JobsPlan, WheelBuild
+from agrpo.launchers.hf_jobs.repack import installed_distribution, repack, site_dir, wheel_name
 from agrpo.launchers.hf_jobs.ready import ReplicaJob, ReplicaNotReady, probe_health, wait_until_ready
 
 log = logging.getLogger(__name__)
+
+
+def make_wheel(spec: WheelBuild, out_dir: str) -> Path:
+    """The wheel the plan names, in out_dir: built from a copy of the source tree, or packed from the install."""
+    if spec.from_installed:
+        dist = installed_distribution()
+        if dist is None or site_dir(dist) != spec.package_root or wheel_name(dist) != spec.filename:
+            raise LaunchError(f"the installed agrpo changed since the plan named {spec.filename} in "
+                              f"{spec.package_root}; launch again")
+        return repack(dist, out_dir)
+    copy_source(spec.package_root, f"{out_dir}/src")
+    return build_wheel(spec.argv(out_dir), spec.filename, out_dir)
 
 
 def refuse_secret_in_plan(plan: JobsPlan, secrets: dict[str, str]) -> None:
@@ -59,8 +73,7 @@ class JobsRun:
             if plan.wheel:
                 out_dir = wheel_build_dir()
                 log.info("building %s from %s", plan.wheel.filename, plan.wheel.package_root)
-                copy_source(plan.wheel.package_root, f"{out_dir}/src")
-                wheel = build_wheel(plan.wheel.argv(out_dir), plan.wheel.filename, out_dir)
+                wheel = make_wheel(plan.wheel, out_dir)
                 files.append((str(wheel), plan.wheel.path_in_bucket))
             files.append((plan.config.text.encode(), plan.config.path_in_bucket))
             try:

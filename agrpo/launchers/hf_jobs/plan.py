@@ -87,12 +87,14 @@ class JobSpec:
 
 @dataclass
 class WheelBuild:
-    """`pip wheel --no-deps --no-build-isolation` of the local package; the file the trainer Job installs."""
+    """The file the trainer Job installs: `pip wheel --no-deps --no-build-isolation` of the local source tree, or,
+    for an agrpo installed without its source, the installed files packed back into a wheel (repack.py)."""
 
-    package_root: str
-    filename: str  # agrpo-<version>-py3-none-any.whl: checked against what pip builds
+    package_root: str  # the source tree; with from_installed, the site-packages folder agrpo is installed in
+    filename: str  # agrpo-<version>-py3-none-any.whl: checked against what is built
     path_in_bucket: str
     python: str  # the interpreter that runs agrpo here builds it
+    from_installed: bool = False
 
     def argv(self, work_dir: str) -> list[str]:
         """Built from `<work_dir>/src`, a copy of package_root (so nothing is written into it), into work_dir."""
@@ -158,7 +160,10 @@ class JobsPlan:
         parts = [f"agrpo plan (hf_jobs), run id {self.run_id}, launch {self.launch_id}, namespace {self.namespace}",
                  f"bucket {self.bucket}; run dir {self.run_dir} (adapters, checkpoints, TensorBoard, final adapter)",
                  f"{cost} (an estimate from agrpo's price table; HfApi().list_jobs_hardware() has current prices)"]
-        if self.wheel:
+        if self.wheel and self.wheel.from_installed:
+            parts.append(f"prepare: pack the agrpo installed in {self.wheel.package_root} (no source tree) into "
+                         f"{self.wheel.filename} -> upload to bucket {self.bucket}:{self.wheel.path_in_bucket}")
+        elif self.wheel:
             parts.append(f"prepare: copy {self.wheel.package_root} (sources only) to <tmp>/src; "
                          f"{shlex.join(self.wheel.argv('<tmp>'))} -> upload {self.wheel.filename} to bucket "
                          f"{self.bucket}:{self.wheel.path_in_bucket}")

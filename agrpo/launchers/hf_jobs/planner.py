@@ -24,6 +24,7 @@ from agrpo.launchers.hf_jobs.checks import hf_jobs_problems, walk
 from agrpo.launchers.hf_jobs.package import package_root, wheel_filename
 from agrpo.launchers.hf_jobs.plan import (LAUNCH_ID_ENV, LAUNCH_LABEL, NAMESPACE_PLACEHOLDER, ROLE_LABEL, RUN_LABEL,
                                           TOKEN_SECRET, ConfigUpload, JobSpec, JobsPlan, Watch, WheelBuild)
+from agrpo.launchers.hf_jobs.repack import installed_distribution, site_dir, wheel_name
 from agrpo.sync.bucket import bucket_id, path_in_bucket
 
 CONFIG_FILE = "config.yaml"
@@ -131,6 +132,23 @@ def refuse_secret_values(text: str, secrets: list[str]) -> None:
                           "launcher.hf_jobs.secrets (the Jobs get it as an environment variable)")
 
 
+def local_wheel(folder_in_bucket: str) -> WheelBuild:
+    """The wheel of the agrpo running here: built from its source tree, or packed from its installed files."""
+    root = package_root()
+    if root is not None:
+        filename = wheel_filename(root)
+        return WheelBuild(str(root), filename, f"{folder_in_bucket}/{filename}", sys.executable)
+    dist = installed_distribution()
+    if dist is None:
+        raise ConfigError("the agrpo running here has neither a source tree (pyproject.toml beside the package) nor "
+                          "an installed file list, so the trainer Job's wheel cannot be made: set "
+                          "launcher.hf_jobs.install to a pinned requirement (e.g. 'agrpo @ "
+                          "https://.../agrpo-X.Y.Z-py3-none-any.whl') or launcher.hf_jobs.trainer_image to an image "
+                          "with agrpo (launchers/Dockerfile) plus launcher.hf_jobs.trainer_image_has_agrpo=true")
+    filename = wheel_name(dist)
+    return WheelBuild(site_dir(dist), filename, f"{folder_in_bucket}/{filename}", sys.executable, from_installed=True)
+
+
 def build_jobs_plan(cfg: Any, launch_id: str | None = None) -> JobsPlan:
     """The whole launch as data. Without launcher.hf_jobs.namespace, `<namespace>` stands for the token's user."""
     require_valid(cfg)
@@ -142,15 +160,7 @@ def build_jobs_plan(cfg: Any, launch_id: str | None = None) -> JobsPlan:
     run_dir_in_bucket = path_in_bucket(run_dir, cfg.sync.mount_path)
     wheel = None
     if not jobs.install and not jobs.trainer_image_has_agrpo:
-        root = package_root()
-        if root is None:
-            raise ConfigError("agrpo is installed here without its source (no pyproject.toml beside the package), "
-                              "so the trainer Job's wheel cannot be built: set launcher.hf_jobs.install to a pinned "
-                              "requirement (e.g. 'agrpo @ https://.../agrpo-X.Y.Z-py3-none-any.whl') or "
-                              "launcher.hf_jobs.trainer_image to an image with agrpo (launchers/Dockerfile) plus "
-                              "launcher.hf_jobs.trainer_image_has_agrpo=true")
-        filename = wheel_filename(root)
-        wheel = WheelBuild(str(root), filename, f"{run_dir_in_bucket}/{WHEEL_DIR}/{filename}", sys.executable)
+        wheel = local_wheel(f"{run_dir_in_bucket}/{WHEEL_DIR}")
     config_text = job_config_text(cfg, namespace, bucket)
     secrets = list(dict.fromkeys([TOKEN_SECRET, *jobs.secrets]))
     refuse_secret_values(config_text, secrets)
