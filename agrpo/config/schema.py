@@ -195,18 +195,20 @@ class HFJobsConfig:
     # Labels every Job of the run (agrpo-run=<run_id>), so `agrpo jobs status|logs|cancel RUN_ID` finds them; the
     # same id again resumes from <sync.mount_path>/<run_id> in the bucket.
     run_id: str = "${run_name}-${now:%Y%m%d-%H%M%S}"
-    # Stock vLLM image for the replicas; the command is the one the local launcher derives from the config.
-    replica_image: str = "vllm/vllm-openai:latest"
+    # The replicas' image: a vLLM release inside TRL 1.16's supported range (0.22.0-0.31.0), never `latest`.
+    replica_image: str = "vllm/vllm-openai:v0.31.0"
     # One GPU per replica is the reference topology; inference.gpus_per_replica > 1 needs a multi-GPU flavor.
     replica_flavor: str = "h200"
-    # The trainer image needs CUDA torch; vLLM's image has it (the trainer only talks HTTP to vLLM).
-    trainer_image: str = "vllm/vllm-openai:latest"
+    # The trainer's image: CUDA torch plus the same vLLM (TRL imports vLLM internals when vLLM is installed). agrpo
+    # is installed into it pinned to the image's vllm/torch/transformers, or comes with it (trainer_image_has_agrpo).
+    trainer_image: str = "vllm/vllm-openai:v0.31.0"
     # One GPU: launcher "local" runs one trainer process. For h200x2 and up, set trainer_launcher=accelerate.
     trainer_flavor: str = "h200"
     # Launcher that starts the proxy and the trainer inside the trainer Job: local (one process) or accelerate.
     trainer_launcher: str = "local"
-    # pip requirement that installs agrpo in the trainer Job (a git URL or a wheel path on the bucket mount).
-    install: str = "agrpo"
+    # Pinned pip requirement for agrpo in the trainer Job ('agrpo==X.Y.Z', 'agrpo @ https://...whl'). Empty: the
+    # wheel built from the launching code and uploaded to the run's folder, so the Job runs the code that launched it.
+    install: str = ""
     # Python inside the images (the replica command is `<python> -m <inference.server_module> ...`).
     python: str = "python3"
     # The port vLLM listens on inside a replica Job, exposed as https://<job_id>--<port>.hf.jobs.
@@ -229,8 +231,15 @@ class HFJobsConfig:
     detach: bool = False
     # Secret env names given to every Job; values come from this machine's env (HF_TOKEN: the saved token).
     secrets: list[str] = field(default_factory=lambda: ["HF_TOKEN"])
-    # Extra labels on every Job (e.g. team=rl); agrpo-run and agrpo-role are always set.
+    # Extra labels on every Job (e.g. team=rl); agrpo-run, agrpo-role and agrpo-launch are always set.
     labels: dict[str, str] = field(default_factory=dict)
+    # trainer_image already holds agrpo (e.g. built from launchers/Dockerfile): the trainer Job installs nothing.
+    trainer_image_has_agrpo: bool = False
+    # Start replicas with the image's `vllm serve` CLI; false: `<python> -m <inference.server_module>` (images
+    # without the `vllm` command).
+    replica_vllm_serve: bool = True
+    # pip attempts for the trainer Job's install (an index or the network may fail once; each retry waits longer).
+    install_attempts: int = 3
 
 
 @dataclass

@@ -9,6 +9,11 @@ Scenario knobs per Job (set in `on_create`, a callback that sees the created Job
 `logs` (lines served by /logs) and `stage_after_logs` (the stage a Job moves to once its logs were streamed).
 A bucket is backed by a local folder (the "mount"); `hidden_polls` hides a file from the listing for its first N
 listings, like the Hub's listing lagging behind an upload.
+
+Uploads: huggingface_hub sends bucket files through Xet's native client, which cannot be faked over plain HTTP, so
+`fake_bucket_uploads` replaces `HfApi.batch_bucket_files` with a PUT of each file's bytes to this server
+(`/fake-upload/<ns>/<bucket>/<path>`), which records them in `uploads` and writes them into the bucket's folder.
+A child process gets the same replacement from tests/fakes/child/sitecustomize.py (FAKE_HUB_UPLOADS=1).
 """
 
 from __future__ import annotations
@@ -66,6 +71,7 @@ class FakeHub:
         self.buckets: dict[str, Path | None] = {}
         self.hidden_polls: dict[str, int] = {}  # bucket path -> listings still to hide it from
         self.list_calls = 0
+        self.uploads: dict[str, dict[str, bytes]] = {}  # bucket id -> path in bucket -> bytes
         self.on_create = on_create
         self.lock = threading.Lock()
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(self))
@@ -157,6 +163,19 @@ def _handler(hub: FakeHub):
         def do_POST(self):
             self._route(self._record())
 
+        def do_PUT(self):  # fake uploads: the raw bytes of one file
+            parts = [unquote(p) for p in urlsplit(self.path).path.strip("/").split("/")]
+            data = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+            bucket_id, dest = f"{parts[1]}/{parts[2]}", "/".join(parts[3:])
+            with hub.lock:
+                hub.uploads.setdefault(bucket_id, {})[dest] = data
+                hub.requests.append(Request("PUT", urlsplit(self.path).path, [], None, dict(self.headers)))
+                root = hub.buckets.get(bucket_id)
+            if root is not None:
+                (root / dest).parent.mkdir(parents=True, exist_ok=True)
+                (root / dest).write_bytes(data)
+            self._send(200, {})
+
         def _route(self, r: Request) -> None:
             parts = [unquote(p) for p in r.path.strip("/").split("/")]
             if parts[:2] == ["api", "whoami-v2"]:
@@ -223,3 +242,22 @@ def use_fake_hub(monkeypatch, hub: FakeHub) -> None:
     monkeypatch.setenv("HF_TOKEN", FAKE_TOKEN)
     monkeypatch.setenv("NO_PROXY", "127.0.0.1,localhost")
     monkeypatch.setenv("no_proxy", "127.0.0.1,localhost")
+    fake_bucket_uploads(monkeypatch)
+
+
+def fake_batch_bucket_files(self, bucket_id: str, *, add=None, copy=None, delete=None, token=None) -> None:
+    """Stands in for HfApi.batch_bucket_files (Xet cannot be faked): PUT each added file to the fake Hub."""
+    import requests
+
+    if copy or delete:
+        raise NotImplementedError("the fake Hub only records added files")
+    for source, dest in add or []:
+        data = source if isinstance(source, bytes) else Path(source).read_bytes()
+        response = requests.put(f"{self.endpoint}/fake-upload/{bucket_id}/{dest}", data=data, timeout=30)
+        response.raise_for_status()
+
+
+def fake_bucket_uploads(monkeypatch) -> None:
+    from huggingface_hub import HfApi
+
+    monkeypatch.setattr(HfApi, "batch_bucket_files", fake_batch_bucket_files)

@@ -8,7 +8,7 @@ import sys
 import pytest
 from fakes.fake_hub import FAKE_TOKEN, FakeHub, use_fake_hub
 
-from agrpo.launchers.hf_jobs_cli import main
+from agrpo.launchers.hf_jobs.cli import main
 
 
 @pytest.fixture()

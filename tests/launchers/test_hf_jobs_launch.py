@@ -1,31 +1,45 @@
-"""The HF Jobs executor against a fake Hub: Job creation bodies, readiness, end-of-run and failure cancellation.
+"""The HF Jobs executor against a fake Hub: it submits exactly the plan's Jobs; uploads, readiness, cancellation.
 
 The Hub is faked (tests/fakes/fake_hub.py, a local HTTP server answering huggingface_hub's routes) because these
 machines cannot reach it; huggingface_hub's own HfApi makes every call, so the bodies checked here are the ones the
 real Jobs API would receive.
 """
 
+import io
 import json
+import shlex
+import zipfile
+from pathlib import Path
 
 import pytest
-from fakes.fake_hub import FAKE_TOKEN, NAMESPACE, FakeHub, use_fake_hub
+from fakes.fake_hub import FAKE_TOKEN, FakeHub, use_fake_hub
+from omegaconf import OmegaConf
 
 from agrpo.config.compose import compose_run_config
 from agrpo.errors import LaunchError
-from agrpo.launchers.hf_jobs import JobsRun
-from agrpo.launchers.hf_jobs_client import make_api
+from agrpo.launchers.hf_jobs.client import make_api
+from agrpo.launchers.hf_jobs.executor import JobsRun
+from agrpo.launchers.hf_jobs.planner import GPU_EXTRAS, build_jobs_plan
+from agrpo.launchers.plan import SAFE_ENV_VALUES
 
-USER = ["+recipe=gsm8k", "launcher=hf_jobs", "sync=bucket", "inference.replicas=2", "launcher.hf_jobs.run_id=run1"]
+USER = ["+recipe=gsm8k", "launcher=hf_jobs", "sync=bucket", "inference.replicas=2", "launcher.hf_jobs.run_id=run1",
+        "launcher.hf_jobs.namespace=alice"]
+REPO = Path(__file__).resolve().parents[2]
+PINNED = "launcher.hf_jobs.install='agrpo==0.1.0'"  # most tests skip the wheel build; one builds it for real
 
 
-def launch(hub, monkeypatch, *extra, echo=None):
-    """Run the launcher's executor on the fake Hub; return (summary or error, lines echoed)."""
-    use_fake_hub(monkeypatch, hub)
+def make_plan(hub, *extra):
     cfg = compose_run_config([*USER, "launcher.hf_jobs.poll_interval_s=0.01", "launcher.hf_jobs.ready_timeout_s=1",
-                              *extra])
-    cfg.launcher.hf_jobs.replica_url = hub.replica_url_template()
+                              f"launcher.hf_jobs.replica_url='{hub.replica_url_template()}'", *extra])
+    return build_jobs_plan(cfg, launch_id="L1")
+
+
+def launch(hub, monkeypatch, *extra, plan=None):
+    """Run the executor on the fake Hub; return (summary or error, lines echoed)."""
+    use_fake_hub(monkeypatch, hub)
+    plan = plan or make_plan(hub, PINNED, *extra)
     printed = []
-    run = JobsRun(cfg, make_api(), NAMESPACE, [*USER, *extra], echo=printed.append)
+    run = JobsRun(plan, make_api(), echo=printed.append)
     try:
         return run.execute(), printed
     except LaunchError as error:
@@ -41,13 +55,13 @@ def finishing_trainer(job):
 def test_golden_job_creation_bodies_for_a_two_replica_run(monkeypatch):
     with FakeHub(on_create=finishing_trainer) as hub:
         summary, printed = launch(hub, monkeypatch)
-    assert [r.body for r in hub.calls("POST", "/api/buckets/")] == [{"visibility": "private"}]
+    assert [r.body for r in hub.calls("POST", "/api/buckets/") if r.body] == [{"visibility": "private"}]
     assert hub.calls("POST", "/api/buckets/")[0].path == "/api/buckets/alice/agrpo-runs"
     replica0, replica1, trainer = hub.created()
     ids = list(hub.jobs)
     assert replica0 == {
-        "command": ["python3", "-m", "vllm.entrypoints.openai.api_server", "--model", "Qwen/Qwen2.5-0.5B-Instruct",
-                    "--host", "0.0.0.0", "--port", "8000", "--dtype", "bfloat16", "--max-model-len", "1024",
+        "command": ["vllm", "serve", "Qwen/Qwen2.5-0.5B-Instruct", "--host", "0.0.0.0", "--port", "8000", "--dtype",
+                    "bfloat16", "--max-model-len", "1024",
                     "--enable-lora", "--max-lora-rank", "8", "--max-loras", "6", "--logprobs-mode",
                     "processed_logprobs", "--seed", "42", "--gpu-memory-utilization", "0.85"],
         "arguments": [],
@@ -56,30 +70,30 @@ def test_golden_job_creation_bodies_for_a_two_replica_run(monkeypatch):
         "flavor": "h200",
         "secrets": {"HF_TOKEN": FAKE_TOKEN},
         "timeoutSeconds": 21600,
-        "labels": {"agrpo-run": "run1", "agrpo-role": "replica", "name": "run1-vllm-0"},
+        "labels": {"agrpo-run": "run1", "agrpo-role": "replica", "agrpo-launch": "L1", "name": "run1-vllm-0"},
         "volumes": [{"type": "bucket", "source": "alice/agrpo-runs", "mountPath": "/bucket", "readOnly": True}],
         "expose": {"ports": [8000], "portsPublic": []},
-        "dockerImage": "vllm/vllm-openai:latest",
+        "dockerImage": "vllm/vllm-openai:v0.31.0",
     }
     assert replica1["labels"]["name"] == "run1-vllm-1" and replica1["command"] == replica0["command"]
-    urls = [f"{hub.url}/expose/{ids[0]}/8000", f"{hub.url}/expose/{ids[1]}/8000"]
-    launch_id = trainer["environment"]["AGRPO_LAUNCH_ID"]
-    assert len(launch_id) == 12
-    assert trainer == {
-        "command": ["bash", "-c", 'pip install --no-cache-dir agrpo && exec "$@"', "agrpo", "python3", "-m", "agrpo",
-                    "+recipe=gsm8k", "launcher=hf_jobs", "sync=bucket", "inference.replicas=2",
-                    "role=trainer", f"inference.urls=[{urls[0]},{urls[1]}]", "inference.use_proxy=true",
-                    "proxy.token_env=HF_TOKEN", "sync.bucket=alice/agrpo-runs", "sync.output_dir=/bucket/run1",
-                    "hydra.run.dir=/bucket/run1", "launcher.hf_jobs.run_id=run1", "launcher.hf_jobs.namespace=alice"],
+    assert trainer["command"][3:] == ["agrpo-install", "agrpo==0.1.0", GPU_EXTRAS, "--", "python3", "-m",
+                                      "agrpo.launchers.hf_jobs.trainer", "/bucket/run1/config.yaml"]
+    assert {k: v for k, v in trainer.items() if k != "command"} == {
         "arguments": [],
-        "environment": {"AGRPO_LAUNCH_ID": launch_id},
+        "environment": {"AGRPO_LAUNCH_ID": "L1"},
         "flavor": "h200",
         "secrets": {"HF_TOKEN": FAKE_TOKEN},
         "timeoutSeconds": 21600,
-        "labels": {"agrpo-run": "run1", "agrpo-role": "trainer", "name": "run1-trainer"},
+        "labels": {"agrpo-run": "run1", "agrpo-role": "trainer", "agrpo-launch": "L1", "name": "run1-trainer"},
         "volumes": [{"type": "bucket", "source": "alice/agrpo-runs", "mountPath": "/bucket", "readOnly": False}],
-        "dockerImage": "vllm/vllm-openai:latest",
+        "dockerImage": "vllm/vllm-openai:v0.31.0",
     }
+    # The run config went to the run's folder before any Job was created.
+    uploaded = hub.uploads["alice/agrpo-runs"]
+    assert list(uploaded) == ["run1/config.yaml"]
+    assert OmegaConf.create(uploaded["run1/config.yaml"].decode()).role == "trainer"
+    first_job = next(i for i, r in enumerate(hub.requests) if r.path == "/api/jobs/alice" and r.method == "POST")
+    assert max(i for i, r in enumerate(hub.requests) if r.method == "PUT") < first_job
     # The token travels only as a Job secret and as the Authorization header, never in a command or env.
     for body in hub.created():
         assert FAKE_TOKEN not in json.dumps({k: v for k, v in body.items() if k != "secrets"})
@@ -186,9 +200,7 @@ def test_detach_returns_once_the_trainer_runs_and_cancels_nothing(monkeypatch):
 def test_ctrl_c_while_waiting_cancels_every_job_launched(monkeypatch):
     with FakeHub() as hub:
         use_fake_hub(monkeypatch, hub)
-        cfg = compose_run_config(USER)
-        cfg.launcher.hf_jobs.replica_url = hub.replica_url_template()
-        run = JobsRun(cfg, make_api(), NAMESPACE, USER, echo=lambda line: None)
+        run = JobsRun(make_plan(hub, PINNED), make_api(), echo=lambda line: None)
 
         def interrupted(*args, **kwargs):
             raise KeyboardInterrupt
@@ -205,3 +217,72 @@ def test_a_missing_secret_stops_the_launch_before_any_job_exists(monkeypatch):
         error, _ = launch(hub, monkeypatch, "launcher.hf_jobs.secrets=[HF_TOKEN,WANDB_API_KEY]")
     assert "no value for the Job secret(s) ['WANDB_API_KEY']" in str(error)
     assert hub.created() == []
+
+
+def rendered_lines_of(body: dict) -> list[str]:
+    """What the dry run prints for a Job with this creation body (every field the executor submits)."""
+    labels = {k: v for k, v in body["labels"].items() if k != "name"}
+    lines = [f"[{labels['agrpo-role']}] {body['labels']['name']}",
+             f"  image: {body['dockerImage']}  flavor: {body['flavor']} (~$5.00/h)",
+             f"  cmd: {shlex.join(body['command'])}",
+             f"  secrets: {' '.join(body['secrets'])} (values never shown)",
+             f"  labels: {' '.join(f'{k}={v}' for k, v in sorted(labels.items()))}"]
+    timeout = f"  timeout: {body['timeoutSeconds']} s"
+    lines.append(timeout + (f"  attempts: {body['attempts']}" if body.get("attempts") else ""))
+    for volume in body["volumes"]:
+        mode = "read-only" if volume["readOnly"] else "read-write"
+        lines.append(f"  volume: bucket {volume['source']} -> {volume['mountPath']} ({mode})")
+    if body.get("expose"):
+        lines.append(f"  ports: {', '.join(map(str, body['expose']['ports']))} -> ")
+    shown = SAFE_ENV_VALUES | {"AGRPO_LAUNCH_ID"}  # any other env value (none here) would print as <set>
+    env = sorted(body["environment"].items())
+    lines.append("  env: " + " ".join(f"{k}={v if k in shown else '<set>'}" for k, v in env))
+    return lines
+
+
+def test_the_executor_submits_exactly_the_jobs_the_dry_run_printed_and_uploads_the_wheel_it_names(monkeypatch):
+    """The plan is rendered (the dry run), then executed as is: every Job body matches the printed Job, field by
+    field, and the wheel uploaded is the file the trainer's command installs (built for real with pip)."""
+    with FakeHub(on_create=finishing_trainer) as hub:
+        plan = make_plan(hub, "launcher.hf_jobs.trainer_attempts=2")
+        dry_run = plan.render()
+        tree_before = sorted(p.name for p in REPO.iterdir())
+        summary, _ = launch(hub, monkeypatch, plan=plan)
+        assert summary["run_id"] == "run1", summary
+        created = hub.created()
+        assert len(created) == len(plan.jobs()) == 3
+        blocks = dry_run.split("\n[")
+        for body, spec in zip(created, plan.jobs()):
+            block = next("[" + b for b in blocks if b.startswith(f"{spec.role}] {spec.name}\n"))
+            for line in rendered_lines_of(body):
+                assert any(printed.startswith(line.rstrip()) for printed in block.splitlines()), (line, block)
+            assert (body["command"], body["environment"], body["dockerImage"], body["flavor"]) == (
+                spec.command, spec.env, spec.image, spec.flavor)
+            assert sorted(body["secrets"]) == sorted(spec.secrets)
+            assert {k: v for k, v in body["labels"].items() if k != "name"} == spec.labels
+        uploaded = hub.uploads["alice/agrpo-runs"]
+        assert sorted(uploaded) == sorted([plan.wheel.path_in_bucket, plan.config.path_in_bucket])
+        assert uploaded[plan.config.path_in_bucket].decode() == plan.config.text
+        wheel = zipfile.ZipFile(io.BytesIO(uploaded[plan.wheel.path_in_bucket]))  # the wheel pip built
+        assert "agrpo/launchers/hf_jobs/executor.py" in wheel.namelist()
+        executor = "agrpo/launchers/hf_jobs/executor.py"
+        assert wheel.read(executor) == (REPO / executor).read_bytes()  # the code that launched the run
+        assert f"/bucket/{plan.wheel.path_in_bucket}" in created[2]["command"]
+        assert "prepare: " in dry_run and plan.wheel.filename in dry_run
+        assert sorted(p.name for p in REPO.iterdir()) == tree_before  # built from a copy: no build/, no egg-info
+
+
+def test_no_secret_value_reaches_a_job_body_the_config_or_the_logs(monkeypatch, caplog):
+    caplog.set_level("DEBUG")
+    with FakeHub(on_create=finishing_trainer) as hub:
+        monkeypatch.setenv("WANDB_API_KEY", "wandb_value_never_shown")
+        summary, printed = launch(hub, monkeypatch, "launcher.hf_jobs.secrets=[HF_TOKEN,WANDB_API_KEY]")
+    assert summary["run_id"] == "run1"
+    for body in hub.created():
+        assert body["secrets"] == {"HF_TOKEN": FAKE_TOKEN, "WANDB_API_KEY": "wandb_value_never_shown"}
+        rest = json.dumps({k: v for k, v in body.items() if k != "secrets"})
+        assert FAKE_TOKEN not in rest and "wandb_value_never_shown" not in rest
+    for files in hub.uploads.values():
+        for data in files.values():
+            assert FAKE_TOKEN.encode() not in data and b"wandb_value_never_shown" not in data
+    assert FAKE_TOKEN not in caplog.text + "\n".join(printed)

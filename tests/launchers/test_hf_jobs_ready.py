@@ -6,7 +6,7 @@ from these machines).
 
 import pytest
 
-from agrpo.launchers.hf_jobs_ready import ReplicaJob, ReplicaNotReady, wait_until_ready
+from agrpo.launchers.hf_jobs.ready import ReplicaJob, ReplicaNotReady, wait_until_ready
 
 REPLICAS = [ReplicaJob("r-vllm-0", "j0", "https://j0--8000.hf.jobs"), ReplicaJob("r-vllm-1", "j1", "https://j1--8000.hf.jobs")]
 

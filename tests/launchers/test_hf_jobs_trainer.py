@@ -5,14 +5,15 @@ from these machines); the local launcher's executor is replaced by a stub that r
 """
 
 import json
+from pathlib import Path
 
 import pytest
 from fakes.fake_hub import FakeHub, use_fake_hub
 
 from agrpo.config.compose import compose_run_config
 from agrpo.errors import LaunchError
-from agrpo.launchers.hf_jobs_client import make_api
-from agrpo.launchers.hf_jobs_trainer import ATTEMPTS_FILE, next_attempt, run_trainer_job
+from agrpo.launchers.hf_jobs.client import make_api
+from agrpo.launchers.hf_jobs.trainer import ATTEMPTS_FILE, next_attempt, run_trainer_job
 
 
 def trainer_cfg(run_dir, *extra):
@@ -86,19 +87,74 @@ def test_a_failed_attempt_keeps_the_replicas_for_the_requeued_trainer_until_the_
     assert sorted(hub.cancelled()) == sorted(job.id for job in hub.replicas)  # the last attempt cleans up
 
 
-def test_inside_the_trainer_job_launcher_hf_jobs_plans_proxy_plus_trainer_and_runs_it(hub, tmp_path):
+def test_the_trainer_job_runs_from_the_uploaded_config_and_finds_its_launchs_replicas(hub, tmp_path, monkeypatch):
+    """`python -m agrpo.launchers.hf_jobs.trainer CONFIG` as the Job runs it: the uploaded config (from the plan),
+    this launch's running replicas found by label, the proxy in front of them adding the token, then cleanup."""
+    import agrpo.launchers.base
+    from agrpo.launchers.hf_jobs.planner import build_jobs_plan
+    from agrpo.launchers.hf_jobs.trainer import main
+    from agrpo.launchers.local import LocalLauncher
+
+    run_dir = tmp_path / "run1"
+    cfg = compose_run_config(["+recipe=gsm8k", "launcher=hf_jobs", "sync=bucket", "inference.replicas=2",
+                              "launcher.hf_jobs.run_id=run1", "launcher.hf_jobs.namespace=alice",
+                              f"sync.mount_path={tmp_path}", "lora.alpha=5",
+                              f"launcher.hf_jobs.replica_url='{hub.replica_url_template()}'"])
+    plan = build_jobs_plan(cfg, launch_id="L7")
+    write(run_dir / "config.yaml", plan.config.text)
+    ours = [hub.add_job(spec.labels) for spec in plan.replicas]
+    stale = hub.add_job({**plan.replicas[0].labels, "agrpo-launch": "L6"})  # an earlier launch of the same run
+    monkeypatch.setenv("AGRPO_LAUNCH_ID", "L7")
+    seen = {}
+
+    class Inner(LocalLauncher):
+        def execute(self, cfg, plan):
+            seen["cfg"], seen["plan"] = cfg, plan
+            return {"reward_last": 0.5}
+
+    monkeypatch.setattr(agrpo.launchers.base, "get_launcher", lambda name: Inner())
+    assert main([str(run_dir / "config.yaml")]) == 0
+    urls = [f"{hub.url}/expose/{job.id}/8000" for job in ours]
+    assert list(seen["cfg"].inference.urls) == urls and seen["cfg"].lora.alpha == 5
+    proxy = seen["plan"].services[0].argv
+    assert [s.role for s in seen["plan"].services] == ["proxy"]  # no replica is started inside the trainer Job
+    assert [proxy[i + 1] for i, a in enumerate(proxy) if a == "--upstream"] == urls
+    assert proxy[proxy.index("--token-env") + 1] == "HF_TOKEN"
+    assert stale.id not in " ".join(proxy)
+    assert {job.id for job in hub.replicas + ours + [stale]} <= set(hub.cancelled()) | {stale.id}
+
+
+def test_the_trainer_job_stops_with_one_line_when_its_replicas_are_gone(hub, tmp_path, monkeypatch, capsys):
+    from agrpo.launchers.hf_jobs.planner import build_jobs_plan
+    from agrpo.launchers.hf_jobs.trainer import main
+
+    cfg = compose_run_config(["+recipe=gsm8k", "launcher=hf_jobs", "sync=bucket", "inference.replicas=2",
+                              "launcher.hf_jobs.run_id=run1", "launcher.hf_jobs.namespace=alice",
+                              f"sync.mount_path={tmp_path}"])
+    write(tmp_path / "run1" / "config.yaml", build_jobs_plan(cfg, launch_id="L9").config.text)
+    survivor = hub.add_job({"agrpo-run": "run1", "agrpo-role": "replica", "agrpo-launch": "L9"})
+    monkeypatch.setenv("AGRPO_LAUNCH_ID", "L9")
+    assert main([str(tmp_path / "run1" / "config.yaml")]) == 1
+    assert hub.cancelled() == [survivor.id]
+    err = capsys.readouterr().err
+    assert "found 1 running replica Job(s) of run run1 (launch L9) where inference.replicas=2" in err
+
+
+def test_python_m_agrpo_refuses_the_trainer_jobs_role():
+    from agrpo.errors import ConfigError
     from agrpo.launchers import get_launcher
 
-    cfg = trainer_cfg(tmp_path / "run1")
-    launcher = get_launcher("hf_jobs")
-    plan = launcher.build_plan(cfg)
-    assert plan.launcher == "local" and [s.role for s in plan.services] == ["proxy"]
-    assert "--token-env" in plan.services[0].argv and "https://a--8000.hf.jobs" in plan.services[0].argv
+    with pytest.raises(ConfigError, match="python -m agrpo.launchers.hf_jobs.trainer"):
+        get_launcher("hf_jobs").build_plan(trainer_cfg(Path("/bucket/run1")))
 
-    class Inner:
-        def execute(self, cfg, plan):
-            return {"ran": plan.launcher}
 
-    launcher.inner = Inner()
-    assert launcher.execute(cfg, plan) == {"ran": "local"}
-    assert sorted(hub.cancelled()) == sorted(job.id for job in hub.replicas)
+def test_a_hub_error_while_finding_the_replicas_is_one_line(hub, tmp_path, monkeypatch, capsys):
+    from agrpo.launchers.hf_jobs.planner import build_jobs_plan
+    from agrpo.launchers.hf_jobs.trainer import main
+
+    cfg = compose_run_config(["+recipe=gsm8k", "launcher=hf_jobs", "sync=bucket", "launcher.hf_jobs.run_id=run1",
+                              "launcher.hf_jobs.namespace=bob", f"sync.mount_path={tmp_path}"])  # no access to bob
+    write(tmp_path / "run1" / "config.yaml", build_jobs_plan(cfg, launch_id="L3").config.text)
+    assert main([str(tmp_path / "run1" / "config.yaml")]) == 1
+    err = capsys.readouterr().err
+    assert "could not list the replica Jobs of run run1 in bob (HfHubHTTPError" in err and "Traceback" not in err

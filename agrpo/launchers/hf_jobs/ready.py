@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from agrpo.errors import LaunchError
-from agrpo.launchers.hf_jobs_client import TERMINAL_STAGES
+from agrpo.launchers.hf_jobs.client import TERMINAL_STAGES
 
 
 @dataclass

@@ -1,0 +1,124 @@
+"""Checks for launcher=hf_jobs and sync=bucket that run before any Job, bucket or file exists (pure).
+
+`hf_jobs_problems(cfg)` returns one sentence per problem, each naming the key to change; the launcher refuses a
+plan while any remains. It covers what would make the Jobs fail on first use: names the Hub refuses, a secret that
+would be resolved into the Job's config, a model only this machine can see.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from typing import Any
+
+from omegaconf import OmegaConf
+
+JOB_NAME = re.compile(r"[A-Za-z0-9_-]+")  # what the Hub accepts in Job names and label keys/values
+ENV_INTERPOLATION = re.compile(r"\$\{(?:oc\.env|env):\s*([A-Za-z_][A-Za-z0-9_]*)")
+SECRET_LIKE = re.compile(r"TOKEN|SECRET|PASSWORD|PASSWD|API_?KEY|CREDENTIAL|PRIVATE_KEY", re.IGNORECASE)
+
+
+def walk(node: Any, prefix: str = ""):
+    """(dotted key, value) of every leaf of a plain container."""
+    if isinstance(node, dict):
+        for key, value in node.items():
+            yield from walk(value, f"{prefix}.{key}" if prefix else str(key))
+    elif isinstance(node, list):
+        for index, value in enumerate(node):
+            yield from walk(value, f"{prefix}[{index}]")
+    else:
+        yield prefix, node
+
+
+def interpolated_secrets(cfg: Any, secret_names: list[str]) -> list[tuple[str, str]]:
+    """(key, env name) of every `${oc.env:NAME}` reading a secret: a name in launcher.hf_jobs.secrets or one that
+    looks like a credential. Resolving it would write its value into the Job's config file."""
+    raw = OmegaConf.to_container(cfg, resolve=False) if OmegaConf.is_config(cfg) else cfg
+    found = []
+    for key, value in walk(raw):
+        if isinstance(value, str):
+            for name in ENV_INTERPOLATION.findall(value):
+                if name in secret_names or SECRET_LIKE.search(name):
+                    found.append((key, name))
+    return found
+
+
+def bucket_problems(sync: Any) -> list[str]:
+    problems = []
+    mount = os.path.abspath(sync.mount_path)
+    if not os.path.isabs(sync.mount_path):
+        problems.append(f"sync.mount_path={sync.mount_path!r} must be an absolute path")
+    elif not os.path.abspath(sync.output_dir).startswith(mount.rstrip("/") + "/"):
+        problems.append(f"sync.output_dir={sync.output_dir!r} is not under sync.mount_path={sync.mount_path!r}: "
+                        "adapters written there would never reach the bucket")
+    if not re.fullmatch(r"([\w.-]+/)?[\w.-]+", sync.bucket or ""):
+        problems.append(f"sync.bucket={sync.bucket!r} must be 'name' or 'namespace/name'")
+    return problems
+
+
+def name_problems(jobs: Any) -> list[str]:
+    problems = []
+    if not JOB_NAME.fullmatch(str(jobs.run_id)):
+        problems.append(f"launcher.hf_jobs.run_id={jobs.run_id!r} may hold only letters, digits, '_' and '-' (it "
+                        "names the Jobs, labels them and names the bucket folder; the Hub refuses other characters)")
+    for key, value in (jobs.labels or {}).items():
+        if not (JOB_NAME.fullmatch(str(key)) and JOB_NAME.fullmatch(str(value))):
+            problems.append(f"launcher.hf_jobs.labels.{key}={value!r}: label keys and values may hold only letters, "
+                            "digits, '_' and '-'")
+    return problems
+
+
+def install_problems(jobs: Any) -> list[str]:
+    problems = []
+    if jobs.trainer_image_has_agrpo and jobs.install:
+        problems.append(f"launcher.hf_jobs.install={jobs.install!r} and launcher.hf_jobs.trainer_image_has_agrpo=true "
+                        "contradict each other: keep one (the image's agrpo, or a pinned requirement to install)")
+    if jobs.install and re.fullmatch(r"[A-Za-z0-9_.-]+", jobs.install.strip()):
+        problems.append(f"launcher.hf_jobs.install={jobs.install!r} is a bare package name, which would install "
+                        "whatever an index serves under that name inside a Job holding your token: pin it "
+                        "('agrpo==X.Y.Z' or 'agrpo @ https://.../agrpo-X.Y.Z-py3-none-any.whl') or leave it empty "
+                        "to install the wheel agrpo builds from this machine's code")
+    if jobs.install_attempts < 1:
+        problems.append("launcher.hf_jobs.install_attempts must be >= 1")
+    return problems
+
+
+def hf_jobs_problems(cfg: Any) -> list[str]:
+    """Every problem of a launcher=hf_jobs / sync=bucket config; [] when it can launch."""
+    problems: list[str] = []
+    sync = cfg.sync
+    if sync.kind == "bucket":
+        problems += bucket_problems(sync)
+    if cfg.launcher.name != "hf_jobs":
+        return problems
+    jobs = cfg.launcher.hf_jobs
+    if sync.kind != "bucket":
+        problems.append(f"launcher=hf_jobs needs sync=bucket (sync.kind={sync.kind!r}): Jobs share no disk")
+    if cfg.model.builder:
+        problems.append(f"model.builder={cfg.model.builder!r} builds the model on this machine, which the Jobs cannot "
+                        "see: use a Hub model id in model.name_or_path (e.g. model=qwen2_5_0_5b)")
+    data_path = cfg.data.path
+    if data_path and not str(data_path).startswith(str(sync.mount_path).rstrip("/") + "/"):
+        problems.append(f"data.path={data_path!r} is a file on this machine, which the Jobs cannot see: use a Hub "
+                        "dataset (data.path=null) or copy the file into the bucket and point data.path under "
+                        f"sync.mount_path={sync.mount_path!r}")
+    if cfg.inference.device == "cpu":
+        problems.append("launcher=hf_jobs runs vLLM's GPU image: set inference.device=auto or cuda")
+    problems += name_problems(jobs)
+    problems += install_problems(jobs)
+    if jobs.trainer_launcher not in ("local", "accelerate"):
+        problems.append(f"launcher.hf_jobs.trainer_launcher={jobs.trainer_launcher!r} must be local or accelerate")
+    if jobs.trainer_attempts < 1:
+        problems.append("launcher.hf_jobs.trainer_attempts must be >= 1")
+    if not 0 < jobs.replica_port < 65536:
+        problems.append(f"launcher.hf_jobs.replica_port={jobs.replica_port} is not a TCP port")
+    for key, name in interpolated_secrets(cfg, list(jobs.secrets)):
+        problems.append(f"{key} reads the secret {name} through ${{oc.env:{name}}}, which would write its value "
+                        f"into the trainer Job's config file on the bucket: add {name} to launcher.hf_jobs.secrets "
+                        "(every Job then gets it as an environment variable, never in a command or file) and "
+                        f"remove the interpolation (e.g. proxy.token_env={name} for the proxy's upstream token)")
+    if cfg.role == "trainer" and not (jobs.namespace and cfg.inference.use_proxy and cfg.proxy.token_env):
+        problems.append("role=trainer with launcher=hf_jobs runs inside the trainer Job and needs "
+                        "launcher.hf_jobs.namespace, inference.use_proxy=true and proxy.token_env (the replicas' URLs "
+                        "need the HF token): the launcher sets all three")
+    return problems

@@ -1,0 +1,169 @@
+"""Run a JobsPlan on the launching machine; the plan is the only input, so what runs is what the dry run printed.
+
+Build the wheel the plan names; create the bucket if missing; upload the wheel and the resolved run config into
+the run's folder; launch the replica Jobs; wait until each serves /health through its exposed URL (a replica that
+fails or never gets healthy cancels everything, naming it and why); launch the trainer Job; stream its logs; when
+it ends, or on Ctrl-C, cancel every Job this launch created.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import shutil
+import time
+from pathlib import Path
+from typing import Any
+
+from agrpo.errors import LaunchError
+from agrpo.launchers.hf_jobs.client import TERMINAL_STAGES, cancel_jobs, hf_token, log_tail, secret_values, stage_of
+from agrpo.launchers.hf_jobs.package import build_wheel, copy_source, wheel_build_dir
+from agrpo.launchers.hf_jobs.plan import TOKEN_SECRET, JobSpec, JobsPlan, WheelBuild
+from agrpo.launchers.hf_jobs.repack import installed_distribution, repack, site_dir, wheel_name
+from agrpo.launchers.hf_jobs.ready import ReplicaJob, ReplicaNotReady, probe_health, wait_until_ready
+
+log = logging.getLogger(__name__)
+
+
+def make_wheel(spec: WheelBuild, out_dir: str) -> Path:
+    """The wheel the plan names, in out_dir: built from a copy of the source tree, or packed from the install."""
+    if spec.from_installed:
+        dist = installed_distribution()
+        if dist is None or site_dir(dist) != spec.package_root or wheel_name(dist) != spec.filename:
+            raise LaunchError(f"the installed agrpo changed since the plan named {spec.filename} in "
+                              f"{spec.package_root}; launch again")
+        return repack(dist, out_dir)
+    copy_source(spec.package_root, f"{out_dir}/src")
+    return build_wheel(spec.argv(out_dir), spec.filename, out_dir)
+
+
+def refuse_secret_in_plan(plan: JobsPlan, secrets: dict[str, str]) -> None:
+    """Last guard before anything leaves this machine: no secret value in any command, env, label or file."""
+    text = json.dumps(dataclasses.asdict(plan))
+    leaked = sorted(name for name, value in secrets.items() if value and value in text)
+    if leaked:
+        raise LaunchError(f"the value of the secret(s) {leaked} appears in the plan (a command, env value, label or "
+                          "the run config): remove it and name the secret in launcher.hf_jobs.secrets instead")
+
+
+class JobsRun:
+    """One launch of a plan: the Jobs it created, so that whatever happens they are cancelled."""
+
+    def __init__(self, plan: JobsPlan, api: Any, echo=print):
+        self.plan, self.api, self.echo = plan, api, echo
+        self.watch = plan.watch
+        self.launched: list[str] = []
+
+    def _run(self, spec: JobSpec, secrets: dict[str, str]) -> Any:
+        info = self.api.run_job(**spec.run_job_kwargs(self.plan.namespace, secrets))
+        self.launched.append(info.id)
+        log.info("launched %s Job %s (%s, %s): %s", spec.role, info.id, spec.flavor, spec.name, info.url)
+        return info
+
+    def _stage(self, job_id: str) -> tuple[str, str | None]:
+        job = self.api.inspect_job(job_id=job_id, namespace=self.plan.namespace)
+        return stage_of(job), job.status.message
+
+    def upload(self) -> None:
+        """The wheel (built now, from the package root the plan names) and the run config, into the run's folder."""
+        plan, files = self.plan, []
+        out_dir = None
+        try:
+            if plan.wheel:
+                out_dir = wheel_build_dir()
+                log.info("building %s from %s", plan.wheel.filename, plan.wheel.package_root)
+                wheel = make_wheel(plan.wheel, out_dir)
+                files.append((str(wheel), plan.wheel.path_in_bucket))
+            files.append((plan.config.text.encode(), plan.config.path_in_bucket))
+            try:
+                self.api.create_bucket(plan.bucket, private=True, exist_ok=True)
+                self.api.batch_bucket_files(plan.bucket, add=files)
+            except Exception as error:  # HTTP, network or Xet errors: one line, nothing was launched
+                first = str(error).strip().splitlines()[0] if str(error).strip() else ""
+                raise LaunchError(f"could not upload the run's files to the bucket {plan.bucket} "
+                                  f"({type(error).__name__}: {first}); no Job was created. Check the token's write "
+                                  "access to the bucket (sync.bucket)") from None
+            log.info("uploaded %s to bucket %s", ", ".join(dest for _, dest in files), plan.bucket)
+        finally:
+            if out_dir:
+                shutil.rmtree(out_dir, ignore_errors=True)
+
+    def launch_replicas(self, secrets: dict[str, str]) -> list[ReplicaJob]:
+        replicas = []
+        for spec in self.plan.replicas:
+            info = self._run(spec, secrets)
+            replicas.append(ReplicaJob(spec.name, info.id, self.plan.replica_url(info.id)))
+        return replicas
+
+    def wait_ready(self, replicas: list[ReplicaJob], token: str | None) -> float:
+        try:
+            return wait_until_ready(
+                replicas, self._stage, lambda url: probe_health(url, token), self.watch.ready_timeout_s,
+                self.watch.poll_interval_s,
+                on_ready=lambda r, s: log.info("replica %s healthy after %.0f s: %s", r.name, s, r.url))
+        except ReplicaNotReady as error:
+            tail = log_tail(self.api, self.plan.namespace, error.replica.job_id)
+            logs = ("; its last log lines:\n" + "\n".join(tail)) if tail else ""
+            raise LaunchError(f"{error}. Every Job of run {self.plan.run_id} was cancelled{logs}") from None
+
+    def watch_trainer(self, job_id: str) -> Any:
+        """Stream the trainer's logs until it is over (waiting out a platform requeue); return its last JobInfo."""
+        namespace, watch = self.plan.namespace, self.watch
+        printed = 0  # a new stream replays the Job's logs from the start: print each line once
+        while True:
+            for index, line in enumerate(self.api.fetch_job_logs(job_id=job_id, namespace=namespace, follow=True)):
+                if index >= printed:
+                    self.echo(line)
+                    printed += 1
+            info = self._wait_terminal(job_id)
+            if stage_of(info) != "ERROR" or watch.trainer_attempts <= 1:
+                return info
+            deadline = time.monotonic() + watch.requeue_grace_s
+            while stage_of(info) in TERMINAL_STAGES and time.monotonic() < deadline:
+                time.sleep(watch.poll_interval_s)
+                info = self.api.inspect_job(job_id=job_id, namespace=namespace)
+            if stage_of(info) in TERMINAL_STAGES:
+                return info
+            log.warning("trainer Job %s was requeued by the platform: following the next attempt", job_id)
+
+    def _wait_terminal(self, job_id: str) -> Any:
+        while True:
+            info = self.api.inspect_job(job_id=job_id, namespace=self.plan.namespace)
+            if stage_of(info) in TERMINAL_STAGES:
+                return info
+            time.sleep(self.watch.poll_interval_s)
+
+    def execute(self) -> dict[str, Any]:
+        plan = self.plan
+        secrets = secret_values([name for job in plan.jobs() for name in job.secrets])
+        refuse_secret_in_plan(plan, secrets)
+        self.upload()
+        detached = False
+        try:
+            replicas = self.launch_replicas(secrets)
+            took = self.wait_ready(replicas, secrets.get(TOKEN_SECRET) or hf_token())
+            log.info("%d replica(s) healthy after %.0f s", len(replicas), took)
+            trainer = self._run(plan.trainer, secrets)
+            summary = {"run_id": plan.run_id, "namespace": plan.namespace, "trainer_job": trainer.id,
+                       "replica_jobs": [r.job_id for r in replicas], "run_dir": plan.run_dir}
+            if self.watch.detach:
+                detached = True
+                self.echo(f"agrpo: run {plan.run_id} launched; the trainer Job {trainer.url} cancels the replicas "
+                          f"when it ends. Follow it with `agrpo jobs logs {plan.run_id}`, stop it with "
+                          f"`agrpo jobs cancel {plan.run_id}`")
+                return summary
+            final = self.watch_trainer(trainer.id)
+            if stage_of(final) != "COMPLETED":
+                why = f": {final.status.message}" if final.status.message else ""
+                raise LaunchError(f"the trainer Job {trainer.id} ended with stage {stage_of(final)}{why}. Its "
+                                  f"checkpoints stay in the bucket {plan.bucket} under {plan.run_dir}; relaunch "
+                                  f"with launcher.hf_jobs.run_id={plan.run_id} to resume")
+            return summary
+        except KeyboardInterrupt:
+            raise LaunchError(f"interrupted; every Job of run {plan.run_id} was cancelled") from None
+        finally:
+            if not detached:
+                cancelled = cancel_jobs(self.api, plan.namespace, self.launched)
+                if cancelled:
+                    log.info("cancelled %d Job(s) of run %s", len(cancelled), plan.run_id)

@@ -1,0 +1,195 @@
+"""The HF Jobs plan as plain data: everything a launch does, so the dry run prints exactly what the executor runs.
+
+A plan holds the preparation (the wheel built from the local package, the resolved config the trainer Job runs
+from, both uploaded into the run's folder on the bucket), every Job (image, flavor, command, env, secret names,
+volumes, exposed ports, labels, timeout) and the executor's settings (polling, readiness, requeue, detach). The
+executor (executor.py) takes only this; it computes nothing from the config. Secrets appear here by name only.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import shlex
+from dataclasses import dataclass, field
+from typing import Any
+
+from agrpo.launchers.plan import SAFE_ENV_VALUES
+
+# Estimated USD per hour by flavor, from Hugging Face's public Jobs pricing when this was written. An estimate
+# only: `HfApi().list_jobs_hardware()` returns the current prices.
+PRICE_PER_HOUR_USD = {
+    "cpu-basic": 0.01, "cpu-upgrade": 0.03,
+    "t4-small": 0.40, "t4-medium": 0.60, "l4x1": 0.80, "l4x4": 3.80,
+    "l40sx1": 1.80, "l40sx4": 8.30, "l40sx8": 23.50,
+    "a10g-small": 1.00, "a10g-large": 1.50, "a10g-largex2": 3.00, "a10g-largex4": 5.00,
+    "a100-large": 2.50, "a100x4": 10.00, "a100x8": 20.00,
+    "h200": 5.00, "h200x2": 10.00, "h200x4": 20.00, "h200x8": 40.00,
+}
+RUN_LABEL, ROLE_LABEL, LAUNCH_LABEL = "agrpo-run", "agrpo-role", "agrpo-launch"
+TOKEN_SECRET = "HF_TOKEN"  # the secret the proxy sends upstream and the trainer Job lists/cancels replicas with
+LAUNCH_ID_ENV = "AGRPO_LAUNCH_ID"  # tells the attempts of one trainer Job apart from a later relaunch
+NAMESPACE_PLACEHOLDER = "<namespace>"
+
+
+@dataclass
+class JobSpec:
+    """One Job as data: what `HfApi.run_job` receives, minus secret values."""
+
+    name: str
+    role: str  # "replica" | "trainer"
+    image: str
+    flavor: str
+    command: list[str]
+    env: dict[str, str]
+    secrets: list[str]  # names; values come from the launching machine at creation time
+    volumes: list[dict[str, Any]]  # {"source": "ns/bucket", "mount_path": "/bucket", "read_only": bool}
+    labels: dict[str, str]
+    timeout_s: int
+    expose: list[int] = field(default_factory=list)
+    attempts: int = 1
+    url: str | None = None  # replicas: the exposed base URL (a placeholder until the Job exists)
+
+    def run_job_kwargs(self, namespace: str, secret_values: dict[str, str]) -> dict[str, Any]:
+        """Keyword arguments for `HfApi.run_job`."""
+        from huggingface_hub import Volume
+
+        volumes = [Volume(type="bucket", source=v["source"], mount_path=v["mount_path"], read_only=v["read_only"])
+                   for v in self.volumes]
+        return dict(image=self.image, command=list(self.command), env=dict(self.env),
+                    secrets={name: secret_values[name] for name in self.secrets} or None, flavor=self.flavor,
+                    timeout=self.timeout_s, attempts=self.attempts if self.attempts > 1 else None, name=self.name,
+                    labels=dict(self.labels), volumes=volumes or None, expose=list(self.expose) or None,
+                    namespace=namespace)
+
+    def render(self) -> str:
+        safe = SAFE_ENV_VALUES | {LAUNCH_ID_ENV}
+        env = " ".join(f"{k}={v if k in safe else '<set>'}" for k, v in sorted(self.env.items()))
+        price = PRICE_PER_HOUR_USD.get(self.flavor)
+        lines = [f"[{self.role}] {self.name}",
+                 f"  image: {self.image}  flavor: {self.flavor} (~${price:.2f}/h)" if price is not None
+                 else f"  image: {self.image}  flavor: {self.flavor} (price unknown)",
+                 f"  timeout: {self.timeout_s} s" + (f"  attempts: {self.attempts}" if self.attempts > 1 else ""),
+                 f"  cmd: {shlex.join(self.command)}"]
+        if env:
+            lines.append(f"  env: {env}")
+        if self.secrets:
+            lines.append(f"  secrets: {' '.join(self.secrets)} (values never shown)")
+        for v in self.volumes:
+            lines.append(f"  volume: bucket {v['source']} -> {v['mount_path']} "
+                         f"({'read-only' if v['read_only'] else 'read-write'})")
+        if self.expose:
+            lines.append(f"  ports: {', '.join(map(str, self.expose))} -> {self.url}")
+        lines.append(f"  labels: {' '.join(f'{k}={v}' for k, v in sorted(self.labels.items()))}")
+        return "\n".join(lines)
+
+
+@dataclass
+class WheelBuild:
+    """The file the trainer Job installs: `pip wheel --no-deps --no-build-isolation` of the local source tree, or,
+    for an agrpo installed without its source, the installed files packed back into a wheel (repack.py)."""
+
+    package_root: str  # the source tree; with from_installed, the site-packages folder agrpo is installed in
+    filename: str  # agrpo-<version>-py3-none-any.whl: checked against what is built
+    path_in_bucket: str
+    python: str  # the interpreter that runs agrpo here builds it
+    from_installed: bool = False
+
+    def argv(self, work_dir: str) -> list[str]:
+        """Built from `<work_dir>/src`, a copy of package_root (so nothing is written into it), into work_dir."""
+        return [self.python, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-w", work_dir,
+                f"{work_dir}/src"]
+
+
+@dataclass
+class ConfigUpload:
+    """The resolved config the trainer Job runs from (`python -m agrpo.launchers.hf_jobs.trainer <path>`)."""
+
+    path_in_bucket: str
+    text: str
+
+    def digest(self) -> str:
+        return hashlib.sha256(self.text.encode()).hexdigest()[:12]
+
+
+@dataclass
+class Watch:
+    """How the executor waits and follows: the launcher.hf_jobs knobs it needs, copied in at plan time."""
+
+    replica_url: str  # pattern with {job_id} and {port}
+    replica_port: int
+    ready_timeout_s: float
+    poll_interval_s: float
+    trainer_attempts: int
+    requeue_grace_s: float
+    detach: bool
+
+
+@dataclass
+class JobsPlan:
+    run_id: str
+    launch_id: str
+    namespace: str
+    bucket: str
+    run_dir: str  # sync.output_dir: the run's folder on the bucket mount
+    replicas: list[JobSpec]
+    trainer: JobSpec
+    config: ConfigUpload
+    watch: Watch
+    wheel: WheelBuild | None = None  # None: the trainer installs a pinned requirement or its image has agrpo
+    launcher: str = "hf_jobs"
+    notes: list[str] = field(default_factory=list)
+
+    def jobs(self) -> list[JobSpec]:
+        return [*self.replicas, self.trainer]
+
+    def cost_per_hour(self) -> tuple[float, list[str]]:
+        """(estimated USD per hour of every Job together, flavors missing from the price table)."""
+        flavors = [job.flavor for job in self.jobs()]
+        return (sum(PRICE_PER_HOUR_USD.get(f, 0.0) for f in flavors),
+                sorted({f for f in flavors if f not in PRICE_PER_HOUR_USD}))
+
+    def replica_url(self, job_id: str) -> str:
+        return self.watch.replica_url.format(job_id=job_id, port=self.watch.replica_port)
+
+    def render(self) -> str:
+        total, unknown = self.cost_per_hour()
+        cost = f"estimated cost: ${total:.2f}/hour for {len(self.replicas)} replica Job(s) + 1 trainer Job"
+        cost += f" (no price known for {unknown})" if unknown else ""
+        parts = [f"agrpo plan (hf_jobs), run id {self.run_id}, launch {self.launch_id}, namespace {self.namespace}",
+                 f"bucket {self.bucket}; run dir {self.run_dir} (adapters, checkpoints, TensorBoard, final adapter)",
+                 f"{cost} (an estimate from agrpo's price table; HfApi().list_jobs_hardware() has current prices)"]
+        if self.wheel and self.wheel.from_installed:
+            parts.append(f"prepare: pack the agrpo installed in {self.wheel.package_root} (no source tree) into "
+                         f"{self.wheel.filename} -> upload to bucket {self.bucket}:{self.wheel.path_in_bucket}")
+        elif self.wheel:
+            parts.append(f"prepare: copy {self.wheel.package_root} (sources only) to <tmp>/src; "
+                         f"{shlex.join(self.wheel.argv('<tmp>'))} -> upload {self.wheel.filename} to bucket "
+                         f"{self.bucket}:{self.wheel.path_in_bucket}")
+        parts.append(f"prepare: upload the resolved run config ({len(self.config.text.splitlines())} lines, sha256 "
+                     f"{self.config.digest()}) to bucket {self.bucket}:{self.config.path_in_bucket}")
+        parts += [f"note: {note}" for note in self.notes]
+        parts += [job.render() for job in self.jobs()]
+        return "\n".join(parts)
+
+
+def bind_namespace(plan: JobsPlan, namespace: str) -> JobsPlan:
+    """The plan with the `<namespace>` placeholder (dry run without launcher.hf_jobs.namespace) replaced by the
+    token's user, looked up at launch: the only value a dry run cannot know offline. Everything else is unchanged."""
+    if NAMESPACE_PLACEHOLDER not in json.dumps(dataclasses.asdict(plan)):
+        return plan
+
+    def swap(value: Any) -> Any:
+        if isinstance(value, str):
+            return value.replace(NAMESPACE_PLACEHOLDER, namespace)
+        if isinstance(value, list):
+            return [swap(v) for v in value]
+        if isinstance(value, dict):
+            return {k: swap(v) for k, v in value.items()}
+        if dataclasses.is_dataclass(value):
+            fields = dataclasses.fields(value)
+            return dataclasses.replace(value, **{f.name: swap(getattr(value, f.name)) for f in fields})
+        return value
+
+    return swap(plan)

@@ -1,0 +1,132 @@
+"""Inside the trainer Job: `python -m agrpo.launchers.hf_jobs.trainer <run dir>/config.yaml`.
+
+It reads the run config the launcher resolved and uploaded (never re-composed from overrides), finds the replica
+Jobs of its launch by label, then resumes from the bucket, runs proxy + trainer, and cancels the replicas.
+
+The trainer Job, not the machine that launched it, cancels the replicas when it ends, so a closed laptop never
+leaves GPUs billing. With launcher.hf_jobs.trainer_attempts > 1 the platform reruns a failed or preempted trainer;
+each attempt counts itself in the run folder, and only a success or the last attempt cancels the replicas, so a
+requeued trainer finds them still serving and resumes from the latest checkpoint in the bucket.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+from typing import Any
+
+from agrpo.errors import AgrpoError, LaunchError
+from agrpo.launchers.hf_jobs.client import cancel_jobs, cancel_run, make_api, run_jobs, stage_of
+from agrpo.launchers.hf_jobs.plan import LAUNCH_ID_ENV
+from agrpo.sync.resume import prepare_resume
+from agrpo.sync.storage import BucketStorage, LocalDirStorage
+
+log = logging.getLogger(__name__)
+ATTEMPTS_FILE = ".agrpo/trainer_attempt.json"
+
+
+def next_attempt(previous: dict[str, Any] | None, launch_id: str) -> dict[str, Any]:
+    """The attempt record after this start: counting goes on within one launch and restarts with a new one."""
+    if previous and previous.get("launch_id") == launch_id:
+        return {"launch_id": launch_id, "attempt": int(previous.get("attempt", 0)) + 1}
+    return {"launch_id": launch_id, "attempt": 1}
+
+
+def record_attempt(storage: BucketStorage, launch_id: str) -> int:
+    try:
+        previous = json.loads(storage.read_text(ATTEMPTS_FILE))
+    except (FileNotFoundError, ValueError):
+        previous = None
+    record = next_attempt(previous, launch_id)
+    storage.write_text(ATTEMPTS_FILE, json.dumps(record))
+    return record["attempt"]
+
+
+def prepare_trainer(cfg: Any, storage: BucketStorage) -> int:
+    """Resume state and attempt number for this start; sets trainer.resume when the bucket holds a checkpoint."""
+    state = prepare_resume(storage)
+    if state.checkpoint is not None:
+        cfg.trainer.resume = True
+        log.info("resuming run %s from %s in the bucket", cfg.launcher.hf_jobs.run_id, state.checkpoint)
+    return record_attempt(storage, os.environ.get(LAUNCH_ID_ENV, ""))
+
+
+def run_trainer_job(cfg: Any, local_plan: Any, execute_local: Any, api: Any = None) -> dict[str, Any]:
+    """Run the local trainer plan (proxy + trainer against the replica URLs) and clean up the run's replicas."""
+    jobs = cfg.launcher.hf_jobs
+    attempt = prepare_trainer(cfg, LocalDirStorage(cfg.sync.output_dir))
+    last = attempt >= jobs.trainer_attempts
+    log.info("trainer attempt %d of %d", attempt, jobs.trainer_attempts)
+    succeeded = False
+    try:
+        result = execute_local(cfg, local_plan)
+        succeeded = True
+        return result
+    finally:
+        if succeeded or last:
+            api = api or make_api()
+            cancelled = cancel_run(api, jobs.namespace, jobs.run_id, role="replica")
+            log.info("cancelled %d replica Job(s) of run %s", len(cancelled), jobs.run_id)
+        else:
+            log.warning("attempt %d of %d failed: the replicas stay up for the requeued trainer", attempt,
+                        jobs.trainer_attempts)
+
+
+def replica_urls(cfg: Any, api: Any, launch_id: str) -> list[str]:
+    """The exposed URLs of this launch's running replica Jobs (the launcher waited until they served)."""
+    jobs = cfg.launcher.hf_jobs
+    try:
+        listed = run_jobs(api, jobs.namespace, jobs.run_id, role="replica", launch_id=launch_id or None)
+    except Exception as error:  # HTTP or network: one line, then the Job ends (and the platform may requeue it)
+        first = (str(error).splitlines() or [""])[0]
+        raise LaunchError(f"the trainer Job could not list the replica Jobs of run {jobs.run_id} in "
+                          f"{jobs.namespace} ({type(error).__name__}: {first})") from None
+    found = [job for job in listed if stage_of(job) == "RUNNING"]
+    if len(found) != cfg.inference.replicas:
+        cancel_jobs(api, jobs.namespace, [job.id for job in found])  # no run without all of them: stop the billing
+        raise LaunchError(f"the trainer Job found {len(found)} running replica Job(s) of run {jobs.run_id} (launch "
+                          f"{launch_id}) where inference.replicas={cfg.inference.replicas}: they ended or were "
+                          "cancelled (those found are cancelled too); launch the run again (same "
+                          "launcher.hf_jobs.run_id to resume)")
+    return [jobs.replica_url.format(job_id=job.id, port=jobs.replica_port) for job in found]
+
+
+def load_job_config(path: str, api: Any) -> Any:
+    """The uploaded run config, with this launch's replica URLs filled in and validated."""
+    from omegaconf import OmegaConf
+
+    from agrpo.config.schema import RunConfig
+    from agrpo.config.validate import validate
+    from agrpo.launchers.hf_jobs.planner import require_valid
+
+    cfg = OmegaConf.merge(OmegaConf.structured(RunConfig), OmegaConf.load(path))
+    cfg.inference.urls = replica_urls(cfg, api, os.environ.get(LAUNCH_ID_ENV, ""))
+    validate(cfg)
+    require_valid(cfg)
+    return cfg
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m agrpo.launchers.hf_jobs.trainer",
+                                     description=__doc__.splitlines()[0])
+    parser.add_argument("config", help="<run dir>/config.yaml, uploaded by the launcher")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    from agrpo.launchers.base import get_launcher
+
+    try:
+        api = make_api()
+        cfg = load_job_config(args.config, api)
+        inner = get_launcher(cfg.launcher.hf_jobs.trainer_launcher)
+        run_trainer_job(cfg, inner.build_plan(cfg), inner.execute, api=api)
+    except AgrpoError as error:
+        print(f"agrpo trainer Job: error: {error}", file=sys.stderr)
+        return error.exit_code
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
