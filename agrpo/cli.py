@@ -107,7 +107,7 @@ def store_recipe_file(value: str) -> str:
 
 # `agrpo <subcommand> ...`: tools beside the training entrypoint, each a module with `main(argv) -> int`.
 SUBCOMMANDS = {
-    "jobs": "agrpo.launchers.hf_jobs_cli",  # agrpo jobs status|logs|cancel RUN_ID
+    "jobs": "agrpo.launchers.hf_jobs.cli",  # agrpo jobs status|logs|cancel RUN_ID
     "eval": "agrpo.eval.cli",  # agrpo eval +recipe=NAME [adapter=PATH]
 }
 

@@ -7,14 +7,13 @@ raises one ConfigError listing everything, each problem naming the key to change
 
 from __future__ import annotations
 
-import os
-import re
 from typing import Any
 
 from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from agrpo.config.ranges import name_problems, proxy_problems, range_problems, unknown_key_problems
+from agrpo.config.hf_jobs_checks import hf_jobs_problems
 from agrpo.errors import ConfigError
 
 NOT_IN_ADAPTER = ("lm_head", "embed_tokens", "wte", "embed_out")
@@ -85,45 +84,6 @@ def cross_field_problems(cfg: Any) -> list[str]:
     for index, term in enumerate(funcs):
         if not hasattr(term, "get") or not term.get("_target_"):
             problems.append(f"reward.funcs[{index}] needs a `_target_` (dotted path of a reward callable)")
-    return problems
-
-
-def hf_jobs_problems(cfg: Any) -> list[str]:
-    """launcher=hf_jobs and sync=bucket: what would make Jobs unable to share adapters or find the model."""
-    problems: list[str] = []
-    sync = cfg.sync
-    if sync.kind == "bucket":
-        mount = os.path.abspath(sync.mount_path)
-        if not os.path.isabs(sync.mount_path):
-            problems.append(f"sync.mount_path={sync.mount_path!r} must be an absolute path")
-        elif not os.path.abspath(sync.output_dir).startswith(mount.rstrip("/") + "/"):
-            problems.append(f"sync.output_dir={sync.output_dir!r} is not under sync.mount_path={sync.mount_path!r}: "
-                            "adapters written there would never reach the bucket")
-        if not re.fullmatch(r"([\w.-]+/)?[\w.-]+", sync.bucket or ""):
-            problems.append(f"sync.bucket={sync.bucket!r} must be 'name' or 'namespace/name'")
-    if cfg.launcher.name != "hf_jobs":
-        return problems
-    jobs = cfg.launcher.hf_jobs
-    if sync.kind != "bucket":
-        problems.append(f"launcher=hf_jobs needs sync=bucket (sync.kind={sync.kind!r}): Jobs share no disk")
-    if cfg.model.builder:
-        problems.append(f"model.builder={cfg.model.builder!r} builds the model on this machine, which the Jobs cannot "
-                        "see: use a Hub model id in model.name_or_path (e.g. model=qwen2_5_0_5b)")
-    if cfg.inference.device == "cpu":
-        problems.append("launcher=hf_jobs runs vLLM's GPU image: set inference.device=auto or cuda")
-    if not re.fullmatch(r"[A-Za-z0-9._-]+", str(jobs.run_id)):
-        problems.append(f"launcher.hf_jobs.run_id={jobs.run_id!r} may hold only letters, digits, '.', '_' and '-' "
-                        "(it names the bucket folder and labels the Jobs)")
-    if jobs.trainer_launcher not in ("local", "accelerate"):
-        problems.append(f"launcher.hf_jobs.trainer_launcher={jobs.trainer_launcher!r} must be local or accelerate")
-    if jobs.trainer_attempts < 1:
-        problems.append("launcher.hf_jobs.trainer_attempts must be >= 1")
-    if not 0 < jobs.replica_port < 65536:
-        problems.append(f"launcher.hf_jobs.replica_port={jobs.replica_port} is not a TCP port")
-    if cfg.role == "trainer" and not (jobs.namespace and cfg.inference.use_proxy and cfg.proxy.token_env):
-        problems.append("role=trainer with launcher=hf_jobs runs inside the trainer Job and needs "
-                        "launcher.hf_jobs.namespace, inference.use_proxy=true and proxy.token_env (the replicas' URLs "
-                        "need the HF token): the launcher sets all three")
     return problems
 
 

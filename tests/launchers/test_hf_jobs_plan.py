@@ -15,7 +15,7 @@ from agrpo.config.compose import compose_run_config
 from agrpo.config.validate import find_problems
 from agrpo.errors import ConfigError
 from agrpo.inference.vllm_server import build_replica_launch
-from agrpo.launchers.hf_jobs.checks import hf_jobs_problems
+from agrpo.config.hf_jobs_checks import hf_jobs_problems
 from agrpo.launchers.hf_jobs.plan import PRICE_PER_HOUR_USD, bind_namespace
 from agrpo.launchers.hf_jobs.planner import GPU_EXTRAS, build_jobs_plan, vllm_serve_argv
 

@@ -90,7 +90,7 @@ def test_hub_storage_lists_relative_to_its_root(tmp_path, monkeypatch):
         use_fake_hub(monkeypatch, hub)
         hub.buckets["alice/rl"] = tmp_path
         publish(tmp_path, 5, payload=b"abc")
-        from agrpo.launchers.hf_jobs_client import make_api
+        from agrpo.launchers.hf_jobs.client import make_api
 
         storage = HubBucketStorage(make_api(), "alice/rl", "run1", tmp_path / "run1")
         assert storage.list_files(".vllm_lora") == {".vllm_lora/trl-policy-v5/adapter_config.json": 8,

@@ -20,7 +20,7 @@ from omegaconf import OmegaConf
 
 from agrpo.errors import ConfigError
 from agrpo.inference.vllm_server import build_replica_launch
-from agrpo.launchers.hf_jobs.checks import hf_jobs_problems, walk
+from agrpo.config.hf_jobs_checks import hf_jobs_problems, walk
 from agrpo.launchers.hf_jobs.package import package_root, wheel_filename
 from agrpo.launchers.hf_jobs.plan import (LAUNCH_ID_ENV, LAUNCH_LABEL, NAMESPACE_PLACEHOLDER, ROLE_LABEL, RUN_LABEL,
                                           TOKEN_SECRET, ConfigUpload, JobSpec, JobsPlan, Watch, WheelBuild)
