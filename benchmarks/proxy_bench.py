@@ -336,6 +336,8 @@ async def http_numbers(quick):
         seconds = 3 if quick else 8
         rate_short = await max_rate(proxy_port, short_bodies, 64, seconds, process.pid)
         rate_long = await max_rate(proxy_port, long_bodies, 64, seconds, process.pid)
+        ratio = await throughput_ratio(upstream_port, proxy_port, process.pid, rng,
+                                       rounds=2 if quick else 3, seconds=2 if quick else 4)
     finally:
         process.terminate()
         process.wait()
@@ -343,7 +345,31 @@ async def http_numbers(quick):
     pct = lambda xs, q: statistics.quantiles(xs, n=100)[q - 1] * 1000  # noqa: E731
     return {"p50_added_ms": pct(proxied, 50) - pct(direct, 50),
             "p99_added_ms": pct(proxied, 99) - pct(direct, 99),
-            "rps_256": rate_short, "rps_4096": rate_long, "one_core": proxy_core is not None}
+            "rps_256": rate_short, "rps_4096": rate_long, "one_core": proxy_core is not None,
+            **ratio}
+
+
+async def throughput_ratio(upstream_port, proxy_port, pid, rng, rounds, seconds):
+    """64 clients, 128-token prompts in GRPO groups: proxied requests/s as a ratio to direct.
+
+    Direct and proxied runs alternate (`rounds` of each) so that load from other processes
+    hits both alike; the ratio of the medians is the figure (issue 12 item 6 asks for 2x).
+    """
+    bodies = [json.dumps({"model": "trl-policy-v3", "max_tokens": 256, "n": 1,
+                          "prompt": [rng.randrange(150_000) for _ in range(128)]}
+                         ).encode() for _ in range(512)]
+    bodies = [b for b in bodies for _ in range(G)]
+    direct, proxied = [], []
+    for _ in range(rounds):
+        direct.append(await max_rate(upstream_port, bodies, 64, seconds, os.getpid()))
+        proxied.append(await max_rate(proxy_port, bodies, 64, seconds, pid))
+    med = lambda runs, k: statistics.median(r[k] for r in runs)  # noqa: E731
+    return {"rps_direct_128": med(direct, 0), "rps_proxy_128": med(proxied, 0),
+            "ratio_128": med(proxied, 0) / med(direct, 0),
+            # per CPU-second: the proxy process's against the direct path's (client + upstream
+            # in this process); what one core can do, whatever else shares the machine
+            "cpu_direct_128": med(direct, 1), "cpu_proxy_128": med(proxied, 1),
+            "cpu_ratio_128": med(proxied, 1) / med(direct, 1)}
 
 
 # ---------------------------------------------------------------------------- report
@@ -353,15 +379,18 @@ def main():
     parser.add_argument("--prompts", type=int, default=None, help="prompts per simulation")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--skip-http", action="store_true", help="routing simulation only")
+    parser.add_argument("--http-only", action="store_true", help="skip the routing simulation")
     args = parser.parse_args()
     prompts = args.prompts or (300 if args.quick else 2000)
     started = time.time()
-    print(f"## Routing ({prompts} prompts x G={G}; cold floor 1/G = {100 / G:.1f}%)\n")
-    print("| replicas | in flight | policy | cold % | spills % | imbalance | prefill tokens/request |")
-    print("|---:|---:|---|---:|---:|---:|---:|")
-    for replicas, in_flight, name, r in routing_table(prompts, args.seed):
-        print(f"| {replicas} | {in_flight} | {name} | {r['cold']:.2f} | {r['spills']:.2f} | "
-              f"{r['imbalance']:.3f} | {r['prefill']:.0f} |")
+    if not args.http_only:
+        print(f"## Routing ({prompts} prompts x G={G}; cold floor 1/G = {100 / G:.1f}%)\n")
+        print("| replicas | in flight | policy | cold % | spills % | imbalance | "
+              "prefill tokens/request |")
+        print("|---:|---:|---|---:|---:|---:|---:|")
+        for replicas, in_flight, name, r in routing_table(prompts, args.seed):
+            print(f"| {replicas} | {in_flight} | {name} | {r['cold']:.2f} | {r['spills']:.2f} | "
+                  f"{r['imbalance']:.3f} | {r['prefill']:.0f} |")
     if not args.skip_http:
         h = asyncio.run(http_numbers(args.quick))
         where = "pinned to one core" if h["one_core"] else "NOT pinned (one core available)"
@@ -375,6 +404,14 @@ def main():
             print(f"| max requests/s, {tokens}-token prompts (wall clock) | {wall:.0f} | |")
             print(f"| requests per CPU-second of the proxy, {tokens}-token prompts | "
                   f"{per_cpu:.0f} | {target} |")
+        print(f"| requests/s direct, 64 clients, 128-token prompts | {h['rps_direct_128']:.0f} | |")
+        print(f"| requests/s through the proxy, same clients | {h['rps_proxy_128']:.0f} | |")
+        print(f"| proxy / direct ratio, 128-token prompts (wall clock) | {h['ratio_128']:.3f} | |")
+        print(f"| requests per CPU-second, direct path (client + upstream) | "
+              f"{h['cpu_direct_128']:.0f} | |")
+        print(f"| requests per CPU-second of the proxy, same clients | {h['cpu_proxy_128']:.0f} | |")
+        print(f"| proxy / direct ratio per CPU-second, 128-token prompts | "
+              f"{h['cpu_ratio_128']:.3f} | |")
     print(f"\n(total {time.time() - started:.0f} s)")
 
 
