@@ -271,11 +271,10 @@ class Control:
 
 
 async def _url_from(request: web.Request):
+    if (request.content_length or 0) > 65536:
+        return json_error(413, "a replica request body is a small JSON object", "RequestTooLarge")
     try:
-        raw = await request.content.read(65537)
-        if len(raw) > 65536:
-            raise ValueError("too large")
-        url = json.loads(raw)["url"]
+        url = json.loads(await request.read())["url"]
     except (ValueError, KeyError, TypeError, RecursionError):
         return json_error(400, 'expected a JSON body like {"url": "http://host:port"}',
                           "BadRequestError")

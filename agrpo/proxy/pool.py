@@ -70,6 +70,8 @@ class Connection(asyncio.Protocol):
         self._done = True
         self._error: BaseException | None = None
         self._got_bytes = False
+        self._keep_alive = True
+        self._no_body = False  # the answer to a HEAD request has no body, whatever it declares
 
     # -- protocol callbacks
     def connection_made(self, transport):
@@ -93,12 +95,13 @@ class Connection(asyncio.Protocol):
             self._parse_body()
 
     # -- request / response
-    def send(self, head: bytes, body: bytes):
+    def send(self, head: bytes, body: bytes, no_body: bool = False):
         if self.closed or self.transport is None or self.transport.is_closing():
             raise UpstreamClosed("the replica closed the connection")
         loop = asyncio.get_running_loop()
         self._head_waiter = loop.create_future()
         self._mode, self._done, self._error, self._got_bytes = None, False, None, False
+        self._no_body = no_body
         self._buffer.clear()
         self._body.clear()
         self.transport.write(head + body if len(body) < 65536 else head)
@@ -111,7 +114,7 @@ class Connection(asyncio.Protocol):
         return self._got_bytes
 
     def reusable(self) -> bool:
-        return (not self.closed and self._done and self._error is None
+        return (not self.closed and self._done and self._error is None and self._keep_alive
                 and time.monotonic() - self.idle_since < IDLE_REUSE_S)
 
     def abort(self, error: BaseException) -> None:
@@ -156,7 +159,10 @@ class Connection(asyncio.Protocol):
             elif lower == "transfer-encoding" and "chunked" in value.lower():
                 chunked = True
         response = Response(status, headers, self)
-        if chunked:
+        self._keep_alive = response.keep_alive
+        if self._no_body:
+            self._mode, self._remaining = "length", 0
+        elif chunked:
             self._mode = "chunked"
         elif length is not None:
             self._mode, self._remaining = "length", length
@@ -312,7 +318,7 @@ class Exchange:
             if self._expired:
                 raise asyncio.TimeoutError()
             try:
-                return await conn.send(head, body)
+                return await conn.send(head, body, no_body=method == "HEAD")
             except UpstreamClosed:
                 if self._expired:
                     raise asyncio.TimeoutError() from None

@@ -118,6 +118,9 @@ class ProxySettings:
                      "health_timeout_s", "shutdown_timeout_s", "admit_timeout_s"):
             if getattr(self, name) <= 0:
                 found.append(f"--{flag_name(name)} must be positive")
+        if self.max_inflight_body_bytes < self.max_body_bytes:
+            found.append("--max-inflight-body-bytes must be at least --max-body-bytes (else the "
+                         "largest allowed body could never be accepted)")
         if self.spill_factor < 1:
             found.append("--spill-factor below 1 would spill from a replica under the mean load")
         if self.spill_slack_requests < 0 or self.load_retry_deadline_s < 0 or self.health_quorum < 0:
@@ -146,7 +149,8 @@ def url_problems(url: str) -> list[str]:
     if parts.scheme not in ("http", "https") or not parts.hostname:
         return [f"replica URL {url!r} must look like http://host:port (http or https)"]
     if "@" in parts.netloc:
-        return [f"replica URL {url!r} must not carry credentials (user:password@)"]
+        shown = f"{parts.scheme}://***@{parts.netloc.rsplit('@', 1)[1]}"  # never echo a password
+        return [f"replica URL {shown!r} must not carry credentials (user:password@)"]
     if parts.path not in ("", "/") or "?" in url or "#" in url:
         return [f"replica URL {url!r} must not have a path, query or fragment "
                 "(only scheme://host:port)"]

@@ -82,7 +82,8 @@ def test_concurrent_large_bodies_stay_within_the_in_flight_budget():
     big = completion([12345] * 350_000)  # ~2.1 MB of JSON each
 
     async def scenario():
-        async with cluster(1, max_inflight_body_bytes=cap) as (proxy, fakes, session):
+        async with cluster(1, max_inflight_body_bytes=cap, max_body_bytes=4 * 1024 * 1024) as (
+                proxy, fakes, session):
             fakes[0].completion_delay_s = 1.5  # keep the admitted ones in flight
             results = await asyncio.gather(
                 *(post(session, proxy.url + "/v1/completions", big) for _ in range(8)))
