@@ -16,10 +16,11 @@ import aiohttp
 from aiohttp import web
 
 from agrpo.proxy.control import Control
+from agrpo.proxy.front import FrontProtocol
 from agrpo.proxy.metrics import Metrics
 from agrpo.proxy.pool import Exchange, Pool
 from agrpo.proxy.replicas import Replica, ReplicaSet
-from agrpo.proxy.request_fields import BadRequest, parse_routing_fields
+from agrpo.proxy.routed import AiohttpSink, RoutedPath
 from agrpo.proxy.routing import Router
 from agrpo.proxy.settings import (
     ProxySettings,
@@ -31,7 +32,6 @@ from agrpo.proxy.settings import (
 from agrpo.proxy.trust import AdminGuard, BodyBudget
 from agrpo.proxy.upstream import (
     TRANSPORT_ERRORS,
-    describe_error,
     forwarded_head_lines,
     json_error,
     response_headers,
@@ -71,7 +71,10 @@ class ProxyServer:
         self.timeout = aiohttp.ClientTimeout(total=settings.total_timeout_s,
                                              connect=settings.connect_timeout_s)
         self.control = Control(self)
+        self.routed = RoutedPath(self)
         self._runner: web.AppRunner | None = None
+        self._listener: asyncio.AbstractServer | None = None
+        self.front_connections: set = set()
         self._next_any = 0
 
     def add_replica(self, url: str, healthy: bool = True) -> Replica:
@@ -108,13 +111,20 @@ class ProxyServer:
                                      shutdown_timeout=self.settings.shutdown_timeout_s)
         try:
             await self._runner.setup()
-            site = web.TCPSite(self._runner, self.settings.host, self.settings.port, backlog=2048)
-            await site.start()
+            if self.settings.lean_front:  # routed requests skip aiohttp's server (front.py)
+                self._listener = await asyncio.get_running_loop().create_server(
+                    lambda: FrontProtocol(self), self.settings.host, self.settings.port,
+                    backlog=2048)
+                host, port = self._listener.sockets[0].getsockname()[:2]
+            else:
+                site = web.TCPSite(self._runner, self.settings.host, self.settings.port,
+                                   backlog=2048)
+                await site.start()
+                host, port = self._runner.addresses[0][:2]
         except BaseException:
             await self._runner.cleanup()
             await self.session.close()
             raise
-        host, port = self._runner.addresses[0][:2]
         self.url = f"http://{host}:{port}" if ":" not in host else f"http://[{host}]:{port}"
         if not is_loopback(self.settings.host) and not self.admin.enabled:
             log.warning("listening on %s (beyond loopback) without an admin token: anyone who "
@@ -124,8 +134,17 @@ class ProxyServer:
         self.control.start_probing()
         log.info("proxy on %s in front of %d replica(s)", self.url, len(self.replicas))
 
+    def aiohttp_server(self):
+        """A new aiohttp connection handler (the front hands connections over to it)."""
+        return self._runner.server()
+
     async def stop(self) -> None:
         await self.control.stop_probing()
+        if self._listener is not None:
+            self._listener.close()  # no new connections; requests in flight may finish
+            await asyncio.gather(*(front.close(self.settings.shutdown_timeout_s)
+                                   for front in list(self.front_connections)))
+            self._listener = None
         if self._runner is not None:
             await self._runner.cleanup()
             self._runner = None
@@ -201,6 +220,7 @@ class ProxyServer:
 
     # ------------------------------------------------------------------ routed
     async def _routed(self, request: web.Request) -> web.StreamResponse:
+        """The routed path behind aiohttp (the lean front hands it what it does not take)."""
         started = perf_counter()
         if not request.raw_path.startswith("/"):
             return self._absolute_form(request)
@@ -209,108 +229,13 @@ class ProxyServer:
             self.metrics.rejected += 1
             return body
         raw, held = body
+        sink = AiohttpSink(request)
         try:
-            return await self._route(request, raw, started)
-        except (asyncio.CancelledError, ConnectionError):
-            raise
-        except Exception as err:  # never a bare 500 or a traceback to the client
-            log.exception("routed request failed inside the proxy")
-            self.metrics.failed += 1
-            return json_error(500, f"proxy error: {describe_error(err)}", "ProxyError")
+            await self.routed.handle(sink, request.method, request.raw_path,
+                                     request.raw_headers, raw, started)
         finally:
             self.budget.release(held)
-
-    async def _route(self, request, raw: bytes, started: float) -> web.StreamResponse:
-        try:
-            fields = parse_routing_fields(raw)
-        except BadRequest as err:
-            self.metrics.rejected += 1
-            return json_error(400, str(err), "BadRequestError")
-        head_lines = forwarded_head_lines(request.raw_headers)
-        path_qs = request.raw_path
-        tried: set[int] = set()
-        kind = None
-        last_error, replica = "no replica is available", None
-        for attempt in range(2):
-            loads = self.replicas.loads(tried)
-            if not loads:
-                break
-            decision = self.router.route(fields, loads)
-            if kind is None:
-                kind = decision.kind
-                self.metrics.count_route(kind)
-            else:
-                self.metrics.retried += 1
-            replica = self.replicas[decision.replica]
-            tried.add(replica.index)
-            replica.begin(decision.work)
-            exchange = Exchange(self.pool, replica, self.settings.total_timeout_s)
-            try:
-                try:
-                    upstream = await exchange.send(request.method, path_qs, head_lines, raw)
-                    if upstream.status >= 500:
-                        self.control.error_status(replica, upstream.status)
-                        if attempt == 0 and self.replicas.loads(tried):  # another to try
-                            last_error = f"replica {replica.index} answered {upstream.status}"
-                            continue
-                    else:
-                        replica.consecutive_errors = 0
-                    if upstream.content_type == "text/event-stream":
-                        return await self._stream(request, exchange, upstream, replica, kind,
-                                                  started)
-                    body = await upstream.read()
-                except TRANSPORT_ERRORS as err:
-                    last_error = self.control.transport_failed(replica, err)
-                    continue
-                self.metrics.observe_routed(kind, perf_counter() - started)
-                return web.Response(body=body, status=upstream.status,
-                                    headers=response_headers(upstream.headers, replica))
-            finally:
-                exchange.finish()
-                replica.end(decision.work)
-        self.metrics.failed += 1
-        return json_error(502, f"no replica could serve the request: {last_error}",
-                          "UpstreamError", replica)
-
-    async def _stream(self, request, exchange, upstream, replica: Replica, kind, started):
-        """Pass server-sent events through as they arrive; nothing is buffered.
-
-        A stream the replica cuts short (it died, the connection dropped, or it ended without
-        vLLM's closing `data: [DONE]`) must not look like a normal end: the client gets an SSE
-        `error` event and then an aborted connection.
-        """
-        response = web.StreamResponse(status=upstream.status,
-                                      headers=response_headers(upstream.headers, replica))
-        await response.prepare(request)
-        tail = b""
-        problem = None
-        chunks = upstream.iter_chunks()
-        while True:
-            try:
-                chunk = await chunks.__anext__()
-            except StopAsyncIteration:
-                break
-            except TRANSPORT_ERRORS as err:
-                problem = describe_error(err)
-                break
-            try:
-                await response.write(chunk)
-            except TRANSPORT_ERRORS:  # the client left; the replica's answer is dropped
-                exchange.abort()
-                return response
-            tail = (tail + chunk)[-32:]
-        if problem is None and b"[DONE]" not in tail and kind is not None:
-            problem = "the stream ended without vLLM's closing DONE event"
-        if problem is not None:
-            log.warning("stream from replica %d cut short: %s", replica.index, problem)
-            self.metrics.stream_cuts += 1
-            exchange.abort()
-            await _abort_stream(request, response, problem)
-            return response
-        await response.write_eof()
-        if kind is not None:
-            self.metrics.observe_routed(kind, perf_counter() - started)
-        return response
+        return sink.response
 
     # ------------------------------------------------------------------ one replica
     async def _any(self, request: web.Request) -> web.StreamResponse:
@@ -342,7 +267,9 @@ class ProxyServer:
             try:
                 upstream = await exchange.send(request.method, request.raw_path, head_lines, raw)
                 if upstream.content_type == "text/event-stream":
-                    return await self._stream(request, exchange, upstream, replica, None, 0.0)
+                    sink = AiohttpSink(request)
+                    await self.routed.stream(sink, exchange, upstream, replica, None, 0.0)
+                    return sink.response
                 body = await upstream.read()
             except TRANSPORT_ERRORS as err:
                 last_error = self.control.transport_failed(replica, err)
@@ -397,15 +324,3 @@ def _authorization(token_env: str | None) -> str | None:
         raise ValueError(f"--token-env {token_env}: that environment variable is empty or unset")
     return f"Bearer {token}"
 
-
-async def _abort_stream(request: web.Request, response: web.StreamResponse, problem: str) -> None:
-    """An SSE `error` event, then the connection aborted: never a clean end of stream."""
-    event = json.dumps({"error": {"message": f"the replica's stream was cut short: {problem}",
-                                  "type": "UpstreamError", "code": 502}})
-    try:
-        await response.write(f"event: error\ndata: {event}\n\n".encode())
-    except TRANSPORT_ERRORS:
-        pass
-    transport = request.transport
-    if transport is not None:
-        transport.abort()

@@ -92,6 +92,10 @@ class ProxySettings:
         256 * 1024 * 1024, "request bytes held at once over all requests; beyond it new "
                            "requests get 503 (bounds memory under many large bodies)"
     )
+    lean_front: bool = _knob(
+        True, "serve routed requests with the proxy's own HTTP/1.1 front instead of aiohttp's "
+              "server (about half the CPU per request; anything unusual still goes to aiohttp)"
+    )
     admit_timeout_s: float = _knob(
         120.0, "longest a replica's re-admission (replaying adapters and pause) may take; it "
                "stays out and is retried at the next probe"

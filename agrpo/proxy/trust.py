@@ -52,6 +52,10 @@ class BodyBudget:
         self.peak = 0
         self.refused = 0
 
+    def fits(self, size: int) -> bool:
+        """Whether `size` more bytes would fit now (nothing taken, nothing counted)."""
+        return self.held + size <= self.limit
+
     def reserve(self, size: int) -> bool:
         """Take `size` bytes if they fit (a body alone larger than the limit never fits)."""
         if self.held + size > self.limit:

@@ -42,12 +42,17 @@ def forwarded_head_lines(raw_headers) -> bytes:
                     if k.lower() not in _DROP_UPSTREAM_RAW)
 
 
-def response_headers(pairs, replica: Replica | None) -> CIMultiDict:
+def response_headers(pairs, replica: Replica | None) -> list[tuple[str, str]]:
     """A replica's response headers (name, value pairs) as sent on to the client."""
-    headers = CIMultiDict((k, v) for k, v in pairs if k.lower() not in _DROP_DOWNSTREAM)
+    headers = [(k, v) for k, v in pairs if k.lower() not in _DROP_DOWNSTREAM]
     if replica is not None:
-        headers[REPLICA_HEADER] = str(replica.index)
+        headers.append((REPLICA_HEADER, str(replica.index)))
     return headers
+
+
+def error_body(status: int, message: str, kind: str = "ProxyError") -> bytes:
+    """vLLM's error shape, so clients that print vLLM errors print ours too."""
+    return json.dumps({"error": {"message": message, "type": kind, "code": status}}).encode()
 
 
 def downstream_headers(upstream_response, replica: Replica | None) -> CIMultiDict:
@@ -62,12 +67,11 @@ def downstream_headers(upstream_response, replica: Replica | None) -> CIMultiDic
 def json_error(status: int, message: str, kind: str = "ProxyError",
                replica: Replica | None = None, extra_headers: dict | None = None) -> web.Response:
     """An error in vLLM's shape, so clients that print vLLM errors print ours too."""
-    body = json.dumps({"error": {"message": message, "type": kind, "code": status}})
     headers = dict(extra_headers or {})
     if replica is not None:
         headers[REPLICA_HEADER] = str(replica.index)
-    return web.Response(status=status, text=body, content_type="application/json",
-                        headers=headers or None)
+    return web.Response(status=status, body=error_body(status, message, kind),
+                        content_type="application/json", headers=headers or None)
 
 
 def describe_error(err: BaseException) -> str:
