@@ -5,7 +5,6 @@ import json
 
 import aiohttp
 from aiohttp import web
-from multidict import CIMultiDict
 
 from agrpo.proxy.broadcast import Reply
 from agrpo.proxy.replicas import Replica
@@ -22,14 +21,6 @@ _DROP_DOWNSTREAM = frozenset((
 ))
 TRANSPORT_ERRORS = (aiohttp.ClientError, asyncio.TimeoutError, OSError)  # incl. UpstreamClosed
 REPLICA_HEADER = "X-Agrpo-Replica"
-
-
-def upstream_headers(incoming, authorization: str | None) -> dict[str, str]:
-    """The client's headers minus hop-by-hop ones and its Authorization; plus ours."""
-    headers = {k: v for k, v in incoming.items() if k.lower() not in _DROP_UPSTREAM}
-    if authorization:
-        headers["Authorization"] = authorization
-    return headers
 
 
 _DROP_UPSTREAM_RAW = frozenset(name.encode() for name in _DROP_UPSTREAM)
@@ -53,15 +44,6 @@ def response_headers(pairs, replica: Replica | None) -> list[tuple[str, str]]:
 def error_body(status: int, message: str, kind: str = "ProxyError") -> bytes:
     """vLLM's error shape, so clients that print vLLM errors print ours too."""
     return json.dumps({"error": {"message": message, "type": kind, "code": status}}).encode()
-
-
-def downstream_headers(upstream_response, replica: Replica | None) -> CIMultiDict:
-    headers = CIMultiDict(
-        (k, v) for k, v in upstream_response.headers.items() if k.lower() not in _DROP_DOWNSTREAM
-    )
-    if replica is not None:
-        headers[REPLICA_HEADER] = str(replica.index)
-    return headers
 
 
 def json_error(status: int, message: str, kind: str = "ProxyError",
