@@ -19,6 +19,7 @@ from agrpo.proxy.upstream import TRANSPORT_ERRORS
 _ROUTED = {b"/v1/completions": "/v1/completions",
            b"/v1/chat/completions": "/v1/chat/completions"}
 _MAX_HEAD = 65536
+IDLE_CLOSE_S = 75.0  # like aiohttp's keep-alive: a connection silent this long is closed
 _REASONS = {s.value: s.phrase.encode() for s in HTTPStatus}
 _CONTROL = re.compile(rb"[\x00-\x08\x0a-\x1f\x7f]")  # in a head without its CRLFs: refused
 _TOKEN = re.compile(rb"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")  # a header name (RFC 9110)
@@ -85,10 +86,12 @@ class FrontProtocol(asyncio.Protocol):
         self._drain: asyncio.Future | None = None
         self._task: asyncio.Task | None = None
         self._pending = None  # (head end, path, length, headers) of a body still arriving
+        self.last_active = 0.0
 
     # -- asyncio callbacks
     def connection_made(self, transport):
         self.transport = transport
+        self.last_active = asyncio.get_running_loop().time()
         self.server.front_connections.add(self)
 
     def connection_lost(self, exc):
@@ -100,6 +103,7 @@ class FrontProtocol(asyncio.Protocol):
         self._wake()
 
     def data_received(self, data):
+        self.last_active = asyncio.get_running_loop().time()
         self.buffer += data
         if not self.busy:
             self._next()
@@ -214,6 +218,7 @@ class FrontProtocol(asyncio.Protocol):
             self.server.budget.release(held)
             self.busy = False
             self._task = None
+            self.last_active = asyncio.get_running_loop().time()
         if self.closing or self.transport.is_closing():
             self.transport.close()
             return
@@ -232,6 +237,13 @@ class FrontProtocol(asyncio.Protocol):
         if data:
             handler.data_received(data)
 
+    def idle_since(self, now: float) -> float:
+        """Seconds without a byte from the client and with no answer under way (0 if busy).
+
+        A head with half a body also counts as idle: a client that stops mid-body must not
+        hold its share of the body budget forever."""
+        return 0.0 if self.busy else now - self.last_active
+
     async def close(self, timeout: float) -> None:
         """Let the request in flight finish (up to `timeout`), then close."""
         if self._task is not None:
@@ -241,3 +253,18 @@ class FrontProtocol(asyncio.Protocol):
                 pass
         if self.transport is not None and not self.handed_over:
             self.transport.close()
+
+
+async def close_idle_forever(server, interval_s: float = 10.0) -> None:
+    """Close front connections idle for IDLE_CLOSE_S (the server runs this as a task)."""
+    loop = asyncio.get_running_loop()
+    while True:
+        await asyncio.sleep(interval_s)
+        close_idle(server, loop.time())
+
+
+def close_idle(server, now: float) -> int:
+    idle = [f for f in list(server.front_connections) if f.idle_since(now) >= IDLE_CLOSE_S]
+    for front in idle:
+        front.transport.close()  # connection_lost releases any body budget it held
+    return len(idle)

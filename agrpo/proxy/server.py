@@ -16,7 +16,7 @@ import aiohttp
 from aiohttp import web
 
 from agrpo.proxy.control import Control
-from agrpo.proxy.front import FrontProtocol
+from agrpo.proxy.front import FrontProtocol, close_idle_forever
 from agrpo.proxy.metrics import Metrics
 from agrpo.proxy.pool import Exchange, Pool
 from agrpo.proxy.replicas import Replica, ReplicaSet
@@ -75,6 +75,7 @@ class ProxyServer:
         self._runner: web.AppRunner | None = None
         self._listener: asyncio.AbstractServer | None = None
         self.front_connections: set = set()
+        self._sweeper: asyncio.Task | None = None
         self._next_any = 0
 
     def add_replica(self, url: str, healthy: bool = True) -> Replica:
@@ -116,6 +117,7 @@ class ProxyServer:
                     lambda: FrontProtocol(self), self.settings.host, self.settings.port,
                     backlog=2048)
                 host, port = self._listener.sockets[0].getsockname()[:2]
+                self._sweeper = asyncio.get_running_loop().create_task(close_idle_forever(self))
             else:
                 site = web.TCPSite(self._runner, self.settings.host, self.settings.port,
                                    backlog=2048)
@@ -140,6 +142,9 @@ class ProxyServer:
 
     async def stop(self) -> None:
         await self.control.stop_probing()
+        if self._sweeper is not None:
+            self._sweeper.cancel()
+            self._sweeper = None
         if self._listener is not None:
             self._listener.close()  # no new connections; requests in flight may finish
             await asyncio.gather(*(front.close(self.settings.shutdown_timeout_s)

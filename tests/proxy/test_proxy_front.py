@@ -8,6 +8,8 @@ import aiohttp
 import pytest
 from proxy_fakes import cluster, completion, post
 
+from agrpo.proxy.front import IDLE_CLOSE_S, close_idle
+
 BODY = json.dumps(completion([1, 2, 3])).encode()
 
 
@@ -117,4 +119,28 @@ def test_both_servers_route_stream_and_refuse_the_same_way(lean_front):
                 await fake.stop()
             status, _, body = await post(session, proxy.url + "/v1/completions", completion([9]))
             assert status == 502 and "no replica could serve" in body.decode()
+    run(scenario())
+
+
+def test_idle_connections_and_stalled_bodies_are_closed_and_release_the_budget():
+    async def scenario():
+        async with cluster(1) as (proxy, fakes, _):
+            idle_reader, idle_writer = await open_to(proxy)
+            idle_writer.write(request())
+            await read_response(idle_reader)  # served, then silent
+            stalled_reader, stalled_writer = await open_to(proxy)
+            raw = request()
+            stalled_writer.write(raw[:-5])  # the head and most of the body, then nothing
+            await asyncio.sleep(0.2)
+            assert proxy.budget.held == len(BODY)
+            now = asyncio.get_running_loop().time()
+            assert close_idle(proxy, now) == 0  # nobody idle for long yet
+            assert close_idle(proxy, now + IDLE_CLOSE_S) == 2
+            assert await idle_reader.read() == b"" and await stalled_reader.read() == b""
+            await asyncio.sleep(0.05)
+            assert proxy.budget.held == 0 and proxy.front_connections == set()
+            assert fakes[0].requests("/v1/completions")[0][2] == BODY
+            assert len(fakes[0].requests("/v1/completions")) == 1
+            idle_writer.close()
+            stalled_writer.close()
     run(scenario())
