@@ -275,7 +275,13 @@ class Pool:
 
     def release(self, base_url: str, conn: Connection, keep_alive: bool) -> None:
         if keep_alive and conn.reusable():
-            self._idle.setdefault(base_url, []).append(conn)
+            idle = self._idle.setdefault(base_url, [])
+            idle.append(conn)
+            if len(idle) > 64 and not idle[0].reusable():  # drop those gone stale at the bottom
+                for stale in [c for c in idle if not c.reusable()]:
+                    if stale.transport is not None:
+                        stale.transport.close()
+                self._idle[base_url] = [c for c in idle if c.reusable()]
         elif conn.transport is not None:
             conn.transport.close()
 
