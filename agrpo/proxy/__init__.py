@@ -4,12 +4,33 @@
 
 In process: `ProxyServer(settings)` (`await start()` / `await stop()`, `.url`) or
 `start_proxy_thread(settings)` (a handle with `.url` and `.stop()`). See docs/proxy.md.
+
+The exports are loaded on first use (PEP 562), so that the config layer, which embeds
+`agrpo.proxy.settings.ProxySettings`, does not import the HTTP server (aiohttp) with it.
 """
 
-from agrpo.proxy.routing import Decision, Router
-from agrpo.proxy.server import ProxyServer
-from agrpo.proxy.settings import ProxySettings
-from agrpo.proxy.thread import ProxyThread, start_proxy_thread
+import importlib
 
-__all__ = ["Decision", "ProxyServer", "ProxySettings", "ProxyThread", "Router",
-           "start_proxy_thread"]
+_EXPORTS = {
+    "Decision": "agrpo.proxy.routing",
+    "Router": "agrpo.proxy.routing",
+    "ProxyServer": "agrpo.proxy.server",
+    "ProxySettings": "agrpo.proxy.settings",
+    "ProxyThread": "agrpo.proxy.thread",
+    "start_proxy_thread": "agrpo.proxy.thread",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str):
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'agrpo.proxy' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__():
+    return sorted(list(globals()) + __all__)

@@ -21,7 +21,6 @@ from agrpo.proxy.upstream import (
     describe_error,
     json_error,
     send_once,
-    upstream_headers,
 )
 
 log = logging.getLogger("agrpo.proxy")
@@ -40,13 +39,13 @@ class Control:
         self.loaded: dict[str, bytes] = {}  # adapter name -> its load body, replayed on (re)admission
         self.unloaded: set[str] = set()  # routing state to forget at the next successful load
         self.paused_qs: str | None = None
+        self.generation = 0  # bumped by every state change; an admission replays until stable
         self._lock = asyncio.Lock()
         self._probe_task: asyncio.Task | None = None
         self._broadcast_timeout = aiohttp.ClientTimeout(
             total=self.settings.broadcast_timeout_s, connect=self.settings.connect_timeout_s)
         self._probe_timeout = aiohttp.ClientTimeout(total=self.settings.health_timeout_s)
-        self._headers = upstream_headers({"Content-Type": "application/json"},
-                                         server.authorization)
+        self._headers = {"Content-Type": "application/json"}  # + the token where allowed
 
     # ------------------------------------------------------------------ failures
     def transport_failed(self, replica: Replica, err: BaseException) -> str:
@@ -78,18 +77,29 @@ class Control:
         return reply
 
     async def broadcast(self, request: web.Request) -> web.Response:
-        try:
-            body = await request.read()
-        except web.HTTPRequestEntityTooLarge:
-            return json_error(413, "request body too large (--max-body-bytes)", "RequestTooLarge")
+        denied = self.server.admin_denied(request)
+        if denied is not None:
+            return denied
+        if not request.raw_path.startswith("/"):
+            return self.server._absolute_form(request)
+        read = await self.server.read_body(request)
+        if isinstance(read, web.Response):
+            return read
+        body, held = read
         path, path_qs = request.path, request.raw_path
         started = perf_counter()
         try:
             async with self._lock:
-                outcome = await self._apply(path, path_qs, body)
+                self.generation += 1  # before and after: an admission that read the state
+                try:  # while this ran sees a change either way and replays again
+                    outcome = await self._apply(path, path_qs, body)
+                finally:
+                    self.generation += 1
         except Exception as err:  # never a traceback to the client
             log.exception("broadcast %s failed", path)
             outcome = broadcast.error_outcome(500, f"proxy error during {path}: {describe_error(err)}")
+        finally:
+            self.server.budget.release(held)
         self.metrics.observe_broadcast(path.rsplit("/", 1)[-1], outcome.ok, perf_counter() - started)
         if not outcome.ok:
             log.warning("%s -> %d: %s", path, outcome.status, outcome.body[:500])
@@ -147,28 +157,57 @@ class Control:
             replica.healthy = False
             replica.last_error = reply.summary()
             return False
-        if not replica.healthy:
-            async with self._lock:
-                if self.replicas.get(replica.index) is replica and not replica.healthy:
-                    await self._admit(replica)
+        if not replica.healthy and not replica.admitting:
+            await self._admit(replica)
         return replica.healthy
 
     async def _admit(self, replica: Replica) -> None:
-        for name, body in self.loaded.items():
-            reply = await self._send(replica, "POST", "/v1/load_lora_adapter", body)
-            if not reply.ok and b"already been loaded" not in reply.body:
-                replica.last_error = f"replaying adapter {name}: {reply.summary()}"
-                log.warning("replica %d not re-admitted: %s", replica.index, replica.last_error)
-                return
-        if self.paused_qs is not None:
-            reply = await self._send(replica, "POST", self.paused_qs, b"")
-            if not reply.ok:
-                replica.last_error = f"replaying {self.paused_qs}: {reply.summary()}"
-                return
-        replica.healthy = True
-        replica.consecutive_errors = 0
-        replica.last_error = ""
-        log.info("replica %d (%s) admitted", replica.index, replica.url)
+        """Replay the loaded adapters and the pause, bounded by --admit-timeout-s.
+
+        The replay runs without the control lock (a replica that answers /health but hangs on
+        loads must not stall every broadcast); the lock is taken only to check that no state
+        change happened meanwhile and to admit. If one did, the replay runs again.
+        """
+        replica.admitting = True
+        try:
+            await asyncio.wait_for(self._catch_up(replica), self.settings.admit_timeout_s)
+        except asyncio.TimeoutError:
+            replica.last_error = (f"re-admission did not finish within "
+                                  f"{self.settings.admit_timeout_s:g}s (--admit-timeout-s)")
+            log.warning("replica %d (%s) not re-admitted: %s", replica.index, replica.url,
+                        replica.last_error)
+        finally:
+            replica.admitting = False
+
+    async def _catch_up(self, replica: Replica) -> None:
+        paused_by_us = None
+        while True:
+            generation = self.generation
+            loaded, paused_qs = dict(self.loaded), self.paused_qs
+            for name, body in loaded.items():
+                reply = await self._send(replica, "POST", "/v1/load_lora_adapter", body)
+                if not reply.ok and b"already been loaded" not in reply.body:
+                    replica.last_error = f"replaying adapter {name}: {reply.summary()}"
+                    log.warning("replica %d not re-admitted: %s", replica.index,
+                                replica.last_error)
+                    return
+            wanted = paused_qs
+            if wanted != paused_by_us:
+                step = wanted if wanted is not None else "/resume"
+                reply = await self._send(replica, "POST", step, b"")
+                if not reply.ok:
+                    replica.last_error = f"replaying {step}: {reply.summary()}"
+                    return
+                paused_by_us = wanted
+            async with self._lock:
+                if self.replicas.get(replica.index) is not replica:
+                    return  # removed meanwhile
+                if self.generation == generation:
+                    replica.healthy = True
+                    replica.consecutive_errors = 0
+                    replica.last_error = ""
+                    log.info("replica %d (%s) admitted", replica.index, replica.url)
+                    return
 
     def start_probing(self) -> None:
         self._probe_task = asyncio.get_running_loop().create_task(self._probe_forever())
@@ -210,17 +249,23 @@ class Control:
 
     # ------------------------------------------------------------------ replicas
     async def add_replica(self, request: web.Request) -> web.Response:
+        denied = self.server.admin_denied(request)
+        if denied is not None:
+            return denied
         url = await _url_from(request)
         if isinstance(url, web.Response):
             return url
         if self.replicas.find(url) is not None:
             return json_error(409, f"replica {url} is already behind the proxy", "Conflict")
-        replica = self.replicas.add(url, healthy=False)
+        replica = self.server.add_replica(url, healthy=False)
         await self.probe(replica)  # synchronises adapters and pause state, then admits
         log.info("replica %d (%s) added (healthy=%s)", replica.index, replica.url, replica.healthy)
         return web.json_response(replica.describe(), status=201)
 
     async def remove_replica(self, request: web.Request) -> web.Response:
+        denied = self.server.admin_denied(request)
+        if denied is not None:
+            return denied
         url = await _url_from(request)
         if isinstance(url, web.Response):
             return url
@@ -232,13 +277,16 @@ class Control:
 
 
 async def _url_from(request: web.Request):
+    if (request.content_length or 0) > 65536:
+        return json_error(413, "a replica request body is a small JSON object", "RequestTooLarge")
     try:
         url = json.loads(await request.read())["url"]
-    except (ValueError, KeyError, TypeError):
+    except (ValueError, KeyError, TypeError, RecursionError):
         return json_error(400, 'expected a JSON body like {"url": "http://host:port"}',
                           "BadRequestError")
-    if not isinstance(url, str) or url_problems(url):
-        return json_error(400, f"not a replica URL: {url!r}", "BadRequestError")
+    problems = url_problems(url) if isinstance(url, str) else [f"{url!r} is not a string"]
+    if problems:
+        return json_error(400, f"not a replica URL: {'; '.join(problems)}", "BadRequestError")
     return url.rstrip("/")
 
 

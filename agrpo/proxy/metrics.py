@@ -9,6 +9,12 @@ LATENCY_BUCKETS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.
                    2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0)
 
 
+def label(value) -> str:
+    """A Prometheus label value, escaped (backslash, quote, newline) so it cannot end the
+    label or the line and inject series of its own."""
+    return str(value).replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+
+
 class Histogram:
     """A cumulative-bucket histogram (Prometheus semantics)."""
 
@@ -41,7 +47,9 @@ class Histogram:
 class Metrics:
     """Everything the proxy counts. Mutated only from the event loop thread."""
 
-    def __init__(self):
+    def __init__(self, budget=None):
+        self.budget = budget  # trust.BodyBudget: request bytes held now / at most
+        self.stream_cuts = 0  # streams a replica cut short (the client got an error event)
         self.routed = 0
         self.by_kind = {AFFINITY: 0, SPILL: 0, COLD: 0}
         self.retried = 0
@@ -77,6 +85,10 @@ class Metrics:
             "tracked_routing_entries": tracked,
             "broadcasts": dict(self.broadcasts),
             "broadcast_failures": dict(self.broadcast_failures),
+            "stream_cuts": self.stream_cuts,
+            "body_bytes_held": self.budget.held if self.budget else 0,
+            "body_bytes_peak": self.budget.peak if self.budget else 0,
+            "body_budget_refused": self.budget.refused if self.budget else 0,
             "replicas": [r.describe() for r in replicas],
         }
 
@@ -86,11 +98,14 @@ class Metrics:
             "# TYPE agrpo_proxy_routed_total counter",
         ]
         for kind, count in self.by_kind.items():
-            lines.append(f'agrpo_proxy_routed_total{{kind="{kind}"}} {count}')
+            lines.append(f'agrpo_proxy_routed_total{{kind="{label(kind)}"}} {count}')
         for name, value, doc in (
             ("retried", self.retried, "Routed requests retried on another replica."),
             ("failed", self.failed, "Routed requests answered with a proxy-made error."),
             ("rejected", self.rejected, "Malformed or oversized request bodies."),
+            ("stream_cuts", self.stream_cuts, "Streams a replica cut short (client got an error)."),
+            ("body_budget_refused", self.budget.refused if self.budget else 0,
+             "Requests refused (503) while --max-inflight-body-bytes were held."),
         ):
             lines += [f"# HELP agrpo_proxy_{name}_total {doc}",
                       f"# TYPE agrpo_proxy_{name}_total counter",
@@ -99,6 +114,7 @@ class Metrics:
                   "# TYPE agrpo_proxy_broadcasts_total counter"]
         for op, count in self.broadcasts.items():
             failed = self.broadcast_failures.get(op, 0)
+            op = label(op)
             lines.append(f'agrpo_proxy_broadcasts_total{{op="{op}",ok="true"}} {count - failed}')
             lines.append(f'agrpo_proxy_broadcasts_total{{op="{op}",ok="false"}} {failed}')
         lines += ["# HELP agrpo_proxy_tracked_routing_entries Routing entries held in the LRU.",
@@ -113,14 +129,14 @@ class Metrics:
             kind = "counter" if name.endswith("_total") else "gauge"
             lines += [f"# HELP agrpo_proxy_{name} {doc}", f"# TYPE agrpo_proxy_{name} {kind}"]
             for r in replicas:
-                lines.append(f'agrpo_proxy_{name}{{replica="{r.index}",url="{r.url}"}} '
+                lines.append(f'agrpo_proxy_{name}{{replica="{r.index}",url="{label(r.url)}"}} '
                              f"{float(getattr(r, attr))}")
         lines += ["# HELP agrpo_proxy_routed_seconds Client-visible latency of routed requests.",
                   "# TYPE agrpo_proxy_routed_seconds histogram"]
         for kind, hist in self.routed_seconds.items():
-            lines += hist.prometheus("agrpo_proxy_routed_seconds", f'kind="{kind}"')
+            lines += hist.prometheus("agrpo_proxy_routed_seconds", f'kind="{label(kind)}"')
         lines += ["# HELP agrpo_proxy_broadcast_seconds Latency of broadcast operations.",
                   "# TYPE agrpo_proxy_broadcast_seconds histogram"]
         for op, hist in self.broadcast_seconds.items():
-            lines += hist.prometheus("agrpo_proxy_broadcast_seconds", f'op="{op}"')
+            lines += hist.prometheus("agrpo_proxy_broadcast_seconds", f'op="{label(op)}"')
         return "\n".join(lines) + "\n"

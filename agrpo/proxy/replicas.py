@@ -17,6 +17,8 @@ class Replica:
     routed: int = 0
     consecutive_errors: int = 0
     last_error: str = ""
+    authorization: str | None = field(default=None, repr=False)  # upstream token, if allowed
+    admitting: bool = False  # a re-admission (state replay) is under way
     _urls: dict = field(default_factory=dict, repr=False)
 
     def target(self, path_qs: str) -> yarl.URL:

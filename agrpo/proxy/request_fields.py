@@ -35,12 +35,28 @@ class RoutingFields:
     stream: bool = False
 
 
+# Far above anything vLLM serves, far below what overflows the load arithmetic.
+MAX_N = 1 << 16
+MAX_TOKENS = (1 << 31) - 1
+
+
 def parse_routing_fields(raw: bytes) -> RoutingFields:
-    """Extract model, prompts, n, max_tokens and stream from a JSON request body."""
+    """Extract model, prompts, n, max_tokens and stream from a JSON request body.
+
+    Out-of-range `n` / `max_tokens` and absurdly nested JSON are BadRequest (400), never an
+    exception deeper in the proxy (a 500).
+    """
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as err:
         raise BadRequest(f"request body is not UTF-8 (byte {err.start})") from None
+    try:
+        return _fields(text)
+    except RecursionError:
+        raise BadRequest("request body is nested too deeply") from None
+
+
+def _fields(text: str) -> RoutingFields:
     values, prompts = _split_prompt(text)
     if prompts is None:
         values = _loads(text)
@@ -51,15 +67,27 @@ def parse_routing_fields(raw: bytes) -> RoutingFields:
         else:
             prompts = [Prompt.from_text("")]
     model = values.get("model")
-    max_tokens = values.get("max_tokens", values.get("max_completion_tokens"))
+    max_tokens = values.get("max_tokens")
+    if max_tokens is None:
+        max_tokens = values.get("max_completion_tokens")
     n = values.get("n", 1)
+    if type(n) is int and not 1 <= n <= MAX_N:
+        raise BadRequest(f"'n' must be between 1 and {MAX_N}, got {_short(n)}")
+    if type(max_tokens) is int and not 0 <= max_tokens <= MAX_TOKENS:
+        raise BadRequest(f"'max_tokens' must be between 0 and {MAX_TOKENS}, got {_short(max_tokens)}")
     return RoutingFields(
         model=model if isinstance(model, str) else "",
         prompts=prompts or [Prompt.from_text("")],
-        n=n if type(n) is int and n > 0 else 1,
-        max_tokens=max_tokens if type(max_tokens) is int and max_tokens >= 0 else None,
+        n=n if type(n) is int else 1,
+        max_tokens=max_tokens if type(max_tokens) is int else None,
         stream=values.get("stream") is True,
     )
+
+
+def _short(number: int) -> str:
+    """A number for an error message: 400 digits are not worth echoing."""
+    text = str(number) if abs(number) < 10**30 else f"a {len(str(abs(number)))}-digit number"
+    return text
 
 
 def _split_prompt(text: str) -> tuple[dict, list[Prompt] | None]:

@@ -6,6 +6,7 @@ answer back (chunk by chunk for server-sent events). Everything else lives in
 `control.py` (broadcasts, health, replica admin).
 """
 
+import asyncio
 import json
 import logging
 import os
@@ -15,17 +16,25 @@ import aiohttp
 from aiohttp import web
 
 from agrpo.proxy.control import Control
+from agrpo.proxy.front import FrontProtocol, close_idle_forever
 from agrpo.proxy.metrics import Metrics
+from agrpo.proxy.pool import Exchange, Pool
 from agrpo.proxy.replicas import Replica, ReplicaSet
-from agrpo.proxy.request_fields import BadRequest, parse_routing_fields
+from agrpo.proxy.routed import AiohttpSink, RoutedPath
 from agrpo.proxy.routing import Router
-from agrpo.proxy.settings import ProxySettings
+from agrpo.proxy.settings import (
+    ProxySettings,
+    is_loopback,
+    may_receive_token,
+    token_patterns,
+    url_host,
+)
+from agrpo.proxy.trust import AdminGuard, BodyBudget
 from agrpo.proxy.upstream import (
     TRANSPORT_ERRORS,
-    describe_error,
-    downstream_headers,
+    forwarded_head_lines,
     json_error,
-    upstream_headers,
+    response_headers,
 )
 
 log = logging.getLogger("agrpo.proxy")
@@ -33,6 +42,9 @@ log = logging.getLogger("agrpo.proxy")
 ROUTED_PATHS = ("/v1/completions", "/v1/chat/completions")
 BROADCAST_PATHS = ("/v1/load_lora_adapter", "/v1/unload_lora_adapter", "/pause", "/resume",
                    "/reset_prefix_cache", "/sleep", "/wake_up")
+# passed to one replica without the admin token: reads, and POSTs that change nothing
+OPEN_METHODS = ("GET", "HEAD", "OPTIONS")
+OPEN_POSTS = ("/tokenize", "/detokenize")
 
 
 class ProxyServer:
@@ -43,17 +55,36 @@ class ProxyServer:
         if problems:
             raise ValueError("invalid proxy settings: " + "; ".join(problems))
         self.settings = settings
-        self.replicas = ReplicaSet(settings.upstreams)
-        self.router = Router.from_settings(settings)
-        self.metrics = Metrics()
         self.authorization = _authorization(settings.token_env)
+        self.admin = AdminGuard.from_env(settings.admin_token_env)
+        self._token_hosts = {url_host(url) for url in settings.upstreams}
+        self._token_patterns = token_patterns(settings)
+        self.replicas = ReplicaSet([])
+        for url in settings.upstreams:
+            self.add_replica(url)
+        self.router = Router.from_settings(settings)
+        self.budget = BodyBudget(settings.max_inflight_body_bytes)
+        self.metrics = Metrics(self.budget)
+        self.pool = Pool(settings.connect_timeout_s)
         self.url: str | None = None
         self.session: aiohttp.ClientSession | None = None
         self.timeout = aiohttp.ClientTimeout(total=settings.total_timeout_s,
                                              connect=settings.connect_timeout_s)
         self.control = Control(self)
+        self.routed = RoutedPath(self)
         self._runner: web.AppRunner | None = None
+        self._listener: asyncio.AbstractServer | None = None
+        self.front_connections: set = set()
+        self._sweeper: asyncio.Task | None = None
         self._next_any = 0
+
+    def add_replica(self, url: str, healthy: bool = True) -> Replica:
+        """A new replica; it gets the upstream token only if its host may receive it."""
+        replica = self.replicas.add(url, healthy=healthy)
+        if self.authorization and may_receive_token(url_host(url), self._token_hosts,
+                                                    self._token_patterns):
+            replica.authorization = self.authorization
+        return replica
 
     # ------------------------------------------------------------------ lifecycle
     def build_app(self) -> web.Application:
@@ -81,26 +112,51 @@ class ProxyServer:
                                      shutdown_timeout=self.settings.shutdown_timeout_s)
         try:
             await self._runner.setup()
-            site = web.TCPSite(self._runner, self.settings.host, self.settings.port, backlog=2048)
-            await site.start()
+            if self.settings.lean_front:  # routed requests skip aiohttp's server (front.py)
+                self._listener = await asyncio.get_running_loop().create_server(
+                    lambda: FrontProtocol(self), self.settings.host, self.settings.port,
+                    backlog=2048)
+                host, port = self._listener.sockets[0].getsockname()[:2]
+                self._sweeper = asyncio.get_running_loop().create_task(close_idle_forever(self))
+            else:
+                site = web.TCPSite(self._runner, self.settings.host, self.settings.port,
+                                   backlog=2048)
+                await site.start()
+                host, port = self._runner.addresses[0][:2]
         except BaseException:
             await self._runner.cleanup()
             await self.session.close()
             raise
-        host, port = self._runner.addresses[0][:2]
         self.url = f"http://{host}:{port}" if ":" not in host else f"http://[{host}]:{port}"
+        if not is_loopback(self.settings.host) and not self.admin.enabled:
+            log.warning("listening on %s (beyond loopback) without an admin token: anyone who "
+                        "can reach it may add or remove replicas, load adapters and pause "
+                        "generation; set --admin-token-env", self.settings.host)
         await self.control.probe_all()
         self.control.start_probing()
         log.info("proxy on %s in front of %d replica(s)", self.url, len(self.replicas))
 
+    def aiohttp_server(self):
+        """A new aiohttp connection handler (the front hands connections over to it)."""
+        return self._runner.server()
+
     async def stop(self) -> None:
         await self.control.stop_probing()
+        if self._sweeper is not None:
+            self._sweeper.cancel()
+            self._sweeper = None
+        if self._listener is not None:
+            self._listener.close()  # no new connections; requests in flight may finish
+            await asyncio.gather(*(front.close(self.settings.shutdown_timeout_s)
+                                   for front in list(self.front_connections)))
+            self._listener = None
         if self._runner is not None:
             await self._runner.cleanup()
             self._runner = None
         if self.session is not None:
             await self.session.close()
             self.session = None
+        self.pool.close()
 
     async def __aenter__(self) -> "ProxyServer":
         await self.start()
@@ -109,117 +165,125 @@ class ProxyServer:
     async def __aexit__(self, *exc) -> None:
         await self.stop()
 
+    # ------------------------------------------------------------------ requests in
+    def admin_denied(self, request: web.Request) -> web.Response | None:
+        """401 unless the request carries the admin token (None: it may go on)."""
+        if self.admin.allows(request.headers.get("Authorization")):
+            return None
+        return json_error(401, f"{request.method} {request.path} changes the proxy's state and "
+                               "needs 'Authorization: Bearer <admin token>' (the token in the "
+                               "variable named by --admin-token-env)", "Unauthorized",
+                          extra_headers={"WWW-Authenticate": "Bearer"})
+
+    @staticmethod
+    def _absolute_form(request: web.Request) -> web.Response:
+        return json_error(400, "the request target must be a path (origin form, '/v1/...'), "
+                               f"not {request.raw_path[:100]!r}", "BadRequestError")
+
+    async def read_body(self, request: web.Request):
+        """(body, bytes reserved) or an error response: 413 over --max-body-bytes, 503 while
+        all requests together hold --max-inflight-body-bytes."""
+        limit = self.settings.max_body_bytes
+        length = request.content_length
+        too_large = json_error(413, f"request body exceeds {limit} bytes (--max-body-bytes)",
+                               "RequestTooLarge") if length is not None and length > limit else None
+        if too_large is not None:
+            return too_large
+        if length is not None:
+            if not self.budget.reserve(length):
+                return self._over_budget()
+            try:
+                return await request.read(), length
+            except BaseException as err:
+                self.budget.release(length)
+                if isinstance(err, web.HTTPRequestEntityTooLarge):
+                    return json_error(413, f"request body exceeds {limit} bytes "
+                                           "(--max-body-bytes)", "RequestTooLarge")
+                raise
+        held, parts = 0, []  # chunked upload: take budget as it arrives
+        try:
+            async for chunk in request.content.iter_any():
+                if held + len(chunk) > limit:
+                    self.budget.release(held)
+                    return json_error(413, f"request body exceeds {limit} bytes "
+                                           "(--max-body-bytes)", "RequestTooLarge")
+                if not self.budget.reserve(len(chunk)):
+                    self.budget.release(held)
+                    return self._over_budget()
+                held += len(chunk)
+                parts.append(chunk)
+        except BaseException:
+            self.budget.release(held)
+            raise
+        return b"".join(parts), held
+
+    def _over_budget(self) -> web.Response:
+        return json_error(503, "the proxy holds its limit of request bytes in flight "
+                               f"({self.settings.max_inflight_body_bytes} bytes, "
+                               "--max-inflight-body-bytes); retry shortly", "Overloaded",
+                          extra_headers={"Retry-After": "1"})
+
     # ------------------------------------------------------------------ routed
     async def _routed(self, request: web.Request) -> web.StreamResponse:
+        """The routed path behind aiohttp (the lean front hands it what it does not take)."""
         started = perf_counter()
-        try:
-            raw = await request.read()
-        except web.HTTPRequestEntityTooLarge:
+        if not request.raw_path.startswith("/"):
+            return self._absolute_form(request)
+        body = await self.read_body(request)
+        if isinstance(body, web.Response):
             self.metrics.rejected += 1
-            return json_error(413, f"request body exceeds {self.settings.max_body_bytes} bytes "
-                                   "(--max-body-bytes)", "RequestTooLarge")
+            return body
+        raw, held = body
+        sink = AiohttpSink(request)
         try:
-            fields = parse_routing_fields(raw)
-        except BadRequest as err:
-            self.metrics.rejected += 1
-            return json_error(400, str(err), "BadRequestError")
-        headers = upstream_headers(request.headers, self.authorization)
-        path_qs = request.raw_path
-        tried: set[int] = set()
-        kind = None
-        last_error, replica = "no replica is available", None
-        for attempt in range(2):
-            loads = self.replicas.loads(tried)
-            if not loads:
-                break
-            decision = self.router.route(fields, loads)
-            if kind is None:
-                kind = decision.kind
-                self.metrics.count_route(kind)
-            else:
-                self.metrics.retried += 1
-            replica = self.replicas[decision.replica]
-            tried.add(replica.index)
-            retry_possible = attempt == 0 and bool(self.replicas.loads(tried))
-            replica.begin(decision.work)
-            try:
-                try:
-                    upstream = await self.session.request(
-                        request.method, replica.target(path_qs), data=raw, headers=headers,
-                        timeout=self.timeout)
-                except TRANSPORT_ERRORS as err:
-                    last_error = self.control.transport_failed(replica, err)
-                    continue
-                try:
-                    if upstream.status >= 500:
-                        self.control.error_status(replica, upstream.status)
-                        if retry_possible:
-                            last_error = f"replica {replica.index} answered {upstream.status}"
-                            continue
-                    else:
-                        replica.consecutive_errors = 0
-                    if upstream.content_type == "text/event-stream":
-                        return await self._stream(request, upstream, replica, kind, started)
-                    body = await upstream.read()
-                except TRANSPORT_ERRORS as err:
-                    last_error = self.control.transport_failed(replica, err)
-                    continue
-                finally:
-                    upstream.release()
-                self.metrics.observe_routed(kind, perf_counter() - started)
-                return web.Response(body=body, status=upstream.status,
-                                    headers=downstream_headers(upstream, replica))
-            finally:
-                replica.end(decision.work)
-        self.metrics.failed += 1
-        return json_error(502, f"no replica could serve the request: {last_error}",
-                          "UpstreamError", replica)
-
-    async def _stream(self, request, upstream, replica: Replica, kind, started):
-        """Pass server-sent events through as they arrive; nothing is buffered."""
-        response = web.StreamResponse(status=upstream.status,
-                                      headers=downstream_headers(upstream, replica))
-        await response.prepare(request)
-        try:
-            async for chunk in upstream.content.iter_any():
-                await response.write(chunk)
-            await response.write_eof()
-        except TRANSPORT_ERRORS as err:  # a replica or client dropped mid-stream: no retry now
-            log.warning("stream from replica %d ended early: %s", replica.index,
-                        describe_error(err))
-        if kind is not None:
-            self.metrics.observe_routed(kind, perf_counter() - started)
-        return response
+            await self.routed.handle(sink, request.method, request.raw_path,
+                                     request.raw_headers, raw, started)
+        finally:
+            self.budget.release(held)
+        return sink.response
 
     # ------------------------------------------------------------------ one replica
     async def _any(self, request: web.Request) -> web.StreamResponse:
-        """Anything else (/v1/models, /version, /tokenize...): one healthy replica answers."""
+        """Anything else (/v1/models, /version, /tokenize...): one healthy replica answers.
+
+        Requests that could change a replica's state (any method but GET/HEAD/OPTIONS, except
+        /tokenize and /detokenize) need the admin token like the broadcasts do.
+        """
+        if not request.raw_path.startswith("/"):
+            return self._absolute_form(request)
+        if request.method not in OPEN_METHODS and request.path not in OPEN_POSTS:
+            denied = self.admin_denied(request)
+            if denied is not None:
+                return denied
+        body = await self.read_body(request)
+        if isinstance(body, web.Response):
+            return body
+        raw, held = body
         try:
-            raw = await request.read()
-        except web.HTTPRequestEntityTooLarge:
-            return json_error(413, "request body too large (--max-body-bytes)", "RequestTooLarge")
-        headers = upstream_headers(request.headers, self.authorization)
+            return await self._one_replica(request, raw)
+        finally:
+            self.budget.release(held)
+
+    async def _one_replica(self, request: web.Request, raw: bytes) -> web.StreamResponse:
+        head_lines = forwarded_head_lines(request.raw_headers)
         last_error, replica = "no replica is available", None
         for replica in self._one_replica_order()[:2]:
+            exchange = Exchange(self.pool, replica, self.settings.total_timeout_s)
             try:
-                upstream = await self.session.request(
-                    request.method, replica.target(request.raw_path), data=raw or None,
-                    headers=headers, timeout=self.timeout)
-            except TRANSPORT_ERRORS as err:
-                last_error = self.control.transport_failed(replica, err)
-                continue
-            try:
+                upstream = await exchange.send(request.method, request.raw_path, head_lines, raw)
                 if upstream.content_type == "text/event-stream":
-                    return await self._stream(request, upstream, replica, None, 0.0)
+                    sink = AiohttpSink(request)
+                    await self.routed.stream(sink, exchange, upstream, replica, None, 0.0)
+                    return sink.response
                 body = await upstream.read()
             except TRANSPORT_ERRORS as err:
                 last_error = self.control.transport_failed(replica, err)
                 continue
             finally:
-                upstream.release()
+                exchange.finish()
             body = self._rewrite(request.path, upstream.status, body)
             return web.Response(body=body, status=upstream.status,
-                                headers=downstream_headers(upstream, replica))
+                                headers=response_headers(upstream.headers, replica))
         return json_error(502, f"no replica answered: {last_error}", "UpstreamError", replica)
 
     async def _server_info(self, request: web.Request) -> web.StreamResponse:
@@ -264,3 +328,4 @@ def _authorization(token_env: str | None) -> str | None:
     if not token:
         raise ValueError(f"--token-env {token_env}: that environment variable is empty or unset")
     return f"Bearer {token}"
+

@@ -5,7 +5,10 @@ The CLI builds one flag per field from this class and the Hydra schema embeds it
 config compatible). The `help` metadata is the one-line "why" shown by `--help`.
 """
 
+import ipaddress
+import re
 from dataclasses import dataclass, field, fields
+from fnmatch import fnmatchcase
 from typing import Optional
 from urllib.parse import urlsplit
 
@@ -76,6 +79,28 @@ class ProxySettings:
     log_level: str = _knob("info", "logging level of the agrpo.proxy logger")
     use_uvloop: bool = _knob(True, "run the CLI on uvloop when installed (more requests/s per core)")
 
+    # --- trust (issue 12): who may change state, who gets the upstream token, what memory
+    admin_token_env: Optional[str] = _knob(
+        None, "env var holding the token that replica, adapter, pause/resume and other admin "
+              "calls must send as 'Authorization: Bearer' (unset: admin calls are open)"
+    )
+    token_hosts: str = _knob(
+        "*.hf.jobs", "comma-separated host patterns (fnmatch) that may receive the --token-env "
+                     "token besides the hosts of the --upstream URLs given at start"
+    )
+    max_inflight_body_bytes: int = _knob(
+        256 * 1024 * 1024, "request bytes held at once over all requests; beyond it new "
+                           "requests get 503 (bounds memory under many large bodies)"
+    )
+    lean_front: bool = _knob(
+        True, "serve routed requests with the proxy's own HTTP/1.1 front instead of aiohttp's "
+              "server (about half the CPU per request; anything unusual still goes to aiohttp)"
+    )
+    admit_timeout_s: float = _knob(
+        120.0, "longest a replica's re-admission (replaying adapters and pause) may take; it "
+               "stays out and is retried at the next probe"
+    )
+
     def problems(self) -> list[str]:
         """Everything wrong with these settings, as sentences naming the flag to change."""
         found = []
@@ -88,14 +113,18 @@ class ProxySettings:
         if not 0 <= self.port <= 65535:
             found.append(f"--port {self.port} is not a TCP port (0-65535)")
         for name in ("block_size", "text_chars_per_token", "default_max_tokens", "lru_size",
-                     "error_threshold", "template_fanout", "max_body_bytes"):
+                     "error_threshold", "template_fanout", "max_body_bytes",
+                     "max_inflight_body_bytes"):
             if getattr(self, name) < 1:
                 found.append(f"--{flag_name(name)} must be at least 1")
         for name in ("connect_timeout_s", "total_timeout_s", "broadcast_timeout_s",
                      "load_retry_initial_s", "load_retry_max_s", "health_interval_s",
-                     "health_timeout_s", "shutdown_timeout_s"):
+                     "health_timeout_s", "shutdown_timeout_s", "admit_timeout_s"):
             if getattr(self, name) <= 0:
                 found.append(f"--{flag_name(name)} must be positive")
+        if self.max_inflight_body_bytes < self.max_body_bytes:
+            found.append("--max-inflight-body-bytes must be at least --max-body-bytes (else the "
+                         "largest allowed body could never be accepted)")
         if self.spill_factor < 1:
             found.append("--spill-factor below 1 would spill from a replica under the mean load")
         if self.spill_slack_requests < 0 or self.load_retry_deadline_s < 0 or self.health_quorum < 0:
@@ -107,16 +136,61 @@ class ProxySettings:
         return found
 
 
+_HOSTNAME = re.compile(r"[A-Za-z0-9_.-]+|\[[0-9A-Fa-f:.]+\]")
+
+
 def url_problems(url: str) -> list[str]:
-    """Why `url` cannot be a replica base URL (empty list when it can)."""
+    """Why `url` cannot be a replica base URL (empty list when it can).
+
+    A replica URL is scheme://host[:port] and nothing else (a trailing "/" is fine): no
+    credentials (they would show in stats, metrics and logs), no path, query or fragment (the
+    proxy appends request paths to it, so anything there would turn routing into a way to
+    reach arbitrary URLs).
+    """
+    if not isinstance(url, str) or not url.isascii() or not url.isprintable() or " " in url:
+        return [f"replica URL {url!r} must be printable ASCII without spaces"]
     parts = urlsplit(url)
     if parts.scheme not in ("http", "https") or not parts.hostname:
-        return [f"replica URL {url!r} must look like http://host:port"]
+        return [f"replica URL {url!r} must look like http://host:port (http or https)"]
+    if "@" in parts.netloc:
+        shown = f"{parts.scheme}://***@{parts.netloc.rsplit('@', 1)[1]}"  # never echo a password
+        return [f"replica URL {shown!r} must not carry credentials (user:password@)"]
+    if parts.path not in ("", "/") or "?" in url or "#" in url:
+        return [f"replica URL {url!r} must not have a path, query or fragment "
+                "(only scheme://host:port)"]
+    host = parts.netloc.rsplit(":", 1)[0] if not parts.netloc.endswith("]") else parts.netloc
+    if not _HOSTNAME.fullmatch(host):
+        return [f"replica URL {url!r} has an invalid host"]
     try:
         parts.port
     except ValueError:
         return [f"replica URL {url!r} has an invalid port"]
     return []
+
+
+def url_host(url: str) -> str:
+    """The lower-case host of a (valid) replica URL."""
+    return (urlsplit(url).hostname or "").lower()
+
+
+def token_patterns(settings: "ProxySettings") -> list[str]:
+    return [p.strip().lower() for p in settings.token_hosts.split(",") if p.strip()]
+
+
+def may_receive_token(host: str, start_hosts: set[str], patterns: list[str]) -> bool:
+    """Whether the upstream token may be sent to `host`: a start host, or one matching a pattern."""
+    host = host.lower()
+    return host in start_hosts or any(fnmatchcase(host, p) for p in patterns)
+
+
+def is_loopback(host: str) -> bool:
+    """127.x, ::1 and localhost; anything else (0.0.0.0, a LAN address, a name) is reachable."""
+    if host.lower() in ("localhost", "localhost."):
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
 
 
 def flag_name(field_name: str) -> str:

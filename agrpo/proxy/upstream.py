@@ -5,7 +5,6 @@ import json
 
 import aiohttp
 from aiohttp import web
-from multidict import CIMultiDict
 
 from agrpo.proxy.broadcast import Reply
 from agrpo.proxy.replicas import Replica
@@ -20,34 +19,41 @@ _DROP_DOWNSTREAM = frozenset((
     "connection", "keep-alive", "proxy-authenticate", "te", "trailer", "trailers",
     "transfer-encoding", "upgrade", "content-length", "date", "server",
 ))
-TRANSPORT_ERRORS = (aiohttp.ClientError, asyncio.TimeoutError, OSError)
+TRANSPORT_ERRORS = (aiohttp.ClientError, asyncio.TimeoutError, OSError)  # incl. UpstreamClosed
 REPLICA_HEADER = "X-Agrpo-Replica"
 
 
-def upstream_headers(incoming, authorization: str | None) -> dict[str, str]:
-    """The client's headers minus hop-by-hop ones and its Authorization; plus ours."""
-    headers = {k: v for k, v in incoming.items() if k.lower() not in _DROP_UPSTREAM}
-    if authorization:
-        headers["Authorization"] = authorization
-    return headers
+_DROP_UPSTREAM_RAW = frozenset(name.encode() for name in _DROP_UPSTREAM)
 
 
-def downstream_headers(upstream_response, replica: Replica | None) -> CIMultiDict:
-    headers = CIMultiDict(
-        (k, v) for k, v in upstream_response.headers.items() if k.lower() not in _DROP_DOWNSTREAM
-    )
+def forwarded_head_lines(raw_headers) -> bytes:
+    """The client's raw headers as request-head lines, minus hop-by-hop ones and its
+    Authorization (bytes as received: nothing decoded or re-encoded)."""
+    return b"".join(k + b": " + v + b"\r\n" for k, v in raw_headers
+                    if k.lower() not in _DROP_UPSTREAM_RAW)
+
+
+def response_headers(pairs, replica: Replica | None) -> list[tuple[str, str]]:
+    """A replica's response headers (name, value pairs) as sent on to the client."""
+    headers = [(k, v) for k, v in pairs if k.lower() not in _DROP_DOWNSTREAM]
     if replica is not None:
-        headers[REPLICA_HEADER] = str(replica.index)
+        headers.append((REPLICA_HEADER, str(replica.index)))
     return headers
+
+
+def error_body(status: int, message: str, kind: str = "ProxyError") -> bytes:
+    """vLLM's error shape, so clients that print vLLM errors print ours too."""
+    return json.dumps({"error": {"message": message, "type": kind, "code": status}}).encode()
 
 
 def json_error(status: int, message: str, kind: str = "ProxyError",
-               replica: Replica | None = None) -> web.Response:
+               replica: Replica | None = None, extra_headers: dict | None = None) -> web.Response:
     """An error in vLLM's shape, so clients that print vLLM errors print ours too."""
-    body = json.dumps({"error": {"message": message, "type": kind, "code": status}})
-    headers = {REPLICA_HEADER: str(replica.index)} if replica is not None else None
-    return web.Response(status=status, text=body, content_type="application/json",
-                        headers=headers)
+    headers = dict(extra_headers or {})
+    if replica is not None:
+        headers[REPLICA_HEADER] = str(replica.index)
+    return web.Response(status=status, body=error_body(status, message, kind),
+                        content_type="application/json", headers=headers or None)
 
 
 def describe_error(err: BaseException) -> str:
@@ -59,7 +65,12 @@ def describe_error(err: BaseException) -> str:
 
 async def send_once(session: aiohttp.ClientSession, replica: Replica, method: str,
                     path_qs: str, body: bytes, headers: dict, timeout) -> Reply:
-    """One buffered request to one replica; transport failures become `Reply(None, ...)`."""
+    """One buffered request to one replica; transport failures become `Reply(None, ...)`.
+
+    The upstream token is added here only for replicas allowed to receive it.
+    """
+    if replica.authorization:
+        headers = {**headers, "Authorization": replica.authorization}
     try:
         async with session.request(method, replica.target(path_qs), data=body or None,
                                    headers=headers, timeout=timeout) as response:

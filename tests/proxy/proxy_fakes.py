@@ -26,11 +26,14 @@ class FakeReplica:
     completion_delay_s: float = 0.0
     stream_chunks: int = 3
     stream_gap_s: float = 0.05
+    stream_end: str = "done"  # "done" | "cut" (connection dropped mid-way) | "no-done"
+    hang_paths: set = field(default_factory=set)  # paths answered only after an hour
+    load_delay_s: float = 0.0  # each adapter load takes this long
     url: str = ""
     _runner: web.AppRunner | None = None
 
     def app(self) -> web.Application:
-        app = web.Application()
+        app = web.Application(client_max_size=256 * 1024 * 1024)
         app.router.add_route("*", "/{tail:.*}", self._handle)
         return app
 
@@ -55,6 +58,8 @@ class FakeReplica:
         path = request.path
         self.seen.append((request.method, request.raw_path, body, dict(request.headers)))
         self.peers.append(request.transport.get_extra_info("peername"))
+        if path in self.hang_paths:
+            await asyncio.sleep(3600)
         if path in self.fail_paths:
             return web.json_response({"error": {"message": f"{self.name} broke",
                                                 "code": self.fail_paths[path]}},
@@ -65,6 +70,8 @@ class FakeReplica:
             return await self._complete(request, json.loads(body))
         if path == "/v1/load_lora_adapter":
             data = json.loads(body)
+            if self.load_delay_s:
+                await asyncio.sleep(self.load_delay_s)
             if self.missing_adapter_answers > 0:
                 self.missing_adapter_answers -= 1
                 message = (f"Loading lora {data['lora_name']} failed: No adapter found for "
@@ -109,7 +116,11 @@ class FakeReplica:
             for i in range(self.stream_chunks):
                 await response.write(f"data: {json.dumps({'i': i, 'by': self.name})}\n\n".encode())
                 await asyncio.sleep(self.stream_gap_s)
-            await response.write(b"data: [DONE]\n\n")
+            if self.stream_end == "cut":  # the replica dies: no last chunk, no [DONE]
+                request.transport.abort()
+                return response
+            if self.stream_end == "done":
+                await response.write(b"data: [DONE]\n\n")
             await response.write_eof()
             return response
         return web.json_response({"choices": [{"text": "ok", "token_ids": [1, 2]}],

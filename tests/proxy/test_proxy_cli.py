@@ -77,6 +77,17 @@ def test_cli_bad_arguments_give_one_paragraph_and_exit_non_zero():
     assert "Traceback" not in result.stderr
 
 
+def test_cli_refuses_unsafe_replica_urls_and_an_empty_admin_token():
+    result = cli("--upstream", "http://user:secret@127.0.0.1:1", "--upstream", "http://h:2/x?y")
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert "credentials" in result.stderr and "path, query" in result.stderr
+    assert "secret" not in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
+    result = cli("--upstream", "http://127.0.0.1:1", "--admin-token-env", "AGRPO_UNSET_ADMIN")
+    assert result.returncode == 2 and "AGRPO_UNSET_ADMIN" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
 def test_cli_port_in_use_is_a_clear_error():
     with socket.socket() as busy:
         busy.bind(("127.0.0.1", 0))

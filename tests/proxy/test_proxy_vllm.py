@@ -38,15 +38,22 @@ def served_models(url: str) -> set[str]:
 
 
 @pytest.mark.vllm
-def test_two_real_replicas_load_generate_and_unload(vllm_server, second_replica, adapter_dir):
+def test_two_real_replicas_load_generate_and_unload(vllm_server, second_replica, adapter_dir,
+                                                   monkeypatch):
     replicas = [vllm_server.url, second_replica.url]
+    monkeypatch.setenv("AGRPO_TEST_ADMIN", "admin-token-1")
+    admin = {"Authorization": "Bearer admin-token-1"}
     proxy = start_proxy_thread(ProxySettings(upstreams=replicas, port=0, load_retry_deadline_s=8,
-                                             load_retry_initial_s=0.2))
+                                             load_retry_initial_s=0.2,
+                                             admin_token_env="AGRPO_TEST_ADMIN"))
     try:
         assert requests.get(proxy.url + "/health", timeout=10).status_code == 200
+        refused = requests.post(proxy.url + "/pause", params={"mode": "keep"}, timeout=30)
+        assert refused.status_code == 401  # without the admin token nothing reaches vLLM
         # a path that never appears: vLLM says "No adapter found" until the deadline -> 504
         ghost = {"lora_name": "proxy-ghost", "lora_path": str(adapter_dir.parent / "never")}
-        answer = requests.post(proxy.url + "/v1/load_lora_adapter", json=ghost, timeout=300)
+        answer = requests.post(proxy.url + "/v1/load_lora_adapter", json=ghost, timeout=300,
+                               headers=admin)
         assert answer.status_code == 504, answer.text
         assert "proxy-ghost" in answer.text and "replica" in answer.text
         assert all("proxy-ghost" not in served_models(url) for url in replicas)
@@ -55,7 +62,8 @@ def test_two_real_replicas_load_generate_and_unload(vllm_server, second_replica,
         threading.Timer(1.5, os.rename, (adapter_dir, final)).start()
         load = {"lora_name": ADAPTER, "lora_path": str(final), "load_inplace": False}
         started = time.monotonic()
-        answer = requests.post(proxy.url + "/v1/load_lora_adapter", json=load, timeout=300)
+        answer = requests.post(proxy.url + "/v1/load_lora_adapter", json=load, timeout=300,
+                               headers=admin)
         assert answer.status_code == 200, answer.text
         assert time.monotonic() - started >= 1.5
         assert all(ADAPTER in served_models(url) for url in replicas)
@@ -73,23 +81,32 @@ def test_two_real_replicas_load_generate_and_unload(vllm_server, second_replica,
             served_by.setdefault(tuple(prompt), set()).add(answer.headers["X-Agrpo-Replica"])
         assert set().union(*served_by.values()) == {"0", "1"}  # generated on both replicas
         assert len(served_by[(11, 12, 13, 14)]) == 1  # the repeated prompt stayed put
+        # a real vLLM stream passes through whole and ends normally (no error event)
+        with requests.post(proxy.url + "/v1/completions", timeout=300, stream=True, json={
+                "model": ADAPTER, "prompt": [31, 32, 33], "max_tokens": 4, "stream": True,
+                "temperature": 1.0}) as streamed:
+            assert streamed.status_code == 200
+            text = b"".join(streamed.iter_content(None)).decode()
+        assert text.rstrip().endswith("data: [DONE]") and "event: error" not in text
+        assert text.count("data: {") >= 1
 
         info = requests.get(proxy.url + "/server_info", params={"config_format": "json"},
                             timeout=60).json()
         assert info["vllm_config"]["parallel_config"]["data_parallel_size"] == 1
-        assert requests.post(proxy.url + "/pause", params={"mode": "keep"},
+        assert requests.post(proxy.url + "/pause", params={"mode": "keep"}, headers=admin,
                              timeout=120).status_code == 200
-        assert requests.post(proxy.url + "/resume", timeout=120).status_code == 200
+        assert requests.post(proxy.url + "/resume", headers=admin, timeout=120).status_code == 200
 
         answer = requests.post(proxy.url + "/v1/unload_lora_adapter",
-                               json={"lora_name": ADAPTER}, timeout=120)
+                               json={"lora_name": ADAPTER}, headers=admin, timeout=120)
         assert answer.status_code == 200, answer.text
         assert all(ADAPTER not in served_models(url) for url in replicas)
         again = requests.post(proxy.url + "/v1/unload_lora_adapter",
-                              json={"lora_name": ADAPTER}, timeout=120)
+                              json={"lora_name": ADAPTER}, headers=admin, timeout=120)
         assert again.status_code == 404  # honest: nothing was there to unload
         stats = requests.get(proxy.url + "/proxy/stats", timeout=10).json()
-        assert (stats["routed"], stats["unmatched"], stats["affinity"]) == (3, 2, 1)
+        assert (stats["routed"], stats["unmatched"], stats["affinity"]) == (4, 3, 1)
+        assert stats["stream_cuts"] == 0
     finally:
         proxy.stop()
         for url in replicas:  # never leave our adapter on the shared server

@@ -1,0 +1,196 @@
+"""The routed hot path, independent of which HTTP server received the request.
+
+`RoutedPath.handle` parses the routing fields, picks a replica, forwards the untouched body over
+the pooled client, retries once on another replica, and hands the answer to a *sink*: the
+aiohttp handler's (`AiohttpSink`) or the lean front's (`front.RawSink`). A sink has
+`respond(status, headers, body)` for a buffered answer and `start_stream` / `write` /
+`end_stream` / `abort_stream` for server-sent events.
+"""
+
+import json
+import logging
+from time import perf_counter
+
+from aiohttp import web
+
+from agrpo.proxy.pool import Exchange
+from agrpo.proxy.replicas import Replica
+from agrpo.proxy.request_fields import BadRequest, parse_routing_fields
+from agrpo.proxy.upstream import (
+    REPLICA_HEADER,
+    TRANSPORT_ERRORS,
+    describe_error,
+    error_body,
+    forwarded_head_lines,
+    response_headers,
+)
+
+log = logging.getLogger("agrpo.proxy")
+
+JSON = [("Content-Type", "application/json")]
+
+
+def error_headers(replica: Replica | None, extra: dict | None = None) -> list:
+    headers = JSON + list((extra or {}).items())
+    if replica is not None:
+        headers.append((REPLICA_HEADER, str(replica.index)))
+    return headers
+
+
+def cut_event(problem: str) -> bytes:
+    """The SSE event a client gets when a replica's stream was cut short."""
+    event = json.dumps({"error": {"message": f"the replica's stream was cut short: {problem}",
+                                  "type": "UpstreamError", "code": 502}})
+    return f"event: error\ndata: {event}\n\n".encode()
+
+
+class AiohttpSink:
+    """Answers through aiohttp: `response` is what the handler returns."""
+
+    __slots__ = ("request", "response", "streaming")
+
+    def __init__(self, request: web.Request):
+        self.request = request
+        self.response: web.StreamResponse | None = None
+        self.streaming = False
+
+    async def respond(self, status: int, headers, body: bytes) -> None:
+        self.response = web.Response(body=body, status=status, headers=headers)
+
+    async def start_stream(self, status: int, headers) -> None:
+        self.response = web.StreamResponse(status=status, headers=headers)
+        self.streaming = True
+        await self.response.prepare(self.request)
+
+    async def write(self, chunk: bytes) -> None:
+        await self.response.write(chunk)
+
+    async def end_stream(self) -> None:
+        await self.response.write_eof()
+
+    async def abort_stream(self, event: bytes) -> None:
+        try:
+            await self.response.write(event)
+        except TRANSPORT_ERRORS:
+            pass
+        if self.request.transport is not None:
+            self.request.transport.abort()
+
+
+class RoutedPath:
+    """Routing, forwarding and retries for /v1/completions and /v1/chat/completions."""
+
+    def __init__(self, server):
+        self.server = server
+        self.replicas = server.replicas
+        self.router = server.router
+        self.metrics = server.metrics
+        self.pool = server.pool
+        self.control = server.control
+        self.timeout_s = server.settings.total_timeout_s
+
+    async def handle(self, sink, method: str, path_qs: str, raw_headers, raw: bytes,
+                     started: float) -> None:
+        try:
+            await self._route(sink, method, path_qs, raw_headers, raw, started)
+        except TRANSPORT_ERRORS:
+            return  # the client left while its answer was being written: no one to tell
+        except Exception as err:  # never a bare 500 or a traceback to the client
+            log.exception("routed request failed inside the proxy")
+            self.metrics.failed += 1
+            problem = f"proxy error: {describe_error(err)}"
+            if sink.streaming:
+                await sink.abort_stream(cut_event(problem))
+            else:
+                await sink.respond(500, JSON, error_body(500, problem))
+
+    async def _route(self, sink, method, path_qs, raw_headers, raw, started) -> None:
+        metrics = self.metrics
+        try:
+            fields = parse_routing_fields(raw)
+        except BadRequest as err:
+            metrics.rejected += 1
+            await sink.respond(400, JSON, error_body(400, str(err), "BadRequestError"))
+            return
+        head_lines = forwarded_head_lines(raw_headers)
+        tried: set[int] = set()
+        kind = None
+        last_error, replica = "no replica is available", None
+        for attempt in range(2):
+            loads = self.replicas.loads(tried)
+            if not loads:
+                break
+            decision = self.router.route(fields, loads)
+            if kind is None:
+                kind = decision.kind
+                metrics.count_route(kind)
+            else:
+                metrics.retried += 1
+            replica = self.replicas[decision.replica]
+            tried.add(replica.index)
+            replica.begin(decision.work)
+            exchange = Exchange(self.pool, replica, self.timeout_s)
+            try:
+                try:
+                    upstream = await exchange.send(method, path_qs, head_lines, raw)
+                    if upstream.status >= 500:
+                        self.control.error_status(replica, upstream.status)
+                        if attempt == 0 and self.replicas.loads(tried):  # another to try
+                            last_error = f"replica {replica.index} answered {upstream.status}"
+                            continue
+                    else:
+                        replica.consecutive_errors = 0
+                    if upstream.content_type == "text/event-stream":
+                        await self.stream(sink, exchange, upstream, replica, kind, started)
+                        return
+                    body = await upstream.read()
+                except TRANSPORT_ERRORS as err:
+                    last_error = self.control.transport_failed(replica, err)
+                    continue
+                metrics.observe_routed(kind, perf_counter() - started)
+                await sink.respond(upstream.status, response_headers(upstream.headers, replica),
+                                   body)
+                return
+            finally:
+                exchange.finish()
+                replica.end(decision.work)
+        metrics.failed += 1
+        await sink.respond(502, error_headers(replica), error_body(
+            502, f"no replica could serve the request: {last_error}", "UpstreamError"))
+
+    async def stream(self, sink, exchange, upstream, replica: Replica, kind, started) -> None:
+        """Pass server-sent events through as they arrive; nothing is buffered.
+
+        A stream the replica cuts short (it died, the connection dropped, or a completion
+        stream ended without vLLM's closing `data: [DONE]`) must not look like a normal end:
+        the client gets an SSE `error` event and then an aborted connection.
+        """
+        await sink.start_stream(upstream.status, response_headers(upstream.headers, replica))
+        tail = b""
+        problem = None
+        chunks = upstream.iter_chunks()
+        while True:
+            try:
+                chunk = await chunks.__anext__()
+            except StopAsyncIteration:
+                break
+            except TRANSPORT_ERRORS as err:
+                problem = describe_error(err)
+                break
+            try:
+                await sink.write(chunk)
+            except TRANSPORT_ERRORS:  # the client left; the replica's answer is dropped
+                exchange.abort()
+                return
+            tail = (tail + chunk)[-32:]
+        if problem is None and b"[DONE]" not in tail and kind is not None:
+            problem = "the stream ended without vLLM's closing DONE event"
+        if problem is not None:
+            log.warning("stream from replica %d cut short: %s", replica.index, problem)
+            self.metrics.stream_cuts += 1
+            exchange.abort()
+            await sink.abort_stream(cut_event(problem))
+            return
+        await sink.end_stream()
+        if kind is not None:
+            self.metrics.observe_routed(kind, perf_counter() - started)
