@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import secrets
 import signal
 import sys
 import time
@@ -25,6 +26,7 @@ from agrpo.launchers.gpus import assign_gpus
 from agrpo.launchers.plan import Plan, ProcessSpec
 from agrpo.launchers.ports import free_ports
 from agrpo.launchers.process import ManagedProcess
+from agrpo.proxy.settings import ADMIN_TOKEN_ENV
 from agrpo.launchers.supervise import ReplicaSupervisor, wait_supervised
 from agrpo.models.resolve import prepare_model
 
@@ -46,7 +48,7 @@ def is_loopback_url(url: str) -> bool:
 
 
 def build_local_plan(cfg: Any, run_dir: str, ports: list[int], device: str, num_gpus: int,
-                     cpu_ids: Sequence[int] = (0, 1), python: str = sys.executable) -> Plan:
+                     cpu_ids: Sequence[int] = (0, 1), python: str = sys.executable, admin_token: str = "") -> Plan:
     """The local plan (pure). `ports` must hold replicas + 1 free ports (the last one for the proxy); `cpu_ids` are
     the cores this process may use."""
     inference = cfg.inference
@@ -73,16 +75,21 @@ def build_local_plan(cfg: Any, run_dir: str, ports: list[int], device: str, num_
     elif num_gpus > 0:  # replicas run elsewhere (e.g. inside a trainer Job): every GPU here is the trainer's
         trainer_gpus = list(cfg.trainer.gpus) if cfg.trainer.gpus else list(range(num_gpus))
     vllm_url = upstreams[0] if upstreams else ""
+    token_env: dict[str, str] = {}
     if uses_proxy(cfg):
         proxy_port = ports[-1]
         argv = [python, "-m", "agrpo.proxy", "--port", str(proxy_port), "--host", "127.0.0.1"]
         for url in upstreams:
             argv += ["--upstream", url]
         argv += proxy_knob_flags(cfg.proxy)
+        # State changes need the admin token; only the trainer gets it (agrpo/trainer/cpu_compat.py sends it).
+        argv += ["--admin-token-env", ADMIN_TOKEN_ENV]
+        token_env = {ADMIN_TOKEN_ENV: admin_token}
         vllm_url = f"http://127.0.0.1:{proxy_port}"
-        services.append(ProcessSpec(name="proxy", role="proxy", argv=argv, port=proxy_port,
+        services.append(ProcessSpec(name="proxy", role="proxy", argv=argv, port=proxy_port, env=token_env,
                                     health_url=f"{vllm_url}/health", log_path=str(logs / "proxy.log")))
     trainer_env = {"CUDA_VISIBLE_DEVICES": ",".join(map(str, trainer_gpus))} if trainer_gpus else {}
+    trainer_env.update(token_env)
     if device == "cpu":
         trainer_env["OMP_NUM_THREADS"] = str(cpus.trainer_threads)
         if cpus.trainer_cores:
@@ -104,10 +111,14 @@ def proxy_knob_flags(proxy_cfg: Any) -> list[str]:
     defaults = ProxySettings()
     flags = []
     for knob in fields(ProxySettings):
-        if knob.name in ("upstreams", "host", "port"):
+        if knob.name in ("upstreams", "host", "port", "admin_token_env"):
             continue
         value = getattr(proxy_cfg, knob.name)
-        if value != getattr(defaults, knob.name) and value is not None:
+        if value == getattr(defaults, knob.name) or value is None:
+            continue
+        if isinstance(value, bool):  # on/off flags take no value (argparse's BooleanOptionalAction)
+            flags.append(f"--{'' if value else 'no-'}{flag_name(knob.name)}")
+        else:
             flags += [f"--{flag_name(knob.name)}", str(value)]
     return flags
 
@@ -119,7 +130,8 @@ def plan_on_this_machine(cfg: Any, run_dir: str) -> Plan:
     num_gpus = torch.cuda.device_count()
     device = resolve_device(cfg.inference.device, num_gpus > 0)
     ports = free_ports(cfg.inference.replicas + 1, cfg.inference.base_port, cfg.inference.host)
-    return build_local_plan(cfg, run_dir, ports, device, num_gpus, sorted(os.sched_getaffinity(0)))
+    return build_local_plan(cfg, run_dir, ports, device, num_gpus, sorted(os.sched_getaffinity(0)),
+                            admin_token=secrets.token_urlsafe(32))
 
 
 def _sigterm_as_interrupt(_signum, _frame):

@@ -13,6 +13,11 @@ from typing import Optional
 from urllib.parse import urlsplit
 
 
+
+# The env var a launcher puts the proxy's admin token in (proxy and trainer only; --admin-token-env names it).
+ADMIN_TOKEN_ENV = "AGRPO_PROXY_ADMIN_TOKEN"
+
+
 def _knob(default, why: str, **kwargs):
     return field(default=default, metadata={"help": why}, **kwargs)
 

@@ -12,11 +12,14 @@ loudly here (and in tests/trainer/test_cpu_compat.py) instead of silently runnin
 3. Packed ("tree") attention fetches a FlashAttention-3 kernel from the Hub, which needs CUDA and a network. On CPU
    the same varlen causal attention is computed with PyTorch's SDPA, segment by segment.
 
-One fix applies on every machine (it is the one patch here that is not about CPU):
+Two fixes apply on every machine (the patches here that are not about CPU):
 4. Stopping the rollout worker at the end of training took 15 s in every run ("Child did not exit within 15s;
    terminating"): the child had put scored samples on a multiprocessing queue nobody reads any more, and a process
    cannot exit until its queue's feeder thread has flushed them into the pipe. `stop` now drains the queues while it
    waits, so the child exits as soon as its loops end.
+5. agrpo's proxy refuses state changes (adapter loads, pause, resume) without its admin token, which the launcher
+   hands to the trainer alone in AGRPO_PROXY_ADMIN_TOKEN. TRL's VLLMClient calls `requests.get/post` directly, so
+   the module it calls through gets a stand-in whose calls carry `Authorization: Bearer <token>`.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import logging
+import os
 from types import SimpleNamespace
 
 import torch
@@ -127,6 +131,38 @@ def _patch_drain_on_stop() -> None:
     _applied.append("drain_on_stop")
 
 
+from agrpo.proxy.settings import ADMIN_TOKEN_ENV  # noqa: E402 - next to the patch that uses it
+
+
+class _BearerRequests:
+    """`requests` with an Authorization header on every call (everything else is the real module)."""
+
+    def __init__(self, token: str):
+        import requests
+
+        self._requests = requests
+        self._header = {"Authorization": f"Bearer {token}"}
+
+    def _call(self, method: str, url: str, **kwargs):
+        kwargs["headers"] = {**(kwargs.get("headers") or {}), **self._header}
+        return self._requests.request(method, url, **kwargs)
+
+    def get(self, url: str, **kwargs):
+        return self._call("GET", url, **kwargs)
+
+    def post(self, url: str, **kwargs):
+        return self._call("POST", url, **kwargs)
+
+    def __getattr__(self, name: str):
+        return getattr(self._requests, name)
+
+
+def _patch_admin_token(token: str) -> None:
+    client = _require("trl.experimental.async_grpo.vllm_client", "requests")
+    client.requests = _BearerRequests(token)
+    _applied.append("admin_token")
+
+
 def apply_cpu_workarounds(force: bool = False) -> list[str]:
     """Apply what this machine needs and return the names applied (idempotent). `force` applies all (for tests)."""
     no_gpu = force or not torch.cuda.is_available()
@@ -139,6 +175,9 @@ def apply_cpu_workarounds(force: bool = False) -> list[str]:
         _patch_vllm_guard()
     if "drain_on_stop" not in _applied:
         _patch_drain_on_stop()
+    token = os.environ.get(ADMIN_TOKEN_ENV)
+    if token and "admin_token" not in _applied:
+        _patch_admin_token(token)
     if _applied:
         log.info("CPU workarounds for TRL active: %s", ", ".join(_applied))
     return list(_applied)

@@ -8,7 +8,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 HEAVY = ("aiohttp", "agrpo.proxy.server", "torch", "transformers", "trl")
@@ -23,9 +22,6 @@ def loaded_after(code: str) -> list[str]:
     return result.stdout.split()
 
 
-@pytest.mark.xfail(strict=True, reason="agrpo/proxy/__init__.py imports the server (aiohttp) eagerly, and the schema "
-                   "embeds agrpo.proxy.settings.ProxySettings; needs lazy exports (PEP 562 __getattr__) in the proxy "
-                   "package's __init__")
 def test_importing_the_config_loads_no_http_server():
     assert loaded_after("import agrpo.config") == []
 

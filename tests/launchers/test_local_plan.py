@@ -117,3 +117,14 @@ def test_trainer_only_role_on_a_gpu_machine_gives_the_trainer_every_gpu():
     plan = plan_for("role=trainer", "inference.urls=[http://10.0.0.1:8000]", device="cuda", num_gpus=2)
     assert plan.services == [] and plan.trainer.gpus == [0, 1]
     assert plan.trainer.env["CUDA_VISIBLE_DEVICES"] == "0,1"
+
+
+def test_the_proxy_admin_token_goes_to_the_proxy_and_the_trainer_only():
+    cfg = compose_run_config(["+recipe=smoke", "inference.replicas=2", "proxy.lean_front=false"], output_dir="/tmp/r")
+    plan = build_local_plan(cfg, "/tmp/r", [8100, 8101, 8102], "cpu", 0, cpu_ids=(0, 1), admin_token="tok-123")
+    proxy = next(s for s in plan.services if s.role == "proxy")
+    assert proxy.argv[proxy.argv.index("--admin-token-env") + 1] == "AGRPO_PROXY_ADMIN_TOKEN"
+    assert proxy.env["AGRPO_PROXY_ADMIN_TOKEN"] == plan.trainer.env["AGRPO_PROXY_ADMIN_TOKEN"] == "tok-123"
+    assert all("AGRPO_PROXY_ADMIN_TOKEN" not in s.env for s in plan.services if s.role == "replica")
+    assert "--no-lean-front" in proxy.argv  # an on/off knob is a bare flag, not "--lean-front False"
+    assert "tok-123" not in plan.render()
