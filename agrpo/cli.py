@@ -18,6 +18,7 @@ from omegaconf import DictConfig
 
 from agrpo import __version__
 from agrpo.config.schema import register_configs
+from agrpo.config.resolve import resolve
 from agrpo.config.validate import validate
 from agrpo.errors import AgrpoError, ConfigError
 from agrpo.paths import CONF_DIR, RECIPES_DIR, register_resolvers
@@ -30,6 +31,7 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     from agrpo.launchers import get_launcher
 
     validate(cfg)
+    cfg = resolve(cfg, cuda_available=runs_on_gpus(cfg))  # every derived value fixed once: config.yaml shows it
     launcher = get_launcher(cfg.launcher.name)
     plan = launcher.build_plan(cfg)
     if cfg.launcher.dry_run:
@@ -37,6 +39,15 @@ def run(cfg: DictConfig) -> dict[str, Any]:
         return {}
     log.info("plan:\n%s", plan.render())
     return launcher.execute(cfg, plan)
+
+
+def runs_on_gpus(cfg: DictConfig) -> bool:
+    """Whether the run's replicas and trainer have CUDA: HF Jobs always do; locally, this machine decides."""
+    if cfg.launcher.name == "hf_jobs" and cfg.role == "all":
+        return True
+    import torch
+
+    return torch.cuda.is_available()
 
 
 @hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name="config")

@@ -134,7 +134,8 @@ def gsm8k_accuracy(completions: list[Any], answer: Any = None, **kwargs: Any) ->
 
 
 def math_accuracy(completions: list[Any], answer: Any = None, **kwargs: Any) -> list[float | None]:
-    r"""MATH accuracy: 1.0 per completion whose last ``\boxed{}`` answer math-verify finds equal to the gold answer."""
+    r"""MATH accuracy: 1.0 per completion whose final answer (the last ``\boxed{}``, else a ``#### X`` line or "the
+    answer is X") math-verify finds equal to the gold answer."""
     golds = _golds(answer, len(completions))
     return [math_score(completion_text(c), g) for c, g in zip(completions, golds, strict=True)]
 
