@@ -50,9 +50,6 @@ def main(argv: list[str]) -> int:
             return 2
         out = output_dir(cfg)
         cfg.sync.output_dir = str(out)
-        from agrpo.config.validate import validate
-
-        validate(cfg)  # the training CLI's checks: a bad value fails before a replica starts
         summary = run_eval(cfg, out)
     except AgrpoError as error:
         if os.environ.get("AGRPO_DEBUG") == "1":

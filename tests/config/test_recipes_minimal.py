@@ -50,8 +50,11 @@ def repeated_values(recipe_text: str) -> list[str]:
     for key, value in leaves(body):
         node = inherited
         for part in key.split("."):
+            if not isinstance(node, dict) or part not in node:  # a new key (e.g. under trainer.extra): not inherited
+                node = KeyError
+                break
             node = node[part]
-        if node == value:
+        if node is not KeyError and node == value:
             repeated.append(f"{key}: {value!r}")
     return repeated
 

@@ -64,12 +64,12 @@ def test_python_m_agrpo_launches_the_run_and_the_trainer_job_runs_the_uploaded_w
 def test_an_interpolated_secret_is_refused_before_any_job_and_never_printed(tmp_path):
     with FakeHub() as hub:
         user = ["+recipe=gsm8k", "launcher=hf_jobs", "sync=bucket", "launcher.hf_jobs.run_id=cli2",
-                "+proxy.token='${oc.env:HF_TOKEN}'"]
+                "inference.extra_args=[--api-key,'${oc.env:HF_TOKEN}']"]
         for extra in ([], ["launcher.dry_run=true"]):
             done = subprocess.run([sys.executable, "-m", "agrpo", *user, *extra, f"hydra.run.dir={tmp_path}"],
                                   env=child_env(hub), capture_output=True, text=True, timeout=300, cwd=tmp_path)
             assert done.returncode == 2, done.stderr[-2000:]
-            assert "proxy.token reads the secret HF_TOKEN" in done.stderr and "launcher.hf_jobs.secrets" in done.stderr
+            assert "inference.extra_args[1] reads the secret HF_TOKEN" in done.stderr and "launcher.hf_jobs.secrets" in done.stderr
             assert "Traceback" not in done.stderr
             logs = "".join(p.read_text() for p in tmp_path.rglob("*.log"))
             assert FAKE_TOKEN not in done.stdout + done.stderr + logs

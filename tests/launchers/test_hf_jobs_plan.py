@@ -149,9 +149,10 @@ def test_the_uploaded_config_is_the_resolved_run_config_with_the_trainer_jobs_ro
 
 def test_a_user_recipe_file_and_an_override_reach_the_trainer_jobs_config_unchanged(tmp_path):
     (tmp_path / "recipe").mkdir()
-    (tmp_path / "recipe" / "mine.yaml").write_text(
+    # A name no other test stores in Hydra's (process-wide) ConfigStore, which +recipe=<path> uses.
+    (tmp_path / "recipe" / "mine_for_jobs.yaml").write_text(
         "# @package _global_\ndefaults:\n  - /recipe/gsm8k\nrun_name: mine\nlora:\n  alpha: 7\n")
-    cfg = compose_run_config([f"hydra.searchpath=[file://{tmp_path}]", "+recipe=mine", "launcher=hf_jobs",
+    cfg = compose_run_config([f"hydra.searchpath=[file://{tmp_path}]", "+recipe=mine_for_jobs", "launcher=hf_jobs",
                               "sync=bucket", "launcher.hf_jobs.run_id=run1", "trainer.top_p=0.93",
                               "launcher.hf_jobs.namespace=alice"])
     plan = build_jobs_plan(cfg)

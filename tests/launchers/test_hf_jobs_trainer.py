@@ -58,7 +58,7 @@ def test_success_resumes_from_the_bucket_and_cancels_only_this_runs_replicas(hub
         return {"reward_last": 0.5}
 
     assert run_trainer_job(cfg, "local-plan", execute_local, api=make_api()) == {"reward_last": 0.5}
-    assert seen == {"resume": True, "plan": "local-plan"}
+    assert seen == {"resume": "true", "plan": "local-plan"}
     assert not (run_dir / ".vllm_lora" / "trl-policy-v6").exists()
     assert json.loads((run_dir / "checkpoint-4" / "rollout_state.json").read_text())["model_version"] == 6
     assert sorted(hub.cancelled()) == sorted(job.id for job in hub.replicas)
@@ -68,7 +68,7 @@ def test_success_resumes_from_the_bucket_and_cancels_only_this_runs_replicas(hub
 def test_a_fresh_run_does_not_resume(hub, tmp_path):
     cfg = trainer_cfg(tmp_path / "run1")
     run_trainer_job(cfg, None, lambda cfg, plan: {"resume": cfg.trainer.resume}, api=make_api())
-    assert cfg.trainer.resume is False
+    assert cfg.trainer.resume == "false"
 
 
 def test_a_failed_attempt_keeps_the_replicas_for_the_requeued_trainer_until_the_last(hub, tmp_path, monkeypatch):

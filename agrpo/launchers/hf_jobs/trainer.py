@@ -49,7 +49,7 @@ def prepare_trainer(cfg: Any, storage: BucketStorage) -> int:
     """Resume state and attempt number for this start; sets trainer.resume when the bucket holds a checkpoint."""
     state = prepare_resume(storage)
     if state.checkpoint is not None:
-        cfg.trainer.resume = True
+        cfg.trainer.resume = "true"
         log.info("resuming run %s from %s in the bucket", cfg.launcher.hf_jobs.run_id, state.checkpoint)
     return record_attempt(storage, os.environ.get(LAUNCH_ID_ENV, ""))
 
