@@ -139,6 +139,14 @@ def _route_transformers_logging() -> None:
     hf_logging.disable_progress_bar()  # the weight-loading bar: one more terminal line per run, no information
 
 
+def current_log_file() -> str | None:
+    """The trainer.log that `setup_trainer_logging` opened in this process, if any."""
+    for handler in logging.getLogger().handlers:
+        if getattr(handler, _OUR_HANDLER, False) and isinstance(handler, logging.FileHandler):
+            return handler.baseFilename
+    return None
+
+
 def quiet_trainer(trainer: Any) -> None:
     """Remove transformers' callbacks that print each step's metric dict (ProgressCallback's bar and on_log,
     PrinterCallback when the bar is off); ConsoleCallback draws the bar and the compact lines instead."""
@@ -264,7 +272,7 @@ class ConsoleCallback(TrainerCallback):
         self.cfg = cfg
         self.num_replicas = num_replicas
         self.vllm_url = vllm_url
-        self.log_file = log_file
+        self.log_file = log_file if log_file is not None else current_log_file()
         self.stream = stream
         self.every = int(cfg.logger.console_every)
         self.history: list[dict[str, Any]] = []

@@ -82,7 +82,7 @@ def test_callback_reports_every_n_steps_and_keeps_a_final_verdict(caplog):
     from agrpo.trainer.trl_backend import BottleneckCallback
 
     callback = BottleneckCallback(every=2)
-    with caplog.at_level(logging.INFO, logger="agrpo.trainer.trl_backend"):
+    with caplog.at_level(logging.DEBUG, logger="agrpo.trainer.trl_backend"):  # file-only detail since the console
         for step in range(1, 6):
             callback.on_log(None, SimpleNamespace(global_step=step), None,
                             logs={"perf/step_s": 1.0, "perf/rollout_wait_s": 0.8})
