@@ -27,6 +27,7 @@ CONSOLE_LOGGER = "agrpo.console"  # the banner, the step lines and the summary; 
 TRAINER_LOG = "trainer.log"
 FILE_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 TENSORBOARD_DIR = "tensorboard"  # as trl_backend.TENSORBOARD_DIR (importing it here would import TRL)
+CURVES_PNG = "training_curves.png"  # as agrpo.report.plot.CURVES_PNG
 
 # Known harmless library output, hidden from the terminal by (logger name, start or part of the message); it still
 # lands in trainer.log. Anything not listed here at WARNING or above reaches the terminal.
@@ -78,13 +79,14 @@ class ConsoleHandler(logging.StreamHandler):
 
 
 class ConsoleFormatter(logging.Formatter):
-    """agrpo's console lines as they are; anything else with its level and logger name."""
+    """agrpo's own lines below WARNING as they are; warnings, errors and other libraries' lines with their level and
+    logger name."""
 
     def format(self, record: logging.LogRecord) -> str:
         message = record.getMessage()
         if record.exc_info:
             message += "\n" + self.formatException(record.exc_info)
-        if record.name == CONSOLE_LOGGER and record.levelno < logging.WARNING:
+        if (record.name == "agrpo" or record.name.startswith("agrpo.")) and record.levelno < logging.WARNING:
             return message
         return f"{record.levelname} {record.name}: {message}"
 
@@ -221,7 +223,8 @@ def banner_lines(*, run_dir: str, model: str, lora_rank: int, max_steps: int, re
 
 
 def summary_lines(summary: dict[str, Any], *, run_dir: str, adapter: str, base_model: str, lora_rank: int,
-                  adapter_name: str, overrides: list[str], verdict: str | None = None) -> list[str]:
+                  adapter_name: str, overrides: list[str], verdict: str | None = None,
+                  curves: str | None = None) -> list[str]:
     """The end of a run: what it reached, how fast, where the adapter is, and the commands that use it."""
     lines = [f"agrpo: done, {summary.get('steps', '-')} steps"
              + (f" in {summary['runtime_s']:.0f} s" if summary.get("runtime_s") else "")]
@@ -238,6 +241,8 @@ def summary_lines(summary: dict[str, Any], *, run_dir: str, adapter: str, base_m
     if verdict:
         lines.append(f"  bottleneck   {verdict}")
     lines.append(f"  adapter      {adapter}")
+    if curves:
+        lines.append(f"  curves       {curves}")
     q = shlex.quote
     rank = 16 if lora_rank <= 16 else lora_rank  # vLLM's default --max-lora-rank is 16
     lines += ["next:",
@@ -268,12 +273,15 @@ class ConsoleCallback(TrainerCallback):
     at the very end (after the final adapter is saved). Only the main process prints."""
 
     def __init__(self, cfg: Any, num_replicas: int = 1, vllm_url: str | None = None, log_file: str | None = None,
-                 stream: TextIO | None = None):
+                 stream: TextIO | None = None, bar: bool | None = None):
         self.cfg = cfg
         self.num_replicas = num_replicas
         self.vllm_url = vllm_url
         self.log_file = log_file if log_file is not None else current_log_file()
-        self.stream = stream
+        self.stream = stream if stream is not None else sys.stderr
+        # None: a bar only on a terminal; redirected to a file (CI, Jobs logs) the compact lines say it all, where a
+        # redrawn bar would be one endless line of carriage returns.
+        self.want_bar = bar if bar is not None else bool(getattr(self.stream, "isatty", lambda: False)())
         self.every = int(cfg.logger.console_every)
         self.history: list[dict[str, Any]] = []
         self.bar = None
@@ -293,11 +301,11 @@ class ConsoleCallback(TrainerCallback):
                                  replicas=self.num_replicas, vllm_url=self.vllm_url, log_file=self.log_file,
                                  report_to=list(self.cfg.logger.report_to)):
             self.log.info(line)
-        if self.cfg.logger.progress_bar and _level_number(self.cfg.logger.level) <= logging.INFO:
+        if self.want_bar and self.cfg.logger.progress_bar and _level_number(self.cfg.logger.level) <= logging.INFO:
             from tqdm import tqdm
 
             self.bar = tqdm(total=state.max_steps, initial=state.global_step, desc="train", unit="step",
-                            file=self.stream if self.stream is not None else sys.stderr, dynamic_ncols=True)
+                            file=self.stream, dynamic_ncols=True)
 
     def on_step_end(self, args, state, control, **kwargs):
         if self.bar is not None:
@@ -322,6 +330,10 @@ class ConsoleCallback(TrainerCallback):
             self.bar.close()
             self.bar = None
 
+    def _curves(self) -> str | None:
+        path = Path(self.run_dir) / CURVES_PNG
+        return str(path) if path.is_file() else None
+
     def print_summary(self, final_adapter: str, verdict: str | None = None) -> list[str]:
         """The end summary (call it after the final adapter is saved); returns the lines it printed."""
         if not self.main:
@@ -329,7 +341,7 @@ class ConsoleCallback(TrainerCallback):
         lines = summary_lines(run_summary(self.history), run_dir=self.run_dir, adapter=str(final_adapter),
                               base_model=str(self.cfg.model.name_or_path), lora_rank=int(self.cfg.lora.r),
                               adapter_name=str(self.cfg.run_name), overrides=_read_overrides(self.run_dir),
-                              verdict=verdict)
+                              verdict=verdict, curves=self._curves())
         for line in lines:
             self.log.info(line)
         return lines

@@ -61,12 +61,12 @@ def test_summary_lines_name_the_adapter_and_the_next_commands():
     lines = summary_lines(run_summary(HISTORY), run_dir="/runs/smoke/1", adapter="/runs/smoke/1/final_adapter",
                           base_model="Qwen/Qwen2.5-0.5B-Instruct", lora_rank=32, adapter_name="smoke",
                           overrides=["+recipe=smoke", "trainer.max_steps=60", "model=qwen2_5_0_5b"],
-                          verdict="trainer-bound (...)")
+                          verdict="trainer-bound (...)", curves="/runs/smoke/1/training_curves.png")
     text = "\n".join(lines)
     assert lines[0] == "agrpo: done, 60 steps in 48 s"
     assert "reward       0.1018 (first 5 steps) -> 0.9547 (last 5 steps)" in text
     assert "1.24 steps/s" in text and "55% of generated samples dropped as stale" in text
-    assert "bottleneck   trainer-bound (...)" in text
+    assert "bottleneck   trainer-bound (...)" in text and "curves       /runs/smoke/1/training_curves.png" in text
     assert "agrpo eval +recipe=smoke model=qwen2_5_0_5b eval.adapter=/runs/smoke/1/final_adapter" in text
     assert "agrpo push /runs/smoke/1 --repo-id NAME" in text and "agrpo plot /runs/smoke/1" in text
     assert ("vllm serve Qwen/Qwen2.5-0.5B-Instruct --enable-lora --max-lora-rank 32 "
@@ -138,8 +138,10 @@ def test_callback_prints_banner_a_line_every_n_steps_and_the_summary(caplog):
 
 def test_callback_draws_one_bar_on_its_stream(tmp_path):
     stream = (tmp_path / "console.txt").open("w")
-    callback = ConsoleCallback(config(console_every=0), stream=stream)
+    callback = ConsoleCallback(config(console_every=0), stream=stream, bar=True)
     drive(callback, HISTORY[:10], 10)
+    ConsoleCallback(config(console_every=0), stream=stream).on_train_begin(  # a file, not a terminal: no bar
+        None, SimpleNamespace(is_world_process_zero=True, max_steps=5, global_step=0), None)
     stream.close()
     text = (tmp_path / "console.txt").read_bytes().decode()
     assert "10/10" in text and "reward 0.090" in text
@@ -158,6 +160,8 @@ CHILD = textwrap.dedent("""
     hf_logging.get_logger("transformers.trainer").warning("a real transformers warning")
     logging.getLogger("urllib3.connectionpool").warning("a real urllib3 warning")
     logging.getLogger("agrpo.console").info("agrpo console line")
+    logging.getLogger("agrpo.trainer.cpu_compat").info("agrpo info line")
+    logging.getLogger("agrpo.trainer.cpu_compat").warning("agrpo warning")
     logging.getLogger("agrpo.trainer.trl_backend").debug("agrpo debug detail")
     print(log_file)
 """)
@@ -173,6 +177,8 @@ def test_logging_routes_library_chatter_to_the_file_and_real_warnings_to_the_ter
     assert terminal == ["WARNING transformers.trainer: a real transformers warning",
                         "WARNING urllib3.connectionpool: a real urllib3 warning",
                         "agrpo console line",
+                        "agrpo info line",
+                        "WARNING agrpo.trainer.cpu_compat: agrpo warning",
                         str(tmp_path / "logs" / "trainer.log")]
     assert result.stderr == ""  # transformers' own stderr handler is gone
     log = (tmp_path / "logs" / "trainer.log").read_text()
