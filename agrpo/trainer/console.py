@@ -301,6 +301,7 @@ class ConsoleCallback(TrainerCallback):
                                  replicas=self.num_replicas, vllm_url=self.vllm_url, log_file=self.log_file,
                                  report_to=list(self.cfg.logger.report_to)):
             self.log.info(line)
+        self.log.debug("progress bar wanted: %s (stream %r)", self.want_bar, self.stream)
         if self.want_bar and self.cfg.logger.progress_bar and _level_number(self.cfg.logger.level) <= logging.INFO:
             from tqdm import tqdm
 
