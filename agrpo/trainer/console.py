@@ -200,9 +200,10 @@ def run_summary(log_history: list[dict[str, Any]], window: int = 5) -> dict[str,
 
 
 def eval_overrides(overrides: list[str]) -> list[str]:
-    """Of a run's Hydra overrides, those that say what was trained on (recipe, model, data, reward): `agrpo eval`
-    composes the same config tree, so repeating them evaluates on the same task and prompts."""
-    keep = ("+recipe=", "recipe=", "model", "+model", "data", "+data", "reward", "+reward")
+    """Of a run's Hydra overrides, those that say what was trained (recipe, model, LoRA shape, data, reward):
+    `agrpo eval` composes the same config tree, so repeating them evaluates on the same task and prompts, with
+    replicas sized for the adapter's rank."""
+    keep = ("+recipe=", "recipe=", "model", "+model", "lora", "+lora", "data", "+data", "reward", "+reward")
     return [o for o in overrides if o.startswith(keep)]
 
 

@@ -76,9 +76,9 @@ def test_summary_lines_name_the_adapter_and_the_next_commands():
 
 
 def test_eval_overrides_keep_what_says_the_task():
-    assert eval_overrides(["+recipe=gsm8k", "trainer.max_steps=5", "data=gsm8k", "logger.level=DEBUG",
-                           "reward=gsm8k", "model.name_or_path=/m"]) == [
-        "+recipe=gsm8k", "data=gsm8k", "reward=gsm8k", "model.name_or_path=/m"]
+    assert eval_overrides(["+recipe=gsm8k", "trainer.max_steps=5", "data=gsm8k", "logger.level=DEBUG", "lora.r=64",
+                           "reward=gsm8k", "model.name_or_path=/m", "inference.base_port=8661"]) == [
+        "+recipe=gsm8k", "data=gsm8k", "lora.r=64", "reward=gsm8k", "model.name_or_path=/m"]
 
 
 def test_banner_says_where_tensorboard_is():
