@@ -10,7 +10,7 @@ Offline use (docs/console.md): TensorBoard writes local event files; trackio is 
 from __future__ import annotations
 
 import importlib.util
-from typing import Callable, Iterable
+from collections.abc import Callable, Iterable
 
 # Sink name (as transformers spells it) -> (importable modules, any one suffices; pip requirement that installs one).
 SINKS: dict[str, tuple[tuple[str, ...], str]] = {

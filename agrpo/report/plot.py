@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 from pathlib import Path
 from typing import Any
@@ -50,7 +51,7 @@ def series(history: list[dict[str, Any]], key: str) -> tuple[list[int], list[flo
         if value is None or "train_runtime" in entry:
             continue
         value = float(value)
-        if value != value:  # NaN
+        if math.isnan(value):
             continue
         steps.append(int(entry.get("step", index)))
         values.append(value)

@@ -74,7 +74,7 @@ class ConsoleHandler(logging.StreamHandler):
             from tqdm import tqdm
 
             tqdm.write(self.format(record), file=self.stream)
-        except Exception:  # logging must never raise into the training loop
+        except Exception:  # noqa: BLE001 (logging must never raise into the training loop)
             self.handleError(record)
 
 
@@ -245,15 +245,15 @@ def summary_lines(summary: dict[str, Any], *, run_dir: str, adapter: str, base_m
     if curves:
         lines.append(f"  curves       {curves}")
     q = shlex.quote
-    rank = 16 if lora_rank <= 16 else lora_rank  # vLLM's default --max-lora-rank is 16
+    rank = max(16, lora_rank)  # vLLM's default --max-lora-rank is 16
     lines += ["next:",
               "  evaluate     " + " ".join(["agrpo eval", *map(q, eval_overrides(overrides)), f"eval.adapter={q(adapter)}"]),
               f"  plot         agrpo plot {q(run_dir)}",
               f"  share        agrpo push {q(run_dir)} --repo-id NAME [--private]",
-              f"  serve        vllm serve {q(base_model)} --enable-lora --max-lora-rank {rank} "
-              f"--lora-modules {q(adapter_name)}={q(adapter)}",
-              f"  load (peft)  PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained({base_model!r}), "
-              f"{adapter!r})"]
+              (f"  serve        vllm serve {q(base_model)} --enable-lora --max-lora-rank {rank} "
+               f"--lora-modules {q(adapter_name)}={q(adapter)}"),
+              (f"  load (peft)  PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained({base_model!r}), "
+               f"{adapter!r})")]
     return lines
 
 
