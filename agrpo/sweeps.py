@@ -7,12 +7,14 @@ accelerate), concurrently (a Hydra launcher plugin, HF Jobs) or in other process
 - `metrics.json`           the trainer's summary (reward_last, reward_first, global_step, wall_time_s);
 - `sweep_point.json`       written by this callback when the job returns in this process: status, the value returned
                            to the sweeper, the point's whole wall time (replica start included), the error if any.
-The table also lands in <sweep dir>/sweep_summary.md and .json.
+The table also lands in <sweep dir>/sweep_summary.md and .json, and the points' curves (those that left a
+log_history.json) overlaid in <sweep dir>/sweep_curves.png.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -21,9 +23,12 @@ from typing import Any
 import yaml
 from hydra.experimental.callback import Callback
 
+log = logging.getLogger(__name__)
+
 POINT_FILE = "sweep_point.json"
 ERROR_FILE = "error.txt"  # a failed point's one-paragraph error (written by the CLI)
 SUMMARY_NAME = "sweep_summary"
+CURVES_PNG = "sweep_curves.png"
 # Failed points of the last sweep summarised in this process; `agrpo` exits non-zero when there are any.
 LAST_SWEEP_FAILURES: list[str] = []
 
@@ -111,11 +116,33 @@ class SweepSummary(Callback):
         if not rows:
             return
         table = render_table(rows)
-        print(f"\n{table}\n(also in {sweep_dir / SUMMARY_NAME}.md)", flush=True)
         (sweep_dir / f"{SUMMARY_NAME}.md").write_text(table + "\n")
         (sweep_dir / f"{SUMMARY_NAME}.json").write_text(json.dumps([asdict(row) for row in rows], indent=2))
+        curves = plot_points(sweep_dir, rows)
+        also = f"{sweep_dir / SUMMARY_NAME}.md" + (f", curves in {curves}" if curves else "")
+        print(f"\n{table}\n(also in {also})", flush=True)
         LAST_SWEEP_FAILURES[:] = [row.job for row in rows if row.status == "failed"]
 
+
+
+def plot_points(sweep_dir: Path, rows: list[PointRow]) -> Path | None:
+    """The curves of every point that left a log history, overlaid and labelled by what the point varies; None when
+    no point has one. A picture that cannot be drawn is a warning, never a failed sweep."""
+    from agrpo.report.plot import LOG_HISTORY_FILE
+
+    _, own = varying_overrides(rows)
+    points = [(sweep_dir / row.job, " ".join(mine) or f"job {row.job}") for row, mine in zip(rows, own)
+              if (sweep_dir / row.job / LOG_HISTORY_FILE).is_file()]
+    if not points:
+        return None
+    try:
+        from agrpo.report.plot import plot_runs
+
+        return plot_runs([d for d, _ in points], sweep_dir / CURVES_PNG, labels=[label for _, label in points],
+                         title=f"sweep {sweep_dir.name}: {len(points)} point(s)")
+    except Exception as error:  # noqa: BLE001 (matplotlib missing, a malformed history: the table still stands)
+        log.warning("sweep curves not drawn: %s", error)
+        return None
 
 
 def record_point_error(job_dir: str, message: str) -> None:

@@ -12,7 +12,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from agrpo.sweeps import POINT_FILE, collect_points, render_table
+from agrpo.sweeps import CURVES_PNG, POINT_FILE, collect_points, plot_points, render_table
+
+SMOKE_HISTORY = Path(__file__).parent / "report" / "data" / "smoke_log_history.json"  # a real 60-step run
 
 
 def agrpo(*args, cwd, timeout=300):
@@ -45,6 +47,23 @@ def test_table_lists_every_point_with_what_varies_reward_and_wall_time(tmp_path)
     assert "| 0 | lora.r=1 | ok | 0.2000 | 0.1000 | 2 | 70 s | 30 s |" in table
     assert "| 1 | lora.r=4 | ok | 0.3000 (best) |" in table
     assert "job 10 failed: lora.r too big" in table
+
+
+def test_sweep_curves_overlay_the_points_that_left_a_history(tmp_path):
+    fake_point(tmp_path, 0, ["+recipe=smoke", "lora.r=1"], {"reward_last": 0.9}, None)
+    fake_point(tmp_path, 1, ["+recipe=smoke", "lora.r=4"], {"reward_last": 0.8}, None)
+    fake_point(tmp_path, 2, ["+recipe=smoke", "lora.r=64"], None, {"status": "failed"})  # no history: not drawn
+    for num in (0, 1):
+        (tmp_path / str(num) / "log_history.json").write_text(SMOKE_HISTORY.read_text())
+    png = plot_points(tmp_path, collect_points(tmp_path))
+    assert png == tmp_path / CURVES_PNG and png.read_bytes()[:4] == b"\x89PNG"
+    import matplotlib.image
+
+    pixels = {tuple(p) for p in (matplotlib.image.imread(png)[..., :3] * 255).round().astype(int).reshape(-1, 3)}
+    assert (31, 119, 180) in pixels and (255, 127, 14) in pixels and (44, 160, 44) not in pixels  # C0, C1; no C2
+    (tmp_path / "0" / "log_history.json").write_text("not json")
+    assert plot_points(tmp_path, collect_points(tmp_path)) is None  # a warning, not a failed sweep
+    assert plot_points(tmp_path / "2", []) is None
 
 
 def test_multirun_runs_every_point_past_a_failed_one_then_exits_non_zero(tmp_path):

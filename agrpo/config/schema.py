@@ -292,7 +292,11 @@ class LoggerConfig:
     progress_bar: bool = True
     # Print which side of the pipeline is slow (and the knob to turn) every N steps and at the end; 0 disables.
     bottleneck_every_steps: int = 10
+    # Console level: agrpo's own lines at this level and above; other libraries show WARNING and above (all of it,
+    # at full detail, goes to <run_dir>/logs/trainer.log whatever this says).
     level: str = "INFO"
+    # One compact metrics line (reward, KL, length, step time, stale share, sync) every N steps; 0: the bar only.
+    console_every: int = 10
 
 
 @dataclass

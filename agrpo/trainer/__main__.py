@@ -24,8 +24,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--num-replicas", type=int, default=1, help="replicas behind the URL (scales in-flight work)")
     args = parser.parse_args(argv)
     cfg = OmegaConf.merge(OmegaConf.structured(RunConfig), OmegaConf.load(args.config))
-    logging.basicConfig(level=cfg.logger.level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     pinned = apply_trainer_cpus()  # before torch starts its threads; TRL's rollout worker inherits it
+    from agrpo.trainer.console import setup_trainer_logging
+
+    setup_trainer_logging(cfg.sync.output_dir, cfg.logger.level)  # before TRL is imported (it sets env switches)
     if pinned:
         logging.getLogger(__name__).info("trainer pinned to CPU cores %s (the replicas have their own)", pinned)
     from agrpo.trainer.trl_backend import run_training
@@ -35,7 +37,8 @@ def main(argv: list[str] | None = None) -> int:
     except AgrpoError as error:
         print(f"agrpo trainer: {error}", file=sys.stderr)
         return error.exit_code
-    print(f"agrpo trainer: done, {summary.get('global_step')} steps, final adapter in {summary['final_adapter']}")
+    logging.getLogger(__name__).info("done, %s steps, final adapter in %s", summary.get("global_step"),
+                                     summary["final_adapter"])  # the console showed the summary
     return 0
 
 

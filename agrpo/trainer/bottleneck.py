@@ -1,11 +1,16 @@
-"""Read TRL's pipeline metrics the way one reads the dashboard: which side of the async pipeline is slow, and which
-knob to turn. Pure: takes the logged metric dicts, returns a verdict and a one-line explanation.
+"""Read TRL's pipeline metrics the way one reads the dashboard: which side of the async pipeline is slow, how much
+generation is thrown away, and which knob to turn. Pure: takes the logged metric dicts, returns a verdict and a
+one-line explanation.
 
 - generation-bound: the trainer waits for rollouts (`perf/rollout_wait_s` is a large share of `perf/step_s`), so
   more generation capacity helps: replicas, requests in flight, a looser staleness bound.
-- trainer-bound: rollouts pile up (the queue is full and the generator is back-pressured, or samples go stale before
-  the trainer reaches them), so faster steps help: packed token budget, no gradient checkpointing, more trainer GPUs,
-  or fewer requests in flight to stop wasting generation.
+- trainer-bound: rollouts pile up (the queue is full and the generator is back-pressured), so faster steps help:
+  packed token budget, no gradient checkpointing, more trainer GPUs.
+- stale waste (either side): TRL drops a sample whose policy version lags more than `max_staleness` behind and counts
+  it in `sample/dropped_stale_total` (a counter: the sum over the logging window). The share dropped is
+  dropped / (dropped + trained), trained being `batch/samples_per_step`. When it is large, more requests in flight
+  would only raise the waste: the knob is fewer requests in flight (`trainer.max_inflight_tasks`) or a looser bound
+  (`trainer.max_staleness`), and the verdict says so instead of asking for more generation.
 """
 
 from __future__ import annotations
@@ -16,23 +21,43 @@ from typing import Any
 
 WAIT_SHARE_GENERATION_BOUND = 0.25  # trainer idle for a quarter of each step or more
 SYNC_SHARE_WORTH_MENTIONING = 0.2
+STALE_SHARE_WORTH_FIXING = 0.10  # a tenth of the generated samples thrown away is compute worth getting back
 
-GENERATION_KNOBS = "add replicas (inference.replicas) or requests in flight (trainer.max_inflight_tasks)"
+DROPPED_STALE = "sample/dropped_stale_total"  # TRL's per-window count of samples dropped as too stale
+SAMPLES_TRAINED = "batch/samples_per_step"
+
+REPLICAS_KNOB = "add replicas (inference.replicas)"
+GENERATION_KNOBS = f"{REPLICAS_KNOB} or requests in flight (trainer.max_inflight_tasks)"
 SYNC_KNOB = "sync less often (trainer.weight_sync_steps)"
+STALE_KNOBS = ("lower trainer.max_inflight_tasks (fewer requests in flight, so fewer finish too late) or raise "
+               "trainer.max_staleness (accept older samples)")
 TRAINER_KNOBS = ("speed up steps: packed batches (trainer.token_budget), trainer.gradient_checkpointing=false if "
-                 "memory allows, more trainer GPUs; or lower trainer.max_inflight_tasks to stop generating samples "
-                 "that go stale")
+                 "memory allows, more trainer GPUs")
 
 
 @dataclass(frozen=True)
 class Verdict:
     kind: str  # "generation-bound" | "trainer-bound" | "balanced"
     line: str
+    stale_share: float | None = None  # share of generated samples dropped as stale; None when TRL logged no counts
 
 
 def _mean(window: list[dict[str, Any]], key: str) -> float | None:
-    values = [float(entry[key]) for entry in window if key in entry]
+    values = [float(entry[key]) for entry in window if entry.get(key) is not None]
     return fmean(values) if values else None
+
+
+def stale_counts(window: list[dict[str, Any]]) -> tuple[float, float]:
+    """(samples dropped as stale, samples trained) summed over the window."""
+    dropped = sum(float(entry.get(DROPPED_STALE) or 0.0) for entry in window)
+    trained = sum(float(entry.get(SAMPLES_TRAINED) or 0.0) for entry in window)
+    return dropped, trained
+
+
+def stale_share(window: list[dict[str, Any]]) -> float | None:
+    """Share of the generated samples that TRL dropped as stale; None when nothing was counted."""
+    dropped, trained = stale_counts(window)
+    return dropped / (dropped + trained) if dropped + trained > 0 else None
 
 
 def diagnose(window: list[dict[str, Any]]) -> Verdict | None:
@@ -43,16 +68,24 @@ def diagnose(window: list[dict[str, Any]]) -> Verdict | None:
     wait = _mean(window, "perf/rollout_wait_s") or 0.0
     sync = _mean(window, "perf/weight_sync_s") or 0.0
     backpressure = _mean(window, "rollout/backpressure_s") or 0.0
-    stale = [float(e["sample/dropped_stale_total"]) for e in window if "sample/dropped_stale_total" in e]
     queue = _mean(window, "sample/rollout_queue_size") or 0.0
+    dropped, trained = stale_counts(window)
+    share = stale_share(window)
+    wasteful = share is not None and share >= STALE_SHARE_WORTH_FIXING
     wait_share, sync_share = wait / step, sync / step
     facts = (f"step {step:.2f} s, trainer waited {wait_share:.0%} of it for rollouts, weight sync {sync_share:.0%}, "
              f"rollout queue {queue:.0f}")
+    if share is not None and dropped > 0:
+        facts += f", {share:.0%} of generated samples dropped as stale ({dropped:.0f} of {dropped + trained:.0f})"
+    sync_note = f"; {SYNC_KNOB}" if sync_share >= SYNC_SHARE_WORTH_MENTIONING else ""
     if wait_share >= WAIT_SHARE_GENERATION_BOUND:
-        knobs = GENERATION_KNOBS + (f"; {SYNC_KNOB}" if sync_share >= SYNC_SHARE_WORTH_MENTIONING else "")
-        return Verdict("generation-bound", f"generation-bound ({facts}): {knobs}")
-    if backpressure > 0 or (stale and max(stale) > 0):
-        detail = f"{facts}, generator back-pressured {backpressure:.2f} s" + (
-            f", {max(stale):.0f} stale samples dropped" if stale and max(stale) > 0 else "")
-        return Verdict("trainer-bound", f"trainer-bound ({detail}): {TRAINER_KNOBS}")
-    return Verdict("balanced", f"balanced ({facts}): generation and training keep pace")
+        if wasteful:  # more requests in flight would finish even later: stop the waste first
+            knobs = f"first stop the waste: {STALE_KNOBS}; then {REPLICAS_KNOB}"
+        else:
+            knobs = GENERATION_KNOBS
+        return Verdict("generation-bound", f"generation-bound ({facts}): {knobs}{sync_note}", share)
+    if backpressure > 0 or wasteful:
+        detail = facts + (f", generator back-pressured {backpressure:.2f} s" if backpressure > 0 else "")
+        knobs = f"{STALE_KNOBS}; {TRAINER_KNOBS}" if wasteful else TRAINER_KNOBS
+        return Verdict("trainer-bound", f"trainer-bound ({detail}): {knobs}", share)
+    return Verdict("balanced", f"balanced ({facts}): generation and training keep pace", share)

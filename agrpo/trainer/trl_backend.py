@@ -163,8 +163,8 @@ class BottleneckCallback(TrainerCallback):
     @staticmethod
     def _report(label: str, window: list[dict[str, Any]]) -> Verdict | None:
         verdict = diagnose(window)
-        if verdict is not None:
-            log.info("bottleneck (%s): %s", label, verdict.line)
+        if verdict is not None:  # trainer.log; the console's end summary shows the whole-run verdict
+            log.debug("bottleneck (%s): %s", label, verdict.line)
         return verdict
 
 
@@ -277,6 +277,11 @@ def run_training(cfg: Any, vllm_url: str, num_replicas: int) -> dict[str, Any]:
     serving = ServingCollector(vllm_url, via_proxy=num_replicas > 1 or cfg.inference.use_proxy is True)
     if trainer.accelerator.is_main_process:
         log_serving_figures(trainer, serving)
+    from agrpo.trainer.console import ConsoleCallback, quiet_trainer
+
+    quiet_trainer(trainer)
+    console = ConsoleCallback(cfg, num_replicas, vllm_url)
+    trainer.add_callback(console)
     bottleneck = BottleneckCallback(cfg.logger.bottleneck_every_steps)
     if cfg.logger.bottleneck_every_steps > 0:
         trainer.add_callback(bottleneck)
@@ -303,6 +308,13 @@ def run_training(cfg: Any, vllm_url: str, num_replicas: int) -> dict[str, Any]:
     if trainer.accelerator.is_main_process:  # under accelerate every rank gets here; one writes
         (Path(args.output_dir) / METRICS_FILE).write_text(json.dumps(summary, indent=2))
         (Path(args.output_dir) / LOG_HISTORY_FILE).write_text(json.dumps(trainer.state.log_history))
+        from agrpo.report.plot import plot_run_dir
+
+        try:
+            plot_run_dir(args.output_dir)
+        except Exception as error:  # noqa: BLE001 (matplotlib missing, say: the run itself succeeded)
+            log.warning("training_curves.png not drawn: %s", error)
+        console.print_summary(str(final_dir), summary.get("bottleneck", {}).get("line"))
     return summary
 
 

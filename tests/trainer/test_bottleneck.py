@@ -29,8 +29,45 @@ def test_backpressure_or_stale_drops_are_trainer_bound():
                                       "sample/rollout_queue_size": 64}))
     assert backpressured.kind == "trainer-bound"
     assert "token_budget" in backpressured.line and "gradient_checkpointing" in backpressured.line
-    stale = diagnose(steps(**{"perf/step_s": 3.0, "perf/rollout_wait_s": 0.1, "sample/dropped_stale_total": 40}))
-    assert stale.kind == "trainer-bound" and "40 stale samples dropped" in stale.line
+    stale = diagnose(steps(**{"perf/step_s": 3.0, "perf/rollout_wait_s": 0.1, "sample/dropped_stale_total": 40,
+                              "batch/samples_per_step": 160}))
+    assert stale.kind == "trainer-bound" and stale.stale_share == 0.2
+    assert "20% of generated samples dropped as stale (200 of 1000)" in stale.line
+    assert "lower trainer.max_inflight_tasks" in stale.line and "raise trainer.max_staleness" in stale.line
+
+
+def test_stale_waste_while_generation_bound_names_the_staleness_knobs_not_more_requests():
+    """The smoke run's shape: the trainer waits for rollouts, yet a third of what was generated was thrown away.
+    Asking for more requests in flight would raise the waste; the verdict names the knobs that lower it."""
+    window = steps(**{"perf/step_s": 0.57, "perf/rollout_wait_s": 0.2, "perf/weight_sync_s": 0.05,
+                      "sample/dropped_stale_total": 8.0, "batch/samples_per_step": 16.0})
+    verdict = diagnose(window)
+    assert verdict.kind == "generation-bound"
+    assert verdict.stale_share == 8 / 24
+    assert "33% of generated samples dropped as stale (40 of 120)" in verdict.line
+    assert "first stop the waste: lower trainer.max_inflight_tasks" in verdict.line
+    assert "raise trainer.max_staleness" in verdict.line
+    assert "requests in flight (trainer.max_inflight_tasks)" not in verdict.line  # no advice to add requests
+    assert "inference.replicas" in verdict.line  # once the waste is gone, more replicas is still the fix
+
+
+def test_a_little_stale_waste_keeps_the_generation_advice():
+    window = steps(**{"perf/step_s": 1.0, "perf/rollout_wait_s": 0.5, "sample/dropped_stale_total": 1.0,
+                      "batch/samples_per_step": 19.0})
+    verdict = diagnose(window)
+    assert verdict.kind == "generation-bound" and verdict.stale_share == 0.05
+    assert "5% of generated samples dropped as stale" in verdict.line
+    assert "requests in flight (trainer.max_inflight_tasks)" in verdict.line and "max_staleness" not in verdict.line
+
+
+def test_stale_share_counts_over_the_window_from_real_log_values():
+    from agrpo.trainer.bottleneck import stale_share
+
+    # sample/dropped_stale_total and batch/samples_per_step of steps 3-6 of a 60-step smoke run
+    window = [{"sample/dropped_stale_total": d, "batch/samples_per_step": 16.0} for d in (136.0, 24.0, 0.0, 24.0)]
+    assert stale_share(window) == 184 / (184 + 64)
+    assert stale_share([{"loss": 0.1}]) is None
+    assert stale_share([{"sample/dropped_stale_total": None, "batch/samples_per_step": 16.0}]) == 0.0
 
 
 def test_neither_waiting_nor_backpressure_is_balanced():
@@ -45,7 +82,7 @@ def test_callback_reports_every_n_steps_and_keeps_a_final_verdict(caplog):
     from agrpo.trainer.trl_backend import BottleneckCallback
 
     callback = BottleneckCallback(every=2)
-    with caplog.at_level(logging.INFO, logger="agrpo.trainer.trl_backend"):
+    with caplog.at_level(logging.DEBUG, logger="agrpo.trainer.trl_backend"):  # file-only detail since the console
         for step in range(1, 6):
             callback.on_log(None, SimpleNamespace(global_step=step), None,
                             logs={"perf/step_s": 1.0, "perf/rollout_wait_s": 0.8})

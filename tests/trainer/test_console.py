@@ -1,0 +1,187 @@
+"""The trainer's console: pure formatting on the metrics of a real 60-step smoke run (tests/report/data), the
+logging routes (a real subprocess: terminal vs trainer.log), transformers' printing callbacks removed, and the
+callback's line budget."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+from omegaconf import OmegaConf
+
+from agrpo.config.schema import RunConfig
+from agrpo.trainer.console import (ConsoleCallback, banner_lines, eval_overrides, quiet_trainer, run_summary,
+                                   step_line, summary_lines)
+
+HISTORY = json.loads((Path(__file__).parent.parent / "report" / "data" / "smoke_log_history.json").read_text())
+
+
+def by_step(step):
+    return next(e for e in HISTORY if e.get("step") == step and "reward" in e)
+
+
+def test_step_line_of_a_real_step():
+    line = step_line(by_step(3), 3, 60)
+    assert line == ("step  3/60  reward 0.121 ± 0.078  kl 0.2962  len 15.3  0.26 s/step  stale 89%  sync 0.06 s")
+
+
+def test_step_line_with_missing_metrics_shows_dashes_and_no_stale_drop_is_zero():
+    assert "0.0" not in step_line({}, 1, 60).split("step")[1]  # nothing invented
+    assert step_line({}, 1, 60) == "step  1/60  reward - ± -  kl -  len -  - s/step  stale -  sync - s"
+    assert "stale 0%" in step_line(by_step(60), 60, 60)  # step 60 dropped nothing
+
+
+def test_run_summary_of_the_real_run():
+    summary = run_summary(HISTORY)
+    assert summary["steps"] == 60 and summary["runtime_s"] == 48.3577
+    rewards = [e["reward"] for e in HISTORY if "reward" in e]
+    assert summary["reward_first"] == pytest.approx(sum(rewards[:5]) / 5) == pytest.approx(0.1018, abs=1e-4)
+    assert summary["reward_last"] == pytest.approx(0.9547, abs=1e-4)
+    assert summary["steps_per_s"] == pytest.approx(60 / 48.3577)
+    tokens = sum(e.get("batch/trained_tokens_per_step", 0) for e in HISTORY)
+    assert summary["tokens_per_s"] == pytest.approx(tokens / 48.3577)
+    assert summary["stale_share"] == pytest.approx(1176 / (1176 + 960))
+
+
+def test_run_summary_without_train_runtime_sums_step_times():
+    summary = run_summary([{"reward": 0.5, "perf/step_s": 2.0, "step": 1}, {"reward": 0.7, "perf/step_s": 2.0,
+                                                                             "step": 2}])
+    assert summary["runtime_s"] == 4.0 and summary["steps_per_s"] == 0.5 and summary["tokens_per_s"] is None
+    assert summary["reward_first"] == summary["reward_last"] == pytest.approx(0.6)
+
+
+def test_summary_lines_name_the_adapter_and_the_next_commands():
+    lines = summary_lines(run_summary(HISTORY), run_dir="/runs/smoke/1", adapter="/runs/smoke/1/final_adapter",
+                          base_model="Qwen/Qwen2.5-0.5B-Instruct", lora_rank=32, adapter_name="smoke",
+                          overrides=["+recipe=smoke", "trainer.max_steps=60", "model=qwen2_5_0_5b"],
+                          verdict="trainer-bound (...)", curves="/runs/smoke/1/training_curves.png")
+    text = "\n".join(lines)
+    assert lines[0] == "agrpo: done, 60 steps in 48 s"
+    assert "reward       0.1018 (first 5 steps) -> 0.9547 (last 5 steps)" in text
+    assert "1.24 steps/s" in text and "55% of generated samples dropped as stale" in text
+    assert "bottleneck   trainer-bound (...)" in text and "curves       /runs/smoke/1/training_curves.png" in text
+    assert "agrpo eval +recipe=smoke model=qwen2_5_0_5b eval.adapter=/runs/smoke/1/final_adapter" in text
+    assert "agrpo push /runs/smoke/1 --repo-id NAME" in text and "agrpo plot /runs/smoke/1" in text
+    assert ("vllm serve Qwen/Qwen2.5-0.5B-Instruct --enable-lora --max-lora-rank 32 "
+            "--lora-modules smoke=/runs/smoke/1/final_adapter") in text
+    assert ("PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained('Qwen/Qwen2.5-0.5B-Instruct'), "
+            "'/runs/smoke/1/final_adapter')") in text
+
+
+def test_eval_overrides_keep_what_says_the_task():
+    assert eval_overrides(["+recipe=gsm8k", "trainer.max_steps=5", "data=gsm8k", "logger.level=DEBUG", "lora.r=64",
+                           "reward=gsm8k", "model.name_or_path=/m", "inference.base_port=8661"]) == [
+        "+recipe=gsm8k", "data=gsm8k", "lora.r=64", "reward=gsm8k", "model.name_or_path=/m"]
+
+
+def test_banner_says_where_tensorboard_is():
+    lines = banner_lines(run_dir="/r", model="tiny", lora_rank=8, max_steps=60, replicas=2,
+                         vllm_url="http://127.0.0.1:8000", log_file="/r/logs/trainer.log",
+                         report_to=["tensorboard", "wandb"])
+    assert lines[0] == "agrpo: training tiny (LoRA r=8) for 60 steps on 2 replica(s) behind http://127.0.0.1:8000"
+    assert "  TensorBoard  /r/tensorboard  (tensorboard --logdir /r/tensorboard)" in lines
+    assert "  full log     /r/logs/trainer.log" in lines and "  also logging to wandb" in lines
+
+
+def test_quiet_trainer_removes_the_callbacks_that_print_metric_dicts():
+    from transformers.trainer_callback import (CallbackHandler, DefaultFlowCallback, PrinterCallback,
+                                               ProgressCallback)
+
+    handler = CallbackHandler([DefaultFlowCallback, ProgressCallback, PrinterCallback], None, None, None, None)
+    trainer = SimpleNamespace(callback_handler=handler, remove_callback=handler.remove_callback)
+    quiet_trainer(trainer)
+    assert [type(c).__name__ for c in handler.callbacks] == ["DefaultFlowCallback"]
+
+
+def config(**logger):
+    cfg = OmegaConf.structured(RunConfig)
+    cfg.sync.output_dir = "/runs/smoke/1"
+    cfg.run_name = "smoke"
+    cfg.model.name_or_path = "/models/tiny-qwen2"
+    for key, value in logger.items():
+        cfg.logger[key] = value
+    return cfg
+
+
+def drive(callback, history, max_steps):
+    state = SimpleNamespace(is_world_process_zero=True, max_steps=max_steps, global_step=0)
+    callback.on_train_begin(None, state, None)
+    for entry in history:
+        if "train_runtime" in entry:
+            callback.on_log(None, state, None, logs=dict(entry))
+            continue
+        state.global_step = entry["step"]
+        callback.on_step_end(None, state, None)
+        callback.on_log(None, state, None, logs={k: v for k, v in entry.items() if k != "step"})
+    callback.on_train_end(None, state, None)
+
+
+def test_callback_prints_banner_a_line_every_n_steps_and_the_summary(caplog):
+    callback = ConsoleCallback(config(console_every=20, progress_bar=False), num_replicas=1)
+    with caplog.at_level(logging.INFO, logger="agrpo.console"):
+        drive(callback, HISTORY, 60)
+        printed = callback.print_summary("/runs/smoke/1/final_adapter")
+    lines = [r.getMessage() for r in caplog.records if r.name == "agrpo.console"]
+    steps = [line for line in lines if line.startswith("step ")]
+    assert [line.split()[1] for line in steps] == ["20/60", "40/60", "60/60"]
+    assert lines[0].startswith("agrpo: training") and lines[-len(printed):] == printed
+    assert len(lines) < 60  # well under one line per step, banner and summary included
+    assert "agrpo: done, 60 steps in 48 s" in printed
+
+
+def test_callback_draws_one_bar_on_its_stream(tmp_path):
+    stream = (tmp_path / "console.txt").open("w")
+    callback = ConsoleCallback(config(console_every=0), stream=stream, bar=True)
+    drive(callback, HISTORY[:10], 10)
+    ConsoleCallback(config(console_every=0), stream=stream).on_train_begin(  # a file, not a terminal: no bar
+        None, SimpleNamespace(is_world_process_zero=True, max_steps=5, global_step=0), None)
+    stream.close()
+    text = (tmp_path / "console.txt").read_bytes().decode()
+    assert "10/10" in text and "reward 0.090" in text
+    assert text.count("\n") == 1  # the bar redraws in place (carriage returns); one newline when it closes
+
+
+CHILD = textwrap.dedent("""
+    import logging, sys, warnings
+    from agrpo.trainer.console import setup_trainer_logging
+    log_file = setup_trainer_logging(sys.argv[1], "INFO", stream=sys.stdout)
+    logging.getLogger("trl.experimental.async_grpo.async_grpo_trainer").info("dropping stale sample (staleness=2)")
+    warnings.warn("TRL currently supports vLLM versions from 0.22.0 to 0.31.0.", UserWarning)
+    from transformers.utils import logging as hf_logging
+    hf_logging.get_logger("transformers.trainer_callback").warning(
+        "You are adding a <class 'StepIntervalCallback'> to the callbacks of this Trainer, but there is already one.")
+    hf_logging.get_logger("transformers.trainer").warning("a real transformers warning")
+    logging.getLogger("urllib3.connectionpool").warning("a real urllib3 warning")
+    logging.getLogger("agrpo.console").info("agrpo console line")
+    logging.getLogger("agrpo.trainer.cpu_compat").info("agrpo info line")
+    logging.getLogger("agrpo.trainer.cpu_compat").warning("agrpo warning")
+    logging.getLogger("agrpo.trainer.trl_backend").debug("agrpo debug detail")
+    print(log_file)
+""")
+
+
+def test_logging_routes_library_chatter_to_the_file_and_real_warnings_to_the_terminal(tmp_path):
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2]), "HF_HUB_OFFLINE": "1"}
+    env.pop("PYTHONWARNINGS", None)
+    result = subprocess.run([sys.executable, "-c", CHILD, str(tmp_path)], check=False, capture_output=True, text=True,
+                            env=env, timeout=120)
+    assert result.returncode == 0, result.stderr
+    terminal = result.stdout.splitlines()
+    assert terminal == ["WARNING transformers.trainer: a real transformers warning",
+                        "WARNING urllib3.connectionpool: a real urllib3 warning",
+                        "agrpo console line",
+                        "agrpo info line",
+                        "WARNING agrpo.trainer.cpu_compat: agrpo warning",
+                        str(tmp_path / "logs" / "trainer.log")]
+    assert result.stderr == ""  # transformers' own stderr handler is gone
+    log = (tmp_path / "logs" / "trainer.log").read_text()
+    for text in ("dropping stale sample", "TRL currently supports vLLM versions", "StepIntervalCallback",
+                 "a real transformers warning", "a real urllib3 warning", "agrpo console line", "agrpo debug detail"):
+        assert text in log, text
