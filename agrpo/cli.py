@@ -120,6 +120,7 @@ def store_recipe_file(value: str) -> str:
 SUBCOMMANDS = {
     "jobs": "agrpo.launchers.hf_jobs.cli",  # agrpo jobs status|logs|cancel RUN_ID
     "eval": "agrpo.eval.cli",  # agrpo eval +recipe=NAME [adapter=PATH]
+    "plot": "agrpo.report.plot",  # agrpo plot RUN_DIR [RUN_DIR...] [-o out.png]
 }
 
 
