@@ -63,7 +63,7 @@ def render_prompt(
         value = row["prompt"]
     else:
         raise ConfigError(f"the rows hold no `prompt` column (columns: {sorted(row)}): rename one with "
-                          "data.columns={your_column: prompt}, or build it with data.prompt_template='...{your_column}'")
+                          "+data.columns.your_column=prompt, or build it with data.prompt_template='...{your_column}'")
     messages = chat_messages(value)
     if instruction:
         users = [i for i, m in enumerate(messages) if m["role"] == "user"]
@@ -90,7 +90,7 @@ def to_task_rows(
     clashes = [name for name in RESERVED_COLUMNS if name in dataset.column_names]
     if clashes:
         raise ConfigError(f"column(s) {clashes} clash with the arguments TRL passes to every reward; rename them "
-                          f"with data.columns={{{clashes[0]}: another_name}}")
+                          f"with +data.columns.{clashes[0]}=another_name")
     render_prompt(dataset[0], template=prompt_template, system_prompt=system_prompt, instruction=instruction)
 
     def convert(row: dict[str, Any]) -> dict[str, Any]:

@@ -47,7 +47,7 @@ def test_template_builds_the_prompt_from_columns_and_renames_apply_first():
 
 
 @pytest.mark.parametrize(("rows", "kwargs", "message"), [
-    ([{"question": "x"}], {}, r"data.columns=\{your_column: prompt\}"),
+    ([{"question": "x"}], {}, r"\+data.columns.your_column=prompt"),
     ([{"q": "x"}], {"prompt_template": "{question}"}, "not a column"),
     ([{"prompt": "x"}], {"columns": {"nope": "answer"}}, "renames"),
     ([{"prompt": "x", "completions": "y"}], {}, "clash"),
