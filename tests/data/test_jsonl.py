@@ -101,3 +101,31 @@ def test_data_hub_maps_a_dataset_by_name(tmp_path):
     assert len(load_train_dataset(cfg.data, seed=0)) == 1
     with pytest.raises(ConfigError, match="data.name=OWNER/DATASET"):
         load_train_dataset(compose_run_config(["+recipe=smoke", "data=hub"]).data, seed=0)
+
+
+GUIDE = Path(__file__).resolve().parents[2] / "docs" / "your_own_task.md"
+
+
+def test_the_guides_data_and_recipe_compose_load_and_score(tmp_path, monkeypatch):
+    """docs/your_own_task.md as written: its data script and its recipe block (the walk itself ran by hand and in
+    tests/e2e/test_own_task.py)."""
+    from agrpo.rewards.registry import build_reward_funcs
+
+    guide = GUIDE.read_text()
+    script = guide.split("python - <<'EOF'\n", 1)[1].split("\nEOF", 1)[0]
+    recipe = guide.split("`my_task.yaml`, next to the data:\n\n```yaml\n", 1)[1].split("\n```", 1)[0]
+    monkeypatch.chdir(tmp_path)
+    exec(compile(script, "guide-data", "exec"), {})  # noqa: S102 - the guide's own snippet
+    (tmp_path / "my_task.yaml").write_text(recipe + "\n")
+    from agrpo.cli import expand_recipe_paths
+
+    cfg = compose_run_config(expand_recipe_paths(["+recipe=my_task.yaml", "model=tiny", "data.shuffle=false"]),
+                             output_dir=str(tmp_path / "out"))
+    dataset = load_train_dataset(cfg.data, seed=0)
+    first = json.loads((tmp_path / "train.jsonl").read_text().splitlines()[0])
+    assert len(dataset) == 256 and dataset[0]["answer"] == first["answer"]
+    assert dataset[0]["prompt"] == [{"role": "user", "content": f"{first['question']} Reply with the number only."}]
+    rewards = build_reward_funcs(cfg.reward.funcs)
+    scores = [r(completions=[f" {first['answer']}", "It is 3"], completion_ids=[[1], [1]],
+                answer=[first["answer"]] * 2) for r in rewards]
+    assert scores == [[1.0, 0.0], [0.2, 0.0]]

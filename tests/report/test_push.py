@@ -125,3 +125,16 @@ def test_a_refused_token_is_one_paragraph(run_dir, hub, monkeypatch, capsys):
     err = capsys.readouterr().err
     assert err.startswith("agrpo push: error: the Hub refused the push to x") and "Traceback" not in err
     assert "hf_wrong" not in err
+
+
+def test_a_recipe_given_as_a_file_shows_as_typed(run_dir, tmp_path):
+    """`+recipe=my_task.yml` reaches Hydra as recipe `my_task` in a temporary search path; the card shows the file."""
+    from agrpo.report.push import training_command
+
+    search = tmp_path / "agrpo-recipe-abc"
+    (search / "recipe").mkdir(parents=True)
+    (tmp_path / "my_task.yml").write_text("# @package _global_\n")
+    (search / "recipe" / "my_task.yaml").symlink_to(tmp_path / "my_task.yml")
+    (run_dir / ".hydra" / "hydra.yaml").write_text(f"hydra:\n  searchpath:\n  - file://{search}\n")
+    (run_dir / ".hydra" / "overrides.yaml").write_text("- +recipe=my_task\n- model=tiny\n")
+    assert training_command(run_dir) == "python -m agrpo +recipe=my_task.yml model=tiny"
