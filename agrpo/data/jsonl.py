@@ -112,6 +112,21 @@ def task_rows_from_config(raw, data_cfg: Any):
     )
 
 
+def config_problems(data_cfg: Any) -> list[str]:
+    """What is wrong with data=jsonl / data=hub settings before anything starts (the trainer loads the data only
+    after the replicas are up): no source, or a local file that is not there."""
+    from pathlib import Path
+
+    loader = str(data_cfg.loader)
+    if loader.endswith(".load_jsonl") and not data_cfg.path:
+        return ["data=jsonl needs data.path=FILE (a JSONL file with a `prompt` and the columns your rewards read)"]
+    if loader.endswith(".load_hub") and not (data_cfg.path or data_cfg.name):
+        return ["data=hub needs data.name=OWNER/DATASET (a Hub dataset id), or data.path=FILE"]
+    if loader.endswith((".load_jsonl", ".load_hub")) and data_cfg.path and not Path(data_cfg.path).exists():
+        return [f"data.path={data_cfg.path!r} does not exist (relative paths are from {Path.cwd()})"]
+    return []
+
+
 def load_jsonl(data_cfg: Any, seed: int = 0):
     """The `data.loader` of data=jsonl: `data.path`, a JSONL file (or JSON, Parquet, CSV, Arrow, a saved folder).
 

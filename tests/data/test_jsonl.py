@@ -129,3 +129,17 @@ def test_the_guides_data_and_recipe_compose_load_and_score(tmp_path, monkeypatch
     scores = [r(completions=[f" {first['answer']}", "It is 3"], completion_ids=[[1], [1]],
                 answer=[first["answer"]] * 2) for r in rewards]
     assert scores == [[1.0, 0.0], [0.2, 0.0]]
+
+
+def test_config_problems_before_anything_starts(tmp_path):
+    from agrpo.data.jsonl import config_problems
+
+    def problems(*overrides):
+        return config_problems(compose_run_config(["+recipe=smoke", *overrides]).data)
+
+    assert problems("data=jsonl") == ["data=jsonl needs data.path=FILE (a JSONL file with a `prompt` and the columns "
+                                      "your rewards read)"]
+    assert "does not exist" in problems("data=jsonl", f"data.path={tmp_path}/nope.jsonl")[0]
+    assert problems("data=jsonl", f"data.path={write_jsonl(tmp_path / 't.jsonl', ROWS)}") == []
+    assert "data.name=OWNER/DATASET" in problems("data=hub")[0]
+    assert problems("data=hub", "data.name=owner/set") == [] and problems() == []
