@@ -133,11 +133,16 @@ def results_section(run: Mapping[str, Any]) -> list[str]:
 def usage_section(run: Mapping[str, Any]) -> list[str]:
     repo_id, base = run["repo_id"], run["base_model"]
     name = lora_module_name(repo_id)
-    rank = round_lora_rank(int(_get(run.get("config") or {}, "lora.r", 8) or 8))
+    config = run.get("config") or {}
+    rank = round_lora_rank(int(_get(config, "lora.r", 8) or 8))
     lines = ["## Use it", ""]
     if not run.get("base_model_on_hub"):
         lines += [f"The base model was a local folder (`{base}`): replace it below with where you keep that model.", ""]
-    request = {"model": name, "messages": [{"role": "user", "content": "Hello!"}], "max_tokens": 256}
+    if _get(config, "model.chat_template"):
+        lines += [f"Trained with the `{_get(config, 'model.chat_template')}` chat template, saved with the adapter "
+                  "(chat_template.jinja): give it to vLLM with `--chat-template` if the base model's own differs.", ""]
+    max_tokens = _get(config, "trainer.max_completion_length") or 256
+    request = {"model": name, "messages": [{"role": "user", "content": "Hello!"}], "max_tokens": max_tokens}
     lines += [
         "### vLLM (OpenAI-compatible server)", "",
         "```bash",
@@ -157,7 +162,7 @@ def usage_section(run: Mapping[str, Any]) -> list[str]:
         'messages = [{"role": "user", "content": "Hello!"}]',
         "inputs = tokenizer.apply_chat_template(messages, add_generation_prompt=True, return_tensors=\"pt\", "
         "return_dict=True)",
-        "output = model.generate(**inputs, max_new_tokens=64)",
+        f"output = model.generate(**inputs, max_new_tokens={max_tokens})",
         'print(tokenizer.decode(output[0][inputs["input_ids"].shape[1]:], skip_special_tokens=True))',
         "```", "",
     ]

@@ -182,7 +182,8 @@ def main(argv: list[str]) -> int:
         files = upload_files(args.run_dir)
         if args.dry_run:
             print(build_card(run))
-            print(f"agrpo push: dry run, nothing uploaded. Would create {args.repo_id} "
+            owner = "" if "/" in args.repo_id else " (under your account: the card then names OWNER/NAME)"
+            print(f"agrpo push: dry run, nothing uploaded. Would create {args.repo_id}{owner} "
                   f"({'private' if args.private else 'public'}) with: README.md, {', '.join(files)}")
             return 0
         url = push(run, files, args.private)

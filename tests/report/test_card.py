@@ -84,7 +84,10 @@ def test_usage_snippets_name_the_repo_the_adapter_and_a_rank_vllm_serves():
     card = build_card(run_info())
     assert ("vllm serve Qwen/Qwen2.5-0.5B-Instruct --enable-lora --max-lora-rank 16 "
             "--lora-modules my-task-lora=alice/my-task-lora") in card  # r=12 rounds up to vLLM's 16
-    assert '"model": "my-task-lora"' in card
+    assert '"model": "my-task-lora"' in card and '"max_tokens": 64' in card and "max_new_tokens=64" in card
+    assert "chat template" not in card.split("## Use it")[1].split("###")[0]
+    config = {**CONFIG, "model": {**CONFIG["model"], "chat_template": "qwen2_5"}}
+    assert "Trained with the `qwen2_5` chat template" in build_card(run_info(config=config))
     assert 'PeftModel.from_pretrained(base, "alice/my-task-lora")' in card
     assert lora_module_name("alice/x") == "x" and lora_module_name("x") == "x"
 
@@ -108,6 +111,7 @@ def test_the_peft_snippet_runs(tiny_model_dir, random_adapter_dir, tmp_path):
     AutoTokenizer.from_pretrained(tiny_model_dir).save_pretrained(adapter)  # as the trainer saves it
     card = build_card(run_info(repo_id=str(adapter), base_model=str(tiny_model_dir), base_model_on_hub=False))
     snippet = code_block(card, "python").replace("max_new_tokens=64", "max_new_tokens=4")
+    assert "max_new_tokens=4)" in snippet
     namespace: dict = {}
     exec(compile(snippet, "card-snippet", "exec"), namespace)  # noqa: S102 - our own card's snippet
     assert type(namespace["model"]).__name__ == "PeftModelForCausalLM"
