@@ -220,6 +220,11 @@ def run_eval(cfg: Any, out_dir: Path) -> dict[str, Any]:
     names = term_names([r.__name__ for r in rewards])
     lora = adapter_name(ev.adapter) if ev.adapter else None
     problems = load_problems(cfg)
+    from agrpo.rewards.generic import missing_columns
+
+    unread = missing_columns(OmegaConf.to_container(cfg.reward.funcs, resolve=True), problems.column_names)
+    if unread:
+        raise ConfigError("; ".join(unread))
     model_path = prepare_model(cfg.model)
     tokenizer = AutoTokenizer.from_pretrained(model_path, trust_remote_code=cfg.model.trust_remote_code)
     if cfg.model.chat_template:  # the prompts the policy was trained on

@@ -26,3 +26,18 @@ def test_jsonl_test_file_columns_reach_the_rewards(tmp_path):
     result = score_problem(1, problems[1], choices, rewards, ["exact_match"], cfg)
     assert result.term_scores["exact_match"] == [1.0, 0.0] and result.correct == [True, False]
     assert result.problem == "Capital 1?" and result.answer == ""
+
+
+def test_a_term_reading_a_missing_column_fails_before_any_server_starts(tmp_path):
+    import pytest
+
+    from agrpo.errors import ConfigError
+    from agrpo.eval.runner import run_eval
+
+    test_file = tmp_path / "test.jsonl"
+    test_file.write_text(json.dumps({"prompt": "Capital of France?", "city": "Paris"}) + "\n")
+    cfg = compose_run_config(["+recipe=smoke", "data=jsonl", f"data.path={test_file}", "reward=exact_match",
+                              f"eval.path={test_file}", "inference.urls=[http://127.0.0.1:9]"],
+                             output_dir=str(tmp_path / "out"))
+    with pytest.raises(ConfigError, match=r"reads column 'answer'.*\['city', 'prompt'\]"):
+        run_eval(cfg, tmp_path / "out")
