@@ -64,6 +64,9 @@ class DataConfig:
     # Cap on the number of prompts (None: all); handy for quick runs.
     max_prompts: Optional[int] = None
     shuffle: bool = True
+    # data=jsonl|hub: a Python format string building each prompt from the row's columns ("Q: {question}"); None:
+    # the row's own `prompt` column (text or chat messages). Lets a plain question/answer file train with no code.
+    prompt_template: Optional[str] = None
 
 
 @dataclass

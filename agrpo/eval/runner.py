@@ -10,12 +10,13 @@ import hashlib
 import json
 import logging
 import time
-from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
 from typing import Any
 
 import requests
+import requests.adapters
 from omegaconf import OmegaConf
 
 from agrpo.errors import ConfigError, LaunchError
@@ -50,10 +51,9 @@ def load_problems(cfg: Any):
 
     data = eval_data_config(cfg)
     dataset = get_method(data.loader)(data, seed=cfg.trainer.seed)
-    missing = {"prompt", "answer"} - set(dataset.column_names)
-    if missing:
-        raise ConfigError(f"data.loader={data.loader!r} returned no {sorted(missing)} column: evaluation needs chat "
-                          "prompts and gold answers (agrpo.data.math.load_math)")
+    if "prompt" not in dataset.column_names:
+        raise ConfigError(f"data.loader={data.loader!r} returned no `prompt` column: evaluation needs chat prompts "
+                          "(the reward terms read the gold from the other columns)")
     if cfg.eval.max_problems is not None:
         dataset = dataset.select(range(min(cfg.eval.max_problems, len(dataset))))
     return dataset
@@ -73,12 +73,22 @@ def adapter_rank(path: str) -> int:
     return int(json.loads((Path(path) / "adapter_config.json").read_text())["r"])
 
 
+def connection_pool_size(concurrency: int) -> int:
+    """Connections the HTTP client keeps per host: one per request in flight. requests' default of 10 made urllib3
+    discard (and warn about, once per request) every connection beyond the tenth at eval.concurrency > 10."""
+    return max(1, int(concurrency))
+
+
 class Endpoint:
     """vLLM's OpenAI server (a replica or the proxy): adapter load/unload and token-id completions."""
 
-    def __init__(self, url: str):
+    def __init__(self, url: str, concurrency: int = 1):
         self.url = url.rstrip("/")
         self.session = requests.Session()
+        size = connection_pool_size(concurrency)
+        adapter = requests.adapters.HTTPAdapter(pool_connections=1, pool_maxsize=size)
+        self.session.mount("http://", adapter)
+        self.session.mount("https://", adapter)
 
     def base_model(self) -> str:
         """The served base model's name (the entry of /v1/models that is not an adapter)."""
@@ -140,6 +150,42 @@ def serving_config(cfg: Any) -> Any:
     return cfg
 
 
+def sample_all(complete: Callable[[int], list[dict]], count: int, concurrency: int,
+               progress: Callable[[int], Any] | None = None) -> list[list[dict]]:
+    """`complete(i)` for every problem, `concurrency` at a time, in problem order; `progress(n)` after each finishes.
+
+    The first failure cancels what has not started and is raised (a server error must not be averaged away).
+    """
+    outputs: list[list[dict] | None] = [None] * count
+    with ThreadPoolExecutor(max_workers=max(concurrency, 1)) as pool:
+        futures = {pool.submit(complete, i): i for i in range(count)}
+        try:
+            for future in as_completed(futures):
+                outputs[futures[future]] = future.result()
+                if progress is not None:
+                    progress(1)
+        except BaseException:
+            for future in futures:
+                future.cancel()
+            raise
+    return outputs  # type: ignore[return-value]
+
+
+def progress_bar(total: int, description: str):
+    """A tqdm bar over problems on stderr (left behind when done, hidden when stderr is not a terminal)."""
+    from tqdm.auto import tqdm
+
+    return tqdm(total=total, desc=description, unit="problem", dynamic_ncols=True, disable=None)
+
+
+def problem_of(row: dict[str, Any]) -> str:
+    """What the per-problem record shows as the problem: the `problem` column, else the prompt's last user turn."""
+    if "problem" in row:
+        return str(row["problem"])
+    users = [m.get("content", "") for m in row["prompt"] if isinstance(m, dict) and m.get("role") == "user"]
+    return str(users[-1]) if users else ""
+
+
 def score_problem(index: int, row: dict[str, Any], choices: list[dict], rewards: list[Any], names: list[str],
                   cfg: Any) -> ProblemResult:
     """Score one problem's samples with every reward term (TRL's call: dataset columns repeated per sample)."""
@@ -151,7 +197,7 @@ def score_problem(index: int, row: dict[str, Any], choices: list[dict], rewards:
     weighted = [[None if s is None else reward.weight * float(s) for s in scores] for reward, scores in zip(rewards, raw)]
     deciding = raw[cfg.eval.correct_term]
     return ProblemResult(
-        index=index, problem=str(row.get("problem", "")), answer=str(row["answer"]), completions=texts,
+        index=index, problem=problem_of(row), answer=str(row.get("answer", "")), completions=texts,
         rewards=total_rewards(weighted), term_scores=dict(zip(names, raw)),
         correct=[is_correct(s, cfg.eval.correct_threshold) for s in deciding],
         truncated=[c.get("finish_reason") == "length" for c in choices], completion_tokens=[len(i) for i in ids],
@@ -174,6 +220,11 @@ def run_eval(cfg: Any, out_dir: Path) -> dict[str, Any]:
     names = term_names([r.__name__ for r in rewards])
     lora = adapter_name(ev.adapter) if ev.adapter else None
     problems = load_problems(cfg)
+    from agrpo.rewards.generic import missing_columns
+
+    unread = missing_columns(OmegaConf.to_container(cfg.reward.funcs, resolve=True), problems.column_names)
+    if unread:
+        raise ConfigError("; ".join(unread))
     model_path = prepare_model(cfg.model)
     tokenizer = AutoTokenizer.from_pretrained(model_path, trust_remote_code=cfg.model.trust_remote_code)
     if cfg.model.chat_template:  # the prompts the policy was trained on
@@ -187,15 +238,15 @@ def run_eval(cfg: Any, out_dir: Path) -> dict[str, Any]:
     out_dir.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
     with served(serving_config(cfg), out_dir) as url:
-        endpoint = Endpoint(url)
+        endpoint = Endpoint(url, ev.concurrency)
         model = endpoint.base_model()
         if lora:
             endpoint.load_adapter(lora, ev.adapter)
             model = lora
         try:
-            with ThreadPoolExecutor(max_workers=max(ev.concurrency, 1)) as pool:
-                outputs = list(pool.map(lambda i: endpoint.complete(model, prompts[i], ev.k, ev.seed + i * ev.k, params),
-                                        range(len(prompts))))
+            with progress_bar(len(prompts), f"sampling k={ev.k}") as bar:
+                outputs = sample_all(lambda i: endpoint.complete(model, prompts[i], ev.k, ev.seed + i * ev.k, params),
+                                     len(prompts), ev.concurrency, bar.update)
         finally:
             if lora:
                 endpoint.unload_adapter(lora)

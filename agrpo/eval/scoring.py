@@ -122,15 +122,28 @@ def _fmt(value: Any) -> str:
     return str(value)
 
 
+TABLE_COLUMNS = [
+    ("problems", "problems"), ("k", "k"), ("mean@k", "mean_at_k"), ("pass@1", "pass_at_1"), ("pass@k", "pass_at_k"),
+    ("solved", "problems_solved"), ("mean reward", "mean_reward"), ("truncated", "truncated_fraction"),
+    ("tokens/sample", "mean_completion_tokens"),
+]
+
+
+def markdown_table(summaries: Sequence[dict[str, Any]], labels: Sequence[str] | None = None) -> str:
+    """Summaries as Markdown table rows, one per evaluation (a first `model` column when labels are given)."""
+    ks = {summary.get("k") for summary in summaries}
+    names = [f"pass@{ks.pop()}" if key == "pass_at_k" and len(ks) == 1 else name for name, key in TABLE_COLUMNS]
+    lead = ["model"] if labels is not None else []
+    header = "| " + " | ".join(lead + names) + " |"
+    rule = "|" + "|".join("---" for _ in lead + names) + "|"
+    rows = []
+    for index, summary in enumerate(summaries):
+        cells = ([labels[index]] if labels is not None else []) + [_fmt(summary.get(key)) for _, key in TABLE_COLUMNS]
+        rows.append("| " + " | ".join(cells) + " |")
+    return "\n".join([header, rule, *rows])
+
+
 def render_table(summary: dict[str, Any], title: str) -> str:
     """The summary as a Markdown table (pastes into a recipe card as is)."""
-    columns = [
-        ("problems", "problems"), ("k", "k"), ("mean@k", "mean_at_k"), ("pass@1", "pass_at_1"),
-        (f"pass@{summary['k']}", "pass_at_k"), ("solved", "problems_solved"), ("mean reward", "mean_reward"),
-        ("truncated", "truncated_fraction"), ("tokens/sample", "mean_completion_tokens"),
-    ]
-    header = "| " + " | ".join(name for name, _ in columns) + " |"
-    rule = "|" + "|".join("---" for _ in columns) + "|"
-    row = "| " + " | ".join(_fmt(summary.get(key)) for _, key in columns) + " |"
     terms = ", ".join(f"{name} {_fmt(mean)}" for name, mean in summary.get("term_means", {}).items())
-    return "\n".join([title, "", header, rule, row, "", f"reward terms (unweighted means): {terms}"])
+    return "\n".join([title, "", markdown_table([summary]), "", f"reward terms (unweighted means): {terms}"])
