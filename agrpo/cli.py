@@ -121,6 +121,7 @@ SUBCOMMANDS = {
     "jobs": "agrpo.launchers.hf_jobs.cli",  # agrpo jobs status|logs|cancel RUN_ID
     "eval": "agrpo.eval.cli",  # agrpo eval +recipe=NAME [adapter=PATH]
     "plot": "agrpo.report.plot",  # agrpo plot RUN_DIR [RUN_DIR...] [-o out.png]
+    "push": "agrpo.report.push",  # agrpo push RUN_DIR --repo-id NAME [--private]
 }
 
 

@@ -76,7 +76,9 @@ def data_problems(cfg: Any) -> list[str]:
     """data.path exists; when it is built from an unset data_dir, say where data_dir comes from."""
     raw = OmegaConf.to_container(cfg.data, resolve=False).get("path")
     if raw is None:
-        return []
+        from agrpo.data.jsonl import config_problems
+
+        return config_problems(cfg.data)  # data=jsonl without data.path, data=hub without data.name
     # An already resolved config (OmegaConf.resolve) shows an unset data_dir as the text "None".
     uses_data_dir = "${data_dir}" in str(raw) or (cfg.data_dir is None and str(raw).startswith("None/"))
     if uses_data_dir and cfg.data_dir is None:

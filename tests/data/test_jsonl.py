@@ -81,7 +81,7 @@ def test_data_jsonl_without_a_path_or_with_a_missing_file():
     with pytest.raises(ConfigError, match="data.path=FILE"):
         load_train_dataset(cfg.data, seed=0)
     cfg = compose_run_config(["+recipe=smoke", "data=jsonl", "data.path=/nonexistent/task.jsonl"])
-    with pytest.raises(ConfigError, match="no dataset file"):
+    with pytest.raises(ConfigError, match="does not exist"):
         load_train_dataset(cfg.data, seed=0)
 
 
