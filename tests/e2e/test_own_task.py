@@ -14,7 +14,6 @@ import json
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 from report.fake_model_hub import FAKE_TOKEN, NAMESPACE, FakeModelHub
