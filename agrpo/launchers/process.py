@@ -1,5 +1,11 @@
 """A child process the launcher owns: started in its own process group, logged to a file, health-checked, and
-always stopped by PID (SIGTERM to the group, then SIGKILL), so no run leaves a server behind."""
+always stopped by PID (SIGTERM to the group, then SIGKILL), so no run leaves a server behind.
+
+Every child carries the run's marker (AGRPO_RUN_TOKEN) and its group is handed to the launcher's watchdog
+(agrpo/launchers/watchdog.py), which stops it if the launcher dies without doing so itself. "Healthy" means the
+health URL answers 200 AND the socket listening on its port belongs to the child's own process group: another
+run's server on the same port does not count.
+"""
 
 from __future__ import annotations
 
@@ -9,9 +15,13 @@ import subprocess
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Sequence
 from pathlib import Path
+from urllib.parse import urlparse
 
 from agrpo.errors import LaunchError
+from agrpo.launchers.ports import listener_owned_by
+from agrpo.launchers.watchdog import RUN_TOKEN_ENV, WATCHDOG, carries_token, group_members, run_token
 
 
 def tail(path: Path, lines: int = 25) -> str:
@@ -41,13 +51,15 @@ class ManagedProcess:
         self.health_url = health_url
         self.popen: subprocess.Popen | None = None
         self.url: str | None = None
+        self.token: str | None = None  # the run marker this child was started with
 
     @property
     def pid(self) -> int | None:
         return self.popen.pid if self.popen else None
 
     def start(self, inherit_output: bool = False) -> None:
-        env = {**os.environ, **self.env}
+        self.token = run_token()
+        env = {**os.environ, **self.env, RUN_TOKEN_ENV: self.token}
         if inherit_output or self.log_path is None:
             stdout = None
         else:
@@ -61,13 +73,24 @@ class ManagedProcess:
         finally:
             if stdout is not None:
                 stdout.close()
+        WATCHDOG.watch(self.popen.pid, self.token)  # start_new_session: the child's pid is its process group
 
     def alive(self) -> bool:
         return self.popen is not None and self.popen.poll() is None
 
+    def serves_its_port(self) -> bool:
+        """Whether the socket listening on the health URL's port is held by this child's process group (True where
+        /proc cannot tell)."""
+        port = urlparse(self.health_url).port if self.health_url else None
+        if port is None or self.popen is None:
+            return True
+        return listener_owned_by(port, group_members(self.popen.pid)) is not False
+
     def wait_healthy(self, timeout_s: float, poll_s: float = 1.0) -> None:
-        """Block until `health_url` answers 200; raise LaunchError with the log tail if the child dies or times out."""
+        """Block until `health_url` answers 200 from this child's own socket; raise LaunchError with the log tail if
+        the child dies or times out."""
         deadline = time.monotonic() + timeout_s
+        impostor = False
         while time.monotonic() < deadline:
             if not self.alive():
                 code = self.popen.returncode if self.popen else None
@@ -76,11 +99,16 @@ class ManagedProcess:
                     f"{tail(self.log_path) if self.log_path else ''}"
                 )
             if self.health_url and http_ok(self.health_url):
-                return
+                if self.serves_its_port():
+                    return
+                impostor = True  # another process answers on our port; ours will fail to bind, or bind later
             time.sleep(poll_s)
+        other = (f" Another process, not {self.name}, answers on {self.health_url}: another run or program holds "
+                 "the port.") if impostor else ""
         raise LaunchError(
             f"{self.name} was not healthy at {self.health_url} after {timeout_s:.0f} s "
-            f"(inference.startup_timeout_s). Last lines of {self.log_path}:\n{tail(self.log_path) if self.log_path else ''}"
+            f"(inference.startup_timeout_s).{other} Last lines of {self.log_path}:\n"
+            f"{tail(self.log_path) if self.log_path else ''}"
         )
 
     def wait(self) -> int:
@@ -89,16 +117,7 @@ class ManagedProcess:
 
     def stop(self, timeout_s: float = 20.0) -> None:
         """SIGTERM the child's process group, then SIGKILL it if it has not exited within `timeout_s`."""
-        if self.popen is None or self.popen.poll() is not None:
-            self._reap_group()
-            return
-        self._signal_group(signal.SIGTERM)
-        try:
-            self.popen.wait(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            self._signal_group(signal.SIGKILL)
-            self.popen.wait(timeout=10)
-        self._reap_group()
+        stop_all([self], timeout_s)
 
     def _signal_group(self, sig: int) -> None:
         try:
@@ -107,9 +126,30 @@ class ManagedProcess:
             pass
 
     def _reap_group(self) -> None:
-        """Kill what is left of the group (e.g. vLLM's engine core outliving its API server)."""
+        """Kill what is left of the group (e.g. vLLM's engine core outliving its API server), then tell the watchdog
+        the group is no longer ours to watch."""
         if self.popen is not None:
-            try:
-                os.killpg(self.popen.pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
+            # only while the group still holds one of this run's processes: its id may since name someone else's
+            if any(carries_token(pid, self.token) for pid in group_members(self.popen.pid)):
+                try:
+                    os.killpg(self.popen.pid, signal.SIGKILL)
+                except (ProcessLookupError, PermissionError):
+                    pass
+            WATCHDOG.forget(self.popen.pid)
+
+
+def stop_all(processes: Sequence[ManagedProcess], timeout_s: float = 20.0) -> None:
+    """Stop several children at once: SIGTERM every group, one shared wait of `timeout_s`, SIGKILL the rest. (One at a
+    time, a run with three replicas could take three grace periods to stop.)"""
+    running = [p for p in processes if p.popen is not None and p.popen.poll() is None]
+    for process in running:
+        process._signal_group(signal.SIGTERM)
+    deadline = time.monotonic() + timeout_s
+    for process in running:
+        try:
+            process.popen.wait(timeout=max(deadline - time.monotonic(), 0.01))
+        except subprocess.TimeoutExpired:
+            process._signal_group(signal.SIGKILL)
+            process.popen.wait(timeout=10)
+    for process in processes:
+        process._reap_group()

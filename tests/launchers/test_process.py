@@ -1,6 +1,7 @@
 """ManagedProcess: health waits report the log tail, and stop() leaves no process of the group behind."""
 
 import os
+import subprocess
 import sys
 import time
 
@@ -72,3 +73,64 @@ def test_free_ports_skip_ports_in_use():
         assert not port_free(start)
         ports = free_ports(2, start)
     assert start not in ports and len(ports) == 2 and all(p > start for p in ports)
+
+
+def serve_health(directory, port):
+    """argv of a tiny real HTTP server answering 200 on /health (a file of that name in `directory`)."""
+    (directory / "health").write_text("ok")
+    return [sys.executable, "-m", "http.server", str(port), "--bind", "127.0.0.1", "--directory", str(directory)]
+
+
+def test_healthy_only_when_the_answer_comes_from_the_childs_own_socket(tmp_path):
+    port = free_ports(1, 20700)[0]
+    ours = ManagedProcess("server", serve_health(tmp_path, port), log_path=tmp_path / "s.log",
+                          health_url=f"http://127.0.0.1:{port}/health")
+    ours.start()
+    try:
+        ours.wait_healthy(timeout_s=60, poll_s=0.1)
+        assert ours.serves_its_port()
+    finally:
+        ours.stop(timeout_s=5)
+
+
+def test_another_process_answering_on_our_port_is_not_our_server(tmp_path):
+    """Two runs on one port: the second run's server answers /health, but the first run's child holds no socket
+    there, so the first run must not call its replica healthy (it did: "healthy after 0 s")."""
+    port = free_ports(1, 20800)[0]
+    (tmp_path / "theirs").mkdir()
+    theirs = ManagedProcess("their-server", serve_health(tmp_path / "theirs", port), log_path=tmp_path / "t.log",
+                            health_url=f"http://127.0.0.1:{port}/health")
+    theirs.start()
+    ours = ManagedProcess("vllm-0", [sys.executable, "-c", "import time; time.sleep(60)"], log_path=tmp_path / "o.log",
+                          health_url=f"http://127.0.0.1:{port}/health")
+    try:
+        theirs.wait_healthy(timeout_s=60, poll_s=0.1)
+        ours.start()
+        with pytest.raises(LaunchError, match="Another process, not vllm-0, answers"):
+            ours.wait_healthy(timeout_s=2, poll_s=0.1)
+    finally:
+        ours.stop(timeout_s=5)
+        theirs.stop(timeout_s=5)
+
+
+def test_children_and_renamed_grandchildren_die_when_the_launcher_is_killed(tmp_path, run_token):
+    """SIGKILL of the launcher runs none of its code: the watchdog stops the groups it was told about, including a
+    grandchild that renamed itself (as vLLM's "VLLM::EngineCore" does), found by the run's marker."""
+    from tests.processes import left_behind, wait_for_marked
+
+    grandchild = ("import subprocess, sys, time; "
+                  "subprocess.Popen([sys.executable, '-c', "
+                  "\"open('/proc/self/comm', 'w').write('VLLM::Engine'); import time; time.sleep(300)\"]); "
+                  "time.sleep(300)")
+    launcher = ("import sys, time; from pathlib import Path; from agrpo.launchers.process import ManagedProcess; "
+                f"p = ManagedProcess('replica', [sys.executable, '-c', {grandchild!r}], log_path=Path(sys.argv[1])); "
+                "p.start(); print('started', flush=True); time.sleep(300)")
+    proc = subprocess.Popen([sys.executable, "-c", launcher, str(tmp_path / "r.log")], stdout=subprocess.PIPE,
+                            text=True, start_new_session=True)
+    assert proc.stdout.readline().strip() == "started"
+    # launcher, watchdog, replica and its renamed child all carry the marker
+    found = wait_for_marked(run_token, lambda f: "VLLM::Engine" in f.values(), timeout_s=30)
+    assert "VLLM::Engine" in found.values(), found
+    proc.kill()
+    proc.wait()
+    assert left_behind(run_token, timeout_s=30) == {}
