@@ -21,7 +21,7 @@ from urllib.parse import urlparse
 
 from agrpo.errors import LaunchError
 from agrpo.launchers.ports import listener_owned_by
-from agrpo.launchers.watchdog import RUN_TOKEN_ENV, WATCHDOG, carries_token, group_members, run_token
+from agrpo.launchers.watchdog import RUN_TOKEN_ENV, WATCHDOG, group_is_ours, group_members, run_token, start_time
 
 
 def tail(path: Path, lines: int = 25) -> str:
@@ -51,15 +51,14 @@ class ManagedProcess:
         self.health_url = health_url
         self.popen: subprocess.Popen | None = None
         self.url: str | None = None
-        self.token: str | None = None  # the run marker this child was started with
+        self.leader_start: int | None = None  # the child's start time: tells its group from a later one with its id
 
     @property
     def pid(self) -> int | None:
         return self.popen.pid if self.popen else None
 
     def start(self, inherit_output: bool = False) -> None:
-        self.token = run_token()
-        env = {**os.environ, **self.env, RUN_TOKEN_ENV: self.token}
+        env = {**os.environ, **self.env, RUN_TOKEN_ENV: run_token()}
         if inherit_output or self.log_path is None:
             stdout = None
         else:
@@ -73,7 +72,8 @@ class ManagedProcess:
         finally:
             if stdout is not None:
                 stdout.close()
-        WATCHDOG.watch(self.popen.pid, self.token)  # start_new_session: the child's pid is its process group
+        self.leader_start = start_time(self.popen.pid)
+        WATCHDOG.watch(self.popen.pid, self.leader_start)  # start_new_session: the child's pid is its process group
 
     def alive(self) -> bool:
         return self.popen is not None and self.popen.poll() is None
@@ -129,8 +129,7 @@ class ManagedProcess:
         """Kill what is left of the group (e.g. vLLM's engine core outliving its API server), then tell the watchdog
         the group is no longer ours to watch."""
         if self.popen is not None:
-            # only while the group still holds one of this run's processes: its id may since name someone else's
-            if any(carries_token(pid, self.token) for pid in group_members(self.popen.pid)):
+            if group_is_ours(self.popen.pid, self.leader_start):
                 try:
                     os.killpg(self.popen.pid, signal.SIGKILL)
                 except (ProcessLookupError, PermissionError):

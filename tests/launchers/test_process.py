@@ -116,11 +116,11 @@ def test_another_process_answering_on_our_port_is_not_our_server(tmp_path):
 def test_children_and_renamed_grandchildren_die_when_the_launcher_is_killed(tmp_path, run_token):
     """SIGKILL of the launcher runs none of its code: the watchdog stops the groups it was told about, including a
     grandchild that renamed itself (as vLLM's "VLLM::EngineCore" does), found by the run's marker."""
-    from tests.processes import left_behind, wait_for_marked
+    from tests.processes import RunProcesses
 
     grandchild = ("import subprocess, sys, time; "
                   "subprocess.Popen([sys.executable, '-c', "
-                  "\"open('/proc/self/comm', 'w').write('VLLM::Engine'); import time; time.sleep(300)\"]); "
+                  "\"import setproctitle, time; setproctitle.setproctitle('VLLM::EngineCore'); time.sleep(300)\"]); "
                   "time.sleep(300)")
     launcher = ("import sys, time; from pathlib import Path; from agrpo.launchers.process import ManagedProcess; "
                 f"p = ManagedProcess('replica', [sys.executable, '-c', {grandchild!r}], log_path=Path(sys.argv[1])); "
@@ -128,9 +128,9 @@ def test_children_and_renamed_grandchildren_die_when_the_launcher_is_killed(tmp_
     proc = subprocess.Popen([sys.executable, "-c", launcher, str(tmp_path / "r.log")], stdout=subprocess.PIPE,
                             text=True, start_new_session=True)
     assert proc.stdout.readline().strip() == "started"
-    # launcher, watchdog, replica and its renamed child all carry the marker
-    found = wait_for_marked(run_token, lambda f: "VLLM::Engine" in f.values(), timeout_s=30)
-    assert "VLLM::Engine" in found.values(), found
+    run = RunProcesses(run_token)
+    found = run.wait_for(lambda f: "VLLM::EngineCor" in f.values(), timeout_s=30)  # /proc keeps 15 characters
+    assert "VLLM::EngineCor" in found.values(), found
     proc.kill()
     proc.wait()
-    assert left_behind(run_token, timeout_s=30) == {}
+    assert run.left_behind(timeout_s=30) == {}
