@@ -48,7 +48,7 @@ def resumes(resume: Any) -> bool:
 
 
 def refuse_mixed_outputs(run_dir: Path, resume: Any) -> None:
-    """Raise ConfigError when `run_dir` holds an earlier run's outputs and trainer.resume does not ask to continue it."""
+    """ConfigError when `run_dir` holds an earlier run's outputs and trainer.resume does not ask to continue it."""
     found = previous_outputs(run_dir)
     if found and not resumes(resume):
         shown = ", ".join(found[:4]) + (", ..." if len(found) > 4 else "")

@@ -139,7 +139,8 @@ class Watchdog:
     def _ensure_started(self) -> None:
         if self._popen is not None and self._popen.poll() is None:
             return
-        self._popen = subprocess.Popen([sys.executable, "-m", "agrpo.launchers.watchdog"], stdin=subprocess.PIPE,
+        # by file, isolated (-I): this module needs only the standard library, so the child need not find the package
+        self._popen = subprocess.Popen([sys.executable, "-I", os.path.abspath(__file__)], stdin=subprocess.PIPE,
                                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, text=True,
                                        start_new_session=True, close_fds=True)
 

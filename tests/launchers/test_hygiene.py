@@ -25,13 +25,33 @@ from tests.processes import RunProcesses
 ENGINE_CORE = "VLLM::EngineCor"  # "VLLM::EngineCore" as /proc/<pid>/comm keeps it (15 characters)
 
 
+LAUNCHED: list[subprocess.Popen] = []
+
+
+@pytest.fixture(autouse=True)
+def stop_launchers_left_running():
+    """A failed or timed-out test must not leave a run up: SIGTERM any launcher still running (it stops its own)."""
+    yield
+    while LAUNCHED:
+        proc = LAUNCHED.pop()
+        if proc.poll() is None:
+            proc.terminate()
+            try:
+                proc.communicate(timeout=120)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.communicate()
+
+
 def start_run(cwd: Path, *overrides: str) -> subprocess.Popen:
     """The launcher as a user's terminal runs it: its own session, SIGINT at its default (a backgrounded pytest
     ignores SIGINT and the child would inherit that)."""
-    return subprocess.Popen([sys.executable, "-m", "agrpo", "+recipe=smoke", *overrides], cwd=cwd,
+    proc = subprocess.Popen([sys.executable, "-m", "agrpo", "+recipe=smoke", *overrides], cwd=cwd,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
                             env={**os.environ, "HF_HUB_OFFLINE": "1"},
                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    LAUNCHED.append(proc)
+    return proc
 
 
 def wait_for_engine_core(token: str, proc: subprocess.Popen) -> RunProcesses:
@@ -51,8 +71,8 @@ def wait_for_engine_core(token: str, proc: subprocess.Popen) -> RunProcesses:
 def test_run_suffix_is_made_once_per_process_and_differs_between_processes():
     assert run_suffix() == run_suffix()
     assert run_suffix().startswith(f"{os.getpid()}-")
-    other = subprocess.run([sys.executable, "-c", "from agrpo.launchers.run_dir import run_suffix; print(run_suffix())"],
-                           capture_output=True, text=True, check=True).stdout.strip()
+    script = "from agrpo.launchers.run_dir import run_suffix; print(run_suffix())"
+    other = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True).stdout.strip()
     assert re.fullmatch(r"\d+-[0-9a-f]{4}", other) and other != run_suffix()
     register_run_dir_resolver()
     assert OmegaConf.create({"dir": "x_${agrpo_run_suffix:}"}).dir == f"x_{run_suffix()}"
@@ -159,7 +179,7 @@ def test_two_runs_at_once_use_their_own_dirs_ports_and_servers(tmp_path, tiny_mo
     runs = [start_run(tmp_path, *overrides) for _ in range(2)]
     tracked = RunProcesses(run_token)
     tracked.wait_for(lambda found: ENGINE_CORE in found.values() or any(r.poll() is not None for r in runs), 300)
-    outs = [run.communicate(timeout=1200) for run in runs]
+    outs = [run.communicate(timeout=900) for run in runs]
     assert [run.returncode for run in runs] == [0, 0], [err[-3000:] for _, err in outs]
     run_dirs = sorted((tmp_path / "outputs" / "smoke").iterdir())
     assert len(run_dirs) == 2

@@ -134,3 +134,30 @@ def test_children_and_renamed_grandchildren_die_when_the_launcher_is_killed(tmp_
     proc.kill()
     proc.wait()
     assert run.left_behind(timeout_s=30) == {}
+
+
+def test_watchdog_stops_only_the_groups_still_listed_at_end_of_file(monkeypatch):
+    import io
+
+    from agrpo.launchers import watchdog
+
+    stopped = []
+    monkeypatch.setattr(watchdog, "stop_groups", lambda groups: stopped.append(groups))
+    watchdog.watch(io.StringIO("+101 5000\n+202 6000\n-101\n+303 None\nnoise\n"))
+    assert stopped == [{202: 6000, 303: None}]
+    watchdog.watch(io.StringIO("+101 5000\n-101\n"))
+    assert len(stopped) == 1  # nothing left to stop: the launcher stopped its children itself
+
+
+def test_a_group_is_ours_only_while_its_leader_is_the_one_started(tmp_path):
+    from agrpo.launchers.watchdog import group_is_ours, start_time
+
+    proc = ManagedProcess("sleeper", [sys.executable, "-c", "import time; time.sleep(60)"], log_path=tmp_path / "s.log")
+    proc.start()
+    try:
+        assert proc.leader_start == start_time(proc.pid)
+        assert group_is_ours(proc.pid, proc.leader_start)
+        assert not group_is_ours(proc.pid, proc.leader_start + 1)  # same id, another leader: not ours
+    finally:
+        proc.stop(timeout_s=5)
+    assert not group_is_ours(proc.pid, proc.leader_start)  # gone
