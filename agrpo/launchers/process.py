@@ -58,6 +58,10 @@ class ManagedProcess:
         return self.popen.pid if self.popen else None
 
     def start(self, inherit_output: bool = False) -> None:
+        """Start (or restart) the child. A restart first kills what is left of the previous group (a replica whose
+        API server died can leave its engine core behind)."""
+        if self.popen is not None:
+            self._reap_group()
         env = {**os.environ, **self.env, RUN_TOKEN_ENV: run_token()}
         if inherit_output or self.log_path is None:
             stdout = None

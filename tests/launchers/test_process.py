@@ -161,3 +161,28 @@ def test_a_group_is_ours_only_while_its_leader_is_the_one_started(tmp_path):
     finally:
         proc.stop(timeout_s=5)
     assert not group_is_ours(proc.pid, proc.leader_start)  # gone
+
+
+def test_a_restart_first_kills_what_is_left_of_the_previous_group(tmp_path):
+    """A replica's API server dies but its engine core lives on in the group: restarting must not leave it behind."""
+    pid_file = tmp_path / "grandchild.pid"
+    script = ("import subprocess, sys, time; "
+              "p = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(120)']); "
+              f"open({str(pid_file)!r}, 'w').write(str(p.pid)); time.sleep(120)")
+    proc = ManagedProcess("replica", [sys.executable, "-c", script], log_path=tmp_path / "p.log")
+    proc.start()
+    for _ in range(100):
+        if pid_file.exists() and pid_file.read_text():
+            break
+        time.sleep(0.05)
+    orphan = int(pid_file.read_text())
+    os.kill(proc.pid, 9)  # the leader dies, its child stays in the group
+    proc.popen.wait()
+    assert pid_alive(orphan)
+    proc.start()
+    try:
+        time.sleep(0.2)
+        assert not pid_alive(orphan)
+        assert proc.alive()
+    finally:
+        proc.stop(timeout_s=5)
