@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import signal
 import sys
 import time
 from collections.abc import Sequence
@@ -27,7 +26,7 @@ from agrpo.launchers.cpus import TRAINER_CPUS_ENV, format_cores, split_cpu_cores
 from agrpo.launchers.gpus import assign_gpus, to_physical, visible_devices
 from agrpo.launchers.plan import Plan, ProcessSpec
 from agrpo.launchers.ports import PortReservation, reserve_ports
-from agrpo.launchers.process import ManagedProcess, stop_all
+from agrpo.launchers.process import ManagedProcess, SignalGuard, stop_all
 from agrpo.launchers.run_dir import refuse_mixed_outputs
 from agrpo.launchers.watchdog import RUN_TOKEN_ENV, run_token
 from agrpo.models.resolve import prepare_model
@@ -134,54 +133,6 @@ def plan_on_this_machine(cfg: Any, run_dir: str, reservations: list[PortReservat
     (reservations if reservations is not None else _HELD_FOR_PROCESS).append(reservation)
     return build_local_plan(cfg, run_dir, reservation.ports, device, num_gpus, sorted(os.sched_getaffinity(0)),
                             visible_gpus=visible_devices(os.environ.get("CUDA_VISIBLE_DEVICES")))
-
-
-class Stopped(KeyboardInterrupt):
-    """A signal asked the run to stop (Ctrl-C, SIGTERM, SIGHUP)."""
-
-    def __init__(self, signum: int):
-        super().__init__(signal.Signals(signum).name)
-        self.signame = signal.Signals(signum).name
-
-
-STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
-
-
-class SignalGuard:
-    """While the run is up, SIGINT/SIGTERM/SIGHUP raise `Stopped` once; from then on (and during any teardown) they
-    are noted and ignored, so a second Ctrl-C cannot cut the teardown short and leave replicas running."""
-
-    def __init__(self) -> None:
-        self.previous: dict[int, Any] = {}
-        self.tearing_down = False
-        self.told = False
-
-    def __enter__(self) -> SignalGuard:
-        for sig in STOP_SIGNALS:
-            try:
-                self.previous[sig] = signal.signal(sig, self._on_signal)
-            except ValueError:  # not the main thread: signals are not ours to handle
-                break
-        return self
-
-    def teardown(self) -> None:
-        self.tearing_down = True
-
-    def _on_signal(self, signum: int, _frame: Any) -> None:
-        if not self.tearing_down:
-            self.tearing_down = True
-            raise Stopped(signum)
-        if not self.told:
-            self.told = True
-            try:  # after SIGHUP the terminal may be gone
-                os.write(2, f"agrpo: {signal.Signals(signum).name} again: still stopping the run's processes, "
-                            "please wait (they are stopped, never abandoned)\n".encode())
-            except OSError:
-                pass
-
-    def __exit__(self, *exc: Any) -> None:
-        for sig, handler in self.previous.items():
-            signal.signal(sig, handler)
 
 
 @register

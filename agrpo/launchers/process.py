@@ -17,6 +17,7 @@ import urllib.error
 import urllib.request
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlparse
 
 from agrpo.errors import LaunchError
@@ -156,3 +157,51 @@ def stop_all(processes: Sequence[ManagedProcess], timeout_s: float = 20.0) -> No
             process.popen.wait(timeout=10)
     for process in processes:
         process._reap_group()
+
+
+class Stopped(KeyboardInterrupt):
+    """A signal asked the run to stop (Ctrl-C, SIGTERM, SIGHUP)."""
+
+    def __init__(self, signum: int):
+        super().__init__(signal.Signals(signum).name)
+        self.signame = signal.Signals(signum).name
+
+
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+class SignalGuard:
+    """While the run is up, SIGINT/SIGTERM/SIGHUP raise `Stopped` once; from then on (and during any teardown) they
+    are noted and ignored, so a second Ctrl-C cannot cut the teardown short and leave replicas running."""
+
+    def __init__(self) -> None:
+        self.previous: dict[int, Any] = {}
+        self.tearing_down = False
+        self.told = False
+
+    def __enter__(self) -> SignalGuard:
+        for sig in STOP_SIGNALS:
+            try:
+                self.previous[sig] = signal.signal(sig, self._on_signal)
+            except ValueError:  # not the main thread: signals are not ours to handle
+                break
+        return self
+
+    def teardown(self) -> None:
+        self.tearing_down = True
+
+    def _on_signal(self, signum: int, _frame: Any) -> None:
+        if not self.tearing_down:
+            self.tearing_down = True
+            raise Stopped(signum)
+        if not self.told:
+            self.told = True
+            try:  # after SIGHUP the terminal may be gone
+                os.write(2, f"agrpo: {signal.Signals(signum).name} again: still stopping the run's processes, "
+                            "please wait (they are stopped, never abandoned)\n".encode())
+            except OSError:
+                pass
+
+    def __exit__(self, *exc: Any) -> None:
+        for sig, handler in self.previous.items():
+            signal.signal(sig, handler)
