@@ -91,6 +91,15 @@ class ManagedProcess:
             return True
         return listener_owned_by(port, group_members(self.popen.pid)) is not False
 
+    def _port_taken_hint(self, log_tail: str) -> str:
+        """agrpo runs never share a port (ports.py locks), but a program outside agrpo may bind it between the check
+        and the child's own bind."""
+        if "Address already in use" not in log_tail:
+            return ""
+        port = urlparse(self.health_url).port if self.health_url else None
+        return (f" Port {port} was taken by another program after agrpo found it free: run again (the next free port "
+                "is picked), or move inference.base_port to a range nothing else uses.")
+
     def wait_healthy(self, timeout_s: float, poll_s: float = 1.0) -> None:
         """Block until `health_url` answers 200 from this child's own socket; raise LaunchError with the log tail if
         the child dies or times out."""
@@ -99,9 +108,10 @@ class ManagedProcess:
         while time.monotonic() < deadline:
             if not self.alive():
                 code = self.popen.returncode if self.popen else None
+                log_tail = tail(self.log_path) if self.log_path else ""
                 raise LaunchError(
-                    f"{self.name} exited with code {code} before becoming healthy. Last lines of {self.log_path}:\n"
-                    f"{tail(self.log_path) if self.log_path else ''}"
+                    f"{self.name} exited with code {code} before becoming healthy.{self._port_taken_hint(log_tail)} "
+                    f"Last lines of {self.log_path}:\n{log_tail}"
                 )
             if self.health_url and http_ok(self.health_url):
                 if self.serves_its_port():

@@ -186,3 +186,19 @@ def test_a_restart_first_kills_what_is_left_of_the_previous_group(tmp_path):
         assert proc.alive()
     finally:
         proc.stop(timeout_s=5)
+
+
+def test_a_child_that_finds_its_port_taken_says_so_and_names_the_knob(tmp_path):
+    import socket
+
+    with socket.socket() as squatter:
+        squatter.bind(("127.0.0.1", 0))
+        squatter.listen()
+        port = squatter.getsockname()[1]
+        proc = ManagedProcess("vllm-0", serve_health(tmp_path, port), log_path=tmp_path / "s.log",
+                              health_url=f"http://127.0.0.1:{port}/health")
+        proc.start()
+        with pytest.raises(LaunchError) as error:
+            proc.wait_healthy(timeout_s=60, poll_s=0.1)
+    message = str(error.value)
+    assert f"Port {port} was taken by another program" in message and "inference.base_port" in message
