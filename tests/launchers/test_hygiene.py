@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import re
 import signal
 import subprocess
@@ -26,6 +27,7 @@ ENGINE_CORE = "VLLM::EngineCor"  # "VLLM::EngineCore" as /proc/<pid>/comm keeps 
 
 
 LAUNCHED: list[subprocess.Popen] = []
+QUIET_BASE_PORT = 24000 + random.Random().randrange(0, 4000, 10)
 
 
 @pytest.fixture(autouse=True)
@@ -46,7 +48,10 @@ def stop_launchers_left_running():
 def start_run(cwd: Path, *overrides: str) -> subprocess.Popen:
     """The launcher as a user's terminal runs it: its own session, SIGINT at its default (a backgrounded pytest
     ignores SIGINT and the child would inherit that)."""
-    proc = subprocess.Popen([sys.executable, "-m", "agrpo", "+recipe=smoke", *overrides], cwd=cwd,
+    # Out of the default 8100 range, which other programs on a shared test machine bind without agrpo's locks;
+    # runs of one test share it, so two runs at once must still be kept apart by the locks.
+    base_port = f"inference.base_port={QUIET_BASE_PORT}"
+    proc = subprocess.Popen([sys.executable, "-m", "agrpo", "+recipe=smoke", base_port, *overrides], cwd=cwd,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
                             env={**os.environ, "HF_HUB_OFFLINE": "1"},
                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
