@@ -36,3 +36,6 @@ def register_resolvers() -> None:
     """Resolvers the shipped YAML refers to; registered before any compose (CLI, compose API)."""
     if not OmegaConf.has_resolver("agrpo_run_dir"):
         OmegaConf.register_new_resolver("agrpo_run_dir", run_dir)
+    from agrpo.launchers.run_dir import register_run_dir_resolver
+
+    register_run_dir_resolver()  # hydra.run.dir's unique suffix (two runs started in the same second)

@@ -70,3 +70,14 @@ def clean_adapters(vllm_server):
     from agrpo.inference.vllm_server import unload_adapters
 
     unload_adapters(vllm_server.url)
+
+
+@pytest.fixture()
+def run_token(monkeypatch) -> str:
+    """A fresh run marker for this test: every process started from here (directly or through `python -m agrpo`)
+    carries AGRPO_RUN_TOKEN=<it>, so tests/processes.py finds what a run left behind, renamed children included."""
+    import secrets
+
+    token = f"test-{secrets.token_hex(6)}"
+    monkeypatch.setenv("AGRPO_RUN_TOKEN", token)
+    return token

@@ -7,6 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.processes import left_behind
+
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -73,19 +75,18 @@ def test_missing_recipe_file(tmp_path):
 
 
 @pytest.mark.vllm
-def test_replica_that_fails_to_start_shows_its_log_and_leaves_nothing_running(tmp_path):
+def test_replica_that_fails_to_start_shows_its_log_and_leaves_nothing_running(tmp_path, run_token):
     """A real vLLM start that fails (the engine rejects the flags): clear error with the log tail, no orphans."""
     result = agrpo("+recipe=smoke", "inference.extra_args=[--max-num-seqs,-5]", cwd=tmp_path, timeout=600)
     assert result.returncode == 1
     assert "vllm-0 exited with code" in result.stderr
     assert "Last lines of" in result.stderr
     assert "Traceback (most recent call last)" not in result.stderr.split("Last lines of")[0]
-    leftover = subprocess.run(["pgrep", "-f", str(tmp_path)], capture_output=True, text=True)
-    assert leftover.stdout.strip() == ""
+    assert left_behind(run_token) == {}  # by the run's marker: vLLM's renamed engine core included
 
 
 @pytest.mark.vllm
-def test_ctrl_c_while_a_replica_starts_stops_everything(tmp_path):
+def test_ctrl_c_while_a_replica_starts_stops_everything(tmp_path, run_token):
     """SIGINT (Ctrl-C) reaches the launcher only (children run in their own process groups); it must stop them."""
     import signal
     import time
@@ -106,9 +107,7 @@ def test_ctrl_c_while_a_replica_starts_stops_everything(tmp_path):
     _, stderr = proc.communicate(timeout=120)
     assert proc.returncode == 1
     assert "interrupted; every process was stopped" in stderr
-    # the replica's command line names the model under tmp_path/cache, the trainer's the run dir
-    leftover = subprocess.run(["pgrep", "-f", str(tmp_path)], capture_output=True, text=True)
-    assert leftover.stdout.strip() == ""
+    assert left_behind(run_token) == {}  # every process carrying the run's marker, vLLM's renamed children included
 
 
 def test_user_recipe_named_like_a_shipped_one_and_without_header(tmp_path):

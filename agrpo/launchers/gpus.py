@@ -1,4 +1,9 @@
-"""Split a machine's GPUs between the trainer and the vLLM replicas (pure)."""
+"""Split a machine's GPUs between the trainer and the vLLM replicas, and name them for the children (pure).
+
+Indices in the config (trainer.gpus, inference.gpus) count the GPUs this run may use, as torch does: with
+CUDA_VISIBLE_DEVICES=2,3 set by the user or a scheduler, index 0 is the machine's GPU 2. Children get the
+machine's ids (`to_physical`).
+"""
 
 from __future__ import annotations
 
@@ -34,3 +39,34 @@ def assign_gpus(num_gpus: int, replicas: int, gpus_per_replica: int, trainer_gpu
             raise ConfigError(f"GPU {gpu} does not exist on this machine ({num_gpus} GPUs): fix trainer.gpus / inference.gpus")
     per_replica = [replica_gpus[i * gpus_per_replica:(i + 1) * gpus_per_replica] for i in range(replicas)]
     return list(trainer_gpus), per_replica
+
+
+def visible_devices(cuda_visible_devices: str | None) -> list[str] | None:
+    """The parent's CUDA_VISIBLE_DEVICES as a list of device ids (indices, or GPU-/MIG- UUIDs); None when unset, so
+    GPU indices are physical. CUDA reads the list up to the first invalid entry, and so do we."""
+    if cuda_visible_devices is None:
+        return None
+    devices = []
+    for entry in cuda_visible_devices.split(","):
+        entry = entry.strip()
+        if not entry or entry.startswith("-"):
+            break
+        devices.append(entry)
+    return devices
+
+
+def to_physical(gpus: list[int] | None, visible: list[str] | None) -> list[int | str] | None:
+    """The devices a child must be given for the parent's GPU indices `gpus` (0..N-1 as torch counts them here).
+
+    A child's CUDA_VISIBLE_DEVICES is read against the whole machine, not against the parent's list: with the
+    parent limited to "2,3", index 1 is the machine's GPU 3, so the child must get "3", not "1".
+    """
+    if gpus is None or visible is None:
+        return gpus
+    physical = []
+    for gpu in gpus:
+        if not 0 <= gpu < len(visible):
+            raise ConfigError(f"GPU {gpu} is not among the {len(visible)} GPU(s) CUDA_VISIBLE_DEVICES="
+                              f"{','.join(visible)} lets this run use: fix trainer.gpus / inference.gpus")
+        physical.append(int(visible[gpu]) if visible[gpu].isdigit() else visible[gpu])
+    return physical

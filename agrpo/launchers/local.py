@@ -1,6 +1,9 @@
 """launcher=local: vLLM replicas (+ agrpo's proxy when there are several) as child processes, then the trainer.
 
-Every child gets its own process group and is stopped by PID on success, failure, Ctrl-C or SIGTERM.
+Every child gets its own process group and carries the run's marker (AGRPO_RUN_TOKEN). The launcher stops them all
+on success, failure, Ctrl-C, SIGTERM or SIGHUP (a closed terminal); once it is stopping, further signals are noted
+and ignored until every child is gone. If the launcher itself is killed, its watchdog stops them
+(agrpo/launchers/watchdog.py). Ports stay reserved for the run's life (agrpo/launchers/ports.py).
 """
 
 from __future__ import annotations
@@ -9,7 +12,6 @@ import json
 import logging
 import os
 import secrets
-import signal
 import sys
 import time
 from collections.abc import Sequence
@@ -22,12 +24,14 @@ from agrpo.errors import LaunchError
 from agrpo.inference.vllm_server import build_replica_launch, resolve_device
 from agrpo.launchers.base import Launcher, register
 from agrpo.launchers.cpus import TRAINER_CPUS_ENV, format_cores, split_cpu_cores
-from agrpo.launchers.gpus import assign_gpus
+from agrpo.launchers.gpus import assign_gpus, to_physical, visible_devices
 from agrpo.launchers.plan import Plan, ProcessSpec
-from agrpo.launchers.ports import free_ports
-from agrpo.launchers.process import ManagedProcess
-from agrpo.proxy.settings import ADMIN_TOKEN_ENV
+from agrpo.launchers.ports import PortReservation, reserve_ports
+from agrpo.launchers.process import ManagedProcess, SignalGuard, stop_all
+from agrpo.launchers.run_dir import refuse_mixed_outputs
 from agrpo.launchers.supervise import ReplicaSupervisor, wait_supervised
+from agrpo.launchers.watchdog import RUN_TOKEN_ENV, run_token
+from agrpo.proxy.settings import ADMIN_TOKEN_ENV
 from agrpo.models.resolve import prepare_model
 
 log = logging.getLogger(__name__)
@@ -48,9 +52,11 @@ def is_loopback_url(url: str) -> bool:
 
 
 def build_local_plan(cfg: Any, run_dir: str, ports: list[int], device: str, num_gpus: int,
-                     cpu_ids: Sequence[int] = (0, 1), python: str = sys.executable, admin_token: str = "") -> Plan:
+                     cpu_ids: Sequence[int] = (0, 1), python: str = sys.executable, admin_token: str = "",
+                     visible_gpus: list[str] | None = None) -> Plan:
     """The local plan (pure). `ports` must hold replicas + 1 free ports (the last one for the proxy); `cpu_ids` are
-    the cores this process may use."""
+    the cores this process may use; `visible_gpus` is this process's CUDA_VISIBLE_DEVICES as a list (None: unset),
+    through which the children's GPUs are named."""
     inference = cfg.inference
     logs = Path(run_dir) / "logs"
     services: list[ProcessSpec] = []
@@ -63,8 +69,9 @@ def build_local_plan(cfg: Any, run_dir: str, ports: list[int], device: str, num_
     if starts_replicas:
         trainer_gpus, replica_gpus = assign_gpus(num_gpus, inference.replicas, inference.gpus_per_replica,
                                                  cfg.trainer.gpus, inference.gpus)
+        trainer_gpus = to_physical(trainer_gpus, visible_gpus)
         for index in range(inference.replicas):
-            gpus = replica_gpus[index] if replica_gpus else None
+            gpus = to_physical(replica_gpus[index], visible_gpus) if replica_gpus else None
             shared = bool(gpus and trainer_gpus and set(gpus) & set(trainer_gpus))
             launch = build_replica_launch(cfg, ports[index], device, gpus, python, shares_gpu_with_trainer=shared,
                                           cpu_cores=cpus.replica_cores[index] if cpus.replica_cores else None)
@@ -73,7 +80,7 @@ def build_local_plan(cfg: Any, run_dir: str, ports: list[int], device: str, num_
                 health_url=f"{launch.url}/health", log_path=str(logs / f"vllm-{index}.log"), gpus=gpus))
             upstreams.append(launch.url)
     elif num_gpus > 0:  # replicas run elsewhere (e.g. inside a trainer Job): every GPU here is the trainer's
-        trainer_gpus = list(cfg.trainer.gpus) if cfg.trainer.gpus else list(range(num_gpus))
+        trainer_gpus = to_physical(list(cfg.trainer.gpus) if cfg.trainer.gpus else list(range(num_gpus)), visible_gpus)
     vllm_url = upstreams[0] if upstreams else ""
     token_env: dict[str, str] = {}
     if uses_proxy(cfg):
@@ -123,63 +130,77 @@ def proxy_knob_flags(proxy_cfg: Any) -> list[str]:
     return flags
 
 
-def plan_on_this_machine(cfg: Any, run_dir: str) -> Plan:
-    """The local plan for this machine: its GPUs, free ports and the CPU cores this process may use."""
+_HELD_FOR_PROCESS: list[PortReservation] = []  # reservations nobody releases early: kept until this process ends
+
+
+def plan_on_this_machine(cfg: Any, run_dir: str, reservations: list[PortReservation] | None = None) -> Plan:
+    """The local plan for this machine: its GPUs (as CUDA_VISIBLE_DEVICES exposes them), ports reserved for this run
+    (appended to `reservations` for the caller to release; by default held until the process ends) and the CPU
+    cores this process may use."""
     import torch
 
     num_gpus = torch.cuda.device_count()
     device = resolve_device(cfg.inference.device, num_gpus > 0)
-    ports = free_ports(cfg.inference.replicas + 1, cfg.inference.base_port, cfg.inference.host)
-    return build_local_plan(cfg, run_dir, ports, device, num_gpus, sorted(os.sched_getaffinity(0)),
-                            admin_token=secrets.token_urlsafe(32))
-
-
-def _sigterm_as_interrupt(_signum, _frame):
-    raise KeyboardInterrupt
+    reservation = reserve_ports(cfg.inference.replicas + 1, cfg.inference.base_port, cfg.inference.host)
+    (reservations if reservations is not None else _HELD_FOR_PROCESS).append(reservation)
+    return build_local_plan(cfg, run_dir, reservation.ports, device, num_gpus, sorted(os.sched_getaffinity(0)),
+                            admin_token=secrets.token_urlsafe(32),
+                            visible_gpus=visible_devices(os.environ.get("CUDA_VISIBLE_DEVICES")))
 
 
 @register
 class LocalLauncher(Launcher):
     name = "local"
 
+    def __init__(self) -> None:
+        self.reservations: list[PortReservation] = []  # the plan's ports, held until execute ends
+
     def build_plan(self, cfg: Any) -> Plan:
-        return plan_on_this_machine(cfg, cfg.sync.output_dir)
+        return plan_on_this_machine(cfg, cfg.sync.output_dir, self.reservations)
 
     def execute(self, cfg: Any, plan: Plan) -> dict[str, Any]:
         run_dir = Path(plan.run_dir)
+        refuse_mixed_outputs(run_dir, cfg.trainer.resume)
         run_dir.mkdir(parents=True, exist_ok=True)
         prepare_model(cfg.model)
         (run_dir / RESOLVED_CONFIG).write_text(OmegaConf.to_yaml(cfg, resolve=True))
+        log.info("this run's processes carry %s=%s in their environment", RUN_TOKEN_ENV, run_token())
         started: list[ManagedProcess] = []
-        previous = signal.signal(signal.SIGTERM, _sigterm_as_interrupt)
-        try:
-            services = [ManagedProcess(s.name, s.argv, s.env, Path(s.log_path), s.health_url) for s in plan.services]
-            for role in ("replica", "proxy"):
-                group = [p for p, s in zip(services, plan.services) if s.role == role]
-                for process in group:
-                    log.info("starting %s (log: %s)", process.name, process.log_path)
-                    process.start()
-                    started.append(process)
-                t0 = time.monotonic()
-                for process in group:
-                    remaining = cfg.inference.startup_timeout_s - (time.monotonic() - t0)
-                    process.wait_healthy(max(remaining, 1.0))
-                if group:
-                    log.info("%d %s(s) healthy after %.0f s", len(group), role, time.monotonic() - t0)
-            trainer = ManagedProcess(plan.trainer.name, plan.trainer.argv, plan.trainer.env)
-            trainer.start(inherit_output=True)
-            started.append(trainer)
-            replicas = [p for p, s in zip(services, plan.services) if s.role == "replica"]
-            restart = cfg.inference.restart_on_failure and any(s.role == "proxy" for s in plan.services)
-            supervisor = ReplicaSupervisor(replicas, cfg.inference.max_restarts) if restart and replicas else None
-            code = wait_supervised(trainer, supervisor)
-            if code != 0:
-                raise LaunchError(f"the trainer exited with code {code} (its output is above); the run directory "
-                                  f"{run_dir} keeps the checkpoints, adapters and replica logs written so far")
-            return json.loads((run_dir / "metrics.json").read_text())
-        except KeyboardInterrupt:
-            raise LaunchError(f"interrupted; every process was stopped. Outputs so far are in {run_dir}") from None
-        finally:
-            for process in reversed(started):
-                process.stop(cfg.launcher.stop_timeout_s)
-            signal.signal(signal.SIGTERM, previous)
+        with SignalGuard() as guard:
+            try:
+                services = [ManagedProcess(s.name, s.argv, s.env, Path(s.log_path), s.health_url)
+                            for s in plan.services]
+                for role in ("replica", "proxy"):
+                    group = [p for p, s in zip(services, plan.services) if s.role == role]
+                    for process in group:
+                        log.info("starting %s (log: %s)", process.name, process.log_path)
+                        started.append(process)  # before start: a signal in between must not lose it
+                        process.start()
+                    t0 = time.monotonic()
+                    for process in group:
+                        remaining = cfg.inference.startup_timeout_s - (time.monotonic() - t0)
+                        process.wait_healthy(max(remaining, 1.0))
+                    if group:
+                        log.info("%d %s(s) healthy after %.0f s", len(group), role, time.monotonic() - t0)
+                trainer = ManagedProcess(plan.trainer.name, plan.trainer.argv, plan.trainer.env)
+                started.append(trainer)
+                trainer.start(inherit_output=True)
+                replicas = [p for p, s in zip(services, plan.services) if s.role == "replica"]
+                restart = cfg.inference.restart_on_failure and any(s.role == "proxy" for s in plan.services)
+                supervisor = ReplicaSupervisor(replicas, cfg.inference.max_restarts) if restart and replicas else None
+                code = wait_supervised(trainer, supervisor)
+                if code != 0:
+                    raise LaunchError(f"the trainer exited with code {code} (its output is above); the run directory "
+                                      f"{run_dir} keeps the checkpoints, adapters and replica logs written so far")
+                return json.loads((run_dir / "metrics.json").read_text())
+            except KeyboardInterrupt as stop:
+                guard.teardown()
+                name = getattr(stop, "signame", "SIGINT")
+                raise LaunchError(f"interrupted; every process was stopped (the launcher got {name}). Outputs so far "
+                                  f"are in {run_dir}") from None
+            finally:
+                guard.teardown()
+                stop_all(list(reversed(started)), cfg.launcher.stop_timeout_s)
+                for reservation in self.reservations:
+                    reservation.release()
+                self.reservations.clear()

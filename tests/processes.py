@@ -1,0 +1,60 @@
+"""Find a run's processes by its marker, not by command line.
+
+Every process a launcher starts carries AGRPO_RUN_TOKEN in its environment (/proc/<pid>/environ). vLLM's engine core
+renames itself with setproctitle ("VLLM::EngineCore"), which also wipes what /proc shows of its environment, so a
+run's processes are: those carrying the marker, plus every process in a session one of them leads or belongs to
+(each child of the launcher leads its own session; vLLM's children stay in it). Sessions are recorded while the
+run is up (`RunProcesses.snapshot`), so a renamed child whose session leader has died is still found.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+from agrpo.launchers.watchdog import carries_token, proc_stat
+
+
+def comm(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/comm") as name:
+            return name.read().strip()
+    except OSError:
+        return "?"
+
+
+class RunProcesses:
+    def __init__(self, token: str):
+        self.token = token
+        self.sessions: set[int] = set()
+
+    def snapshot(self) -> dict[int, str]:
+        """pid -> name of every live process of the run now; records the sessions of the marked ones."""
+        stats = {}
+        for entry in os.listdir("/proc"):
+            if entry.isdigit():
+                stat = proc_stat(int(entry))
+                if stat is not None and stat[0] != "Z":  # a zombie waiting to be reaped holds nothing
+                    stats[int(entry)] = stat
+        marked = {pid for pid in stats if carries_token(pid, self.token)}
+        self.sessions |= {stats[pid][2] for pid in marked} - {os.getsid(0)}  # never the test's own session
+        return {pid: comm(pid) for pid, stat in stats.items() if pid in marked or stat[2] in self.sessions}
+
+    def wait_for(self, predicate, timeout_s: float = 120.0, poll_s: float = 0.5) -> dict[int, str]:
+        """Poll until `predicate(processes)` holds; return them (the last ones seen if it never does)."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            found = self.snapshot()
+            if predicate(found) or time.monotonic() > deadline:
+                return found
+            time.sleep(poll_s)
+
+    def left_behind(self, timeout_s: float = 60.0) -> dict[int, str]:
+        """The run's processes still alive after up to `timeout_s` (a bounded wait, not a timed assertion: teardown
+        takes vLLM a few seconds); empty when everything is gone."""
+        return self.wait_for(lambda found: not found, timeout_s)
+
+
+def left_behind(token: str, timeout_s: float = 60.0) -> dict[int, str]:
+    """Processes carrying the marker `token` (and their sessions' members) still alive after up to `timeout_s`."""
+    return RunProcesses(token).left_behind(timeout_s)
