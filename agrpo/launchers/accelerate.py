@@ -21,7 +21,7 @@ from agrpo.launchers.base import Launcher, register
 from agrpo.launchers.fsdp import ACCELERATE_CONFIG_FILE, build_fsdp_config, layer_cls_from_model_config
 from agrpo.launchers.local import LocalLauncher
 from agrpo.launchers.plan import Plan, ProcessSpec
-from agrpo.launchers.ports import free_ports
+from agrpo.launchers.ports import reserve_ports
 
 ACCELERATE_LAUNCH = ["-m", "accelerate.commands.launch"]
 
@@ -100,7 +100,9 @@ class AccelerateLauncher(Launcher):
 
     def build_plan(self, cfg: Any) -> Plan:
         local = self.local.build_plan(cfg)
-        port = free_ports(1, cfg.launcher.accelerate.main_process_port)[0]
+        reservation = reserve_ports(1, cfg.launcher.accelerate.main_process_port)  # held until execute ends
+        self.local.reservations.append(reservation)
+        port = reservation.ports[0]
         plan, self.accelerate_config = build_accelerate_plan(cfg, local, port, local_layer_cls(cfg.model))
         return plan
 

@@ -29,6 +29,9 @@ def save_model_folder(model: Any, tokenizer: Any, output_dir: Path, marker: str,
     model.save_pretrained(staging)
     tokenizer.save_pretrained(staging)
     (staging / marker).write_text(json.dumps(spec, sort_keys=True))
+    if folder_matches(output_dir, marker, spec):  # a concurrent run built it first and may be reading it: keep it
+        shutil.rmtree(staging, ignore_errors=True)
+        return output_dir
     shutil.rmtree(output_dir, ignore_errors=True)
     os.replace(staging, output_dir)
     return output_dir
