@@ -9,6 +9,7 @@ import contextlib
 import hashlib
 import json
 import logging
+import os
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor, as_completed
@@ -21,6 +22,7 @@ from omegaconf import OmegaConf
 
 from agrpo.errors import ConfigError, LaunchError
 from agrpo.eval.scoring import ProblemResult, is_correct, summarize, term_names, total_rewards
+from agrpo.proxy.settings import ADMIN_TOKEN_ENV
 
 log = logging.getLogger(__name__)
 REQUEST_TIMEOUT_S = 1800.0
@@ -89,6 +91,9 @@ class Endpoint:
         adapter = requests.adapters.HTTPAdapter(pool_connections=1, pool_maxsize=size)
         self.session.mount("http://", adapter)
         self.session.mount("https://", adapter)
+        token = os.environ.get(ADMIN_TOKEN_ENV)  # set by `served` when it put agrpo's proxy in front
+        if token:
+            self.session.headers["Authorization"] = f"Bearer {token}"
 
     def base_model(self) -> str:
         """The served base model's name (the entry of /v1/models that is not an adapter)."""
@@ -119,25 +124,24 @@ class Endpoint:
 def served(cfg: Any, out_dir: Path) -> Iterator[str]:
     """Yield the URL to evaluate against: inference.urls (behind the proxy when several), or replicas (+ proxy) this
     call starts from the config with the local launcher's plan, always stopped afterwards."""
-    from agrpo.launchers.local import plan_on_this_machine
-    from agrpo.launchers.process import ManagedProcess
+    from agrpo.launchers.local import plan_on_this_machine, start_services
+    from agrpo.launchers.process import ManagedProcess, stop_all
 
     plan = plan_on_this_machine(cfg, str(out_dir))
     started: list[ManagedProcess] = []
+    token = plan.trainer.env.get(ADMIN_TOKEN_ENV)  # the proxy's admin token: adapter loads need it
+    previous = os.environ.get(ADMIN_TOKEN_ENV)
     try:
-        for role in ("replica", "proxy"):
-            group = [ManagedProcess(s.name, s.argv, s.env, Path(s.log_path), s.health_url)
-                     for s in plan.services if s.role == role]
-            for process in group:
-                log.info("starting %s (log: %s)", process.name, process.log_path)
-                process.start()
-                started.append(process)
-            for process in group:
-                process.wait_healthy(cfg.inference.startup_timeout_s)
+        start_services(plan, cfg.inference.startup_timeout_s, started)
+        if token:
+            os.environ[ADMIN_TOKEN_ENV] = token
         yield plan.vllm_url
     finally:
-        for process in reversed(started):
-            process.stop(cfg.launcher.stop_timeout_s)
+        stop_all(list(reversed(started)), cfg.launcher.stop_timeout_s)
+        if token and previous is None:
+            os.environ.pop(ADMIN_TOKEN_ENV, None)
+        elif token:
+            os.environ[ADMIN_TOKEN_ENV] = previous
 
 
 def serving_config(cfg: Any) -> Any:

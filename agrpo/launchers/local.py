@@ -148,6 +148,26 @@ def plan_on_this_machine(cfg: Any, run_dir: str, reservations: list[PortReservat
                             visible_gpus=visible_devices(os.environ.get("CUDA_VISIBLE_DEVICES")))
 
 
+def start_services(plan: Plan, startup_timeout_s: float, started: list[ManagedProcess]) -> list[ManagedProcess]:
+    """Start the plan's replicas, wait until they are healthy, then its proxy: the one executor of local services,
+    shared by the local and accelerate launchers, the in-Job trainer and `agrpo eval`. Each process is appended to
+    `started` before it starts, so the caller's teardown stops whatever a signal or a failure interrupted."""
+    services = [ManagedProcess(s.name, s.argv, s.env, Path(s.log_path), s.health_url) for s in plan.services]
+    for role in ("replica", "proxy"):
+        group = [p for p, s in zip(services, plan.services) if s.role == role]
+        for process in group:
+            log.info("starting %s (log: %s)", process.name, process.log_path)
+            started.append(process)  # before start: a signal in between must not lose it
+            process.start()
+        t0 = time.monotonic()
+        for process in group:
+            remaining = startup_timeout_s - (time.monotonic() - t0)
+            process.wait_healthy(max(remaining, 1.0))
+        if group:
+            log.info("%d %s(s) healthy after %.0f s", len(group), role, time.monotonic() - t0)
+    return services
+
+
 @register
 class LocalLauncher(Launcher):
     name = "local"
@@ -168,20 +188,7 @@ class LocalLauncher(Launcher):
         started: list[ManagedProcess] = []
         with SignalGuard() as guard:
             try:
-                services = [ManagedProcess(s.name, s.argv, s.env, Path(s.log_path), s.health_url)
-                            for s in plan.services]
-                for role in ("replica", "proxy"):
-                    group = [p for p, s in zip(services, plan.services) if s.role == role]
-                    for process in group:
-                        log.info("starting %s (log: %s)", process.name, process.log_path)
-                        started.append(process)  # before start: a signal in between must not lose it
-                        process.start()
-                    t0 = time.monotonic()
-                    for process in group:
-                        remaining = cfg.inference.startup_timeout_s - (time.monotonic() - t0)
-                        process.wait_healthy(max(remaining, 1.0))
-                    if group:
-                        log.info("%d %s(s) healthy after %.0f s", len(group), role, time.monotonic() - t0)
+                services = start_services(plan, cfg.inference.startup_timeout_s, started)
                 trainer = ManagedProcess(plan.trainer.name, plan.trainer.argv, plan.trainer.env)
                 started.append(trainer)
                 trainer.start(inherit_output=True)
