@@ -3,7 +3,9 @@ the stand-in first saw it, like the Hub's listing trailing an upload; a path loo
 before it was visible stays invisible for `negative_cache_s`, like the mount's negative-lookup cache, so a caller
 that asks too early is punished the way a replica's mount punishes it.
 
-`Visibility.visible(path, now)` decides one path; the server feeds it what it finds on disk.
+`Visibility.visible(path, now)` decides one path; the server feeds it what it finds on disk (times: wall-clock
+seconds, a file's first sighting is its modification time). Lookups come from the gateway: a replica asked to load
+an adapter whose adapter_config.json its mount cannot show yet answers as vLLM does for a missing path.
 """
 
 from __future__ import annotations

@@ -57,10 +57,12 @@ def version(name):
 
 
 metadata.version = version
-from vllm.entrypoints.cli.main import main
 
-sys.argv[0] = "vllm"
-sys.exit(main())
+if __name__ == "__main__":  # vLLM spawns its engine process, which imports this file again
+    from vllm.entrypoints.cli.main import main
+
+    sys.argv[0] = "vllm"
+    sys.exit(main())
 """
 
 

@@ -5,7 +5,9 @@ API: whoami-v2; jobs (create, list by label, inspect, cancel, logs as server-sen
 buckets (create, tree listing with the modelled lag); plus `PUT /rehearsal-upload/<bucket>/<path>`, which the
 launcher's upload uses instead of Xet (Xet's native client cannot be stood in for; see rehearse.py).
 Gateway: a request for `<job_id>--<port>.hf.jobs` (by Host, or `/expose/<job_id>/<port>/...` by path) needs the
-bearer token, as the real proxy does for a private Job, and is forwarded to that Job's network namespace.
+bearer token, as the real proxy does for a private Job, and is forwarded to that Job's network namespace. A
+`load_lora_adapter` whose adapter the Job's bucket mount cannot show yet (listing lag, negative-lookup cache:
+bucket.py) gets vLLM's 404 "No adapter found" instead, as a real replica whose mount cached the miss answers.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from agrpo.launchers.hf_jobs.rehearsal import jobs as J
 from agrpo.launchers.hf_jobs.rehearsal.standin import StandIn
 
 UPLOAD_ROUTE = "rehearsal-upload"
+LOAD_ADAPTER = "/v1/load_lora_adapter"  # the one request whose file lookup the gateway models (negative cache)
 
 
 def api_handler(stand_in: StandIn):
@@ -170,6 +173,11 @@ def gateway_handler(stand_in: StandIn):
             job, address = stand_in.jobs.get(job_id), stand_in.job_url_ip(job_id)
             if job is None or job.stage != "RUNNING" or address is None or port not in job.exposed_ports:
                 return self._reply(client, 502, f"Job {job_id} is not running or does not expose {port}")
+            if method == "POST" and path.split("?", 1)[0] == LOAD_ADAPTER:
+                rest = _read_body(client, rest, int(found.get("content-length") or 0))
+                missing = _unseen_adapter(stand_in, job_id, rest)
+                if missing:
+                    return self._reply(client, 404, missing, vllm_style=True)
             try:
                 upstream = socket.create_connection((address, port), timeout=10)
             except OSError as error:
@@ -183,12 +191,34 @@ def gateway_handler(stand_in: StandIn):
             _pipe(upstream, client)
 
         @staticmethod
-        def _reply(client: socket.socket, status: int, why: str) -> None:
-            body = json.dumps({"error": why}).encode()
+        def _reply(client: socket.socket, status: int, why: str, vllm_style: bool = False) -> None:
+            payload = {"object": "error", "message": why, "type": "NotFoundError", "param": None, "code": status}
+            body = json.dumps(payload if vllm_style else {"error": why}).encode()
             client.sendall(f"HTTP/1.1 {status} X\r\nContent-Type: application/json\r\nContent-Length: {len(body)}\r\n"
                            "Connection: close\r\n\r\n".encode() + body)
 
     return Handler
+
+
+def _read_body(client: socket.socket, start: bytes, length: int) -> bytes:
+    body = start
+    while len(body) < length:
+        chunk = client.recv(65536)
+        if not chunk:
+            break
+        body += chunk
+    return body
+
+
+def _unseen_adapter(stand_in: StandIn, job_id: str, body: bytes) -> str | None:
+    """vLLM's answer for an adapter its disk does not show, when the Job's modelled mount does not show it yet."""
+    try:
+        lora_path = str(json.loads(body or b"{}").get("lora_path") or "")
+    except (ValueError, AttributeError):
+        return None
+    if not lora_path or stand_in.mount_lookup(job_id, lora_path.rstrip("/") + "/adapter_config.json"):
+        return None
+    return f"Loading lora failed: No adapter found for {lora_path} (rehearsal: the bucket mount does not show it yet)"
 
 
 def _pipe(source: socket.socket, sink: socket.socket) -> None:

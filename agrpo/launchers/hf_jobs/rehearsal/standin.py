@@ -63,13 +63,14 @@ class StandIn:
             for path in root.rglob("*"):
                 if path.is_file() and not path.name.startswith(".agrpo-rehearsal-tmp"):
                     rel = path.relative_to(root).as_posix()
-                    files[rel] = path.stat().st_size
-                    view.seen(rel, now)
+                    stat = path.stat()
+                    files[rel] = stat.st_size
+                    view.seen(rel, min(stat.st_mtime, now))  # written then: the lag counts from the write
         return files
 
     def list_bucket(self, bucket_id: str, prefix: str) -> list[dict]:
         with self.lock:
-            now = time.monotonic()
+            now = time.time()
             return listing(self._scan(bucket_id, now), prefix, self.views[bucket_id], now)
 
     def write_upload(self, bucket_id: str, dest: str, data: bytes) -> None:
@@ -81,10 +82,22 @@ class StandIn:
         target.parent.mkdir(parents=True, exist_ok=True)
         tmp = target.with_name(f".agrpo-rehearsal-tmp-{target.name}")
         tmp.write_bytes(data)
-        tmp.replace(target)
         with self.lock:
             self.views.setdefault(bucket_id, Visibility(self.lag_s, self.negative_cache_s)).seen(
-                dest, time.monotonic(), preexisting=True)
+                dest, time.time(), preexisting=True)
+            tmp.replace(target)
+
+    def mount_lookup(self, job_id: str, path: str) -> bool:
+        """Whether this Job's bucket mount shows `path` now; a miss is cached for negative_cache_s (bucket.py)."""
+        job = self.jobs.get(job_id)
+        for volume in (job.spec.get("volumes") or []) if job else []:
+            mount = volume["mountPath"].rstrip("/") + "/"
+            if path.startswith(mount):
+                rel = path[len(mount):].strip("/")
+                with self.lock:
+                    self._scan(volume["source"], time.time())
+                    return self.views[volume["source"]].lookup(rel, time.time())
+        return True  # not on a bucket mount: nothing modelled
 
     # --- jobs
     def create_job(self, namespace: str, spec: dict[str, Any]) -> J.JobRecord:
