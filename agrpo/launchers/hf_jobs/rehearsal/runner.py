@@ -21,12 +21,14 @@ import signal
 import site
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 ENV_MARKER = "AGRPO_REHEARSAL_JOB"  # in every Job process's environment: how leftovers are found (vLLM renames)
 PASS_THROUGH = ("LANG", "LC_ALL", "TZ", "TMPDIR")
+NETNS_LOCK = threading.Lock()
 
 
 def namespaces_available() -> str | None:

@@ -136,11 +136,12 @@ class StandIn:
             bin_dir = runner.make_image(job_dir)
             netns = None
             if job.exposed_ports:
-                with self.lock:
+                with runner.NETNS_LOCK:  # pick and take the subnet at once: Jobs start in parallel
                     host_ip, job_ip = runner.free_subnet(len(self.netns) + 1)
                     netns = runner.NetNS(f"ag{job.id[:10]}", host_ip, job_ip)
-                    self.netns[job.id] = netns
-                netns.create()
+                    with self.lock:
+                        self.netns[job.id] = netns
+                    netns.create()
             command = [*(job.spec.get("command") or []), *(job.spec.get("arguments") or [])]
             argv = runner.wrapper_argv(command, self._mounts(job), self._hosts_file(job_dir), job_dir / "home",
                                        netns.name if netns else None)
