@@ -8,6 +8,7 @@ the platform's requeue of a Job created with attempts > 1.
 
 from __future__ import annotations
 
+import json
 import logging
 import secrets as secrets_module
 import shutil
@@ -242,7 +243,16 @@ class StandIn:
         for netns in self.netns.values():
             netns.delete()
         self.netns.clear()
+        self.write_summary(left)
         return left
+
+    def write_summary(self, left: list[int]) -> None:
+        """<root>/jobs.json: every Job's name, stages, attempts and end (what a rehearsal leaves to look at)."""
+        with self.lock:
+            summary = {job_id: {"name": job.labels.get("name"), "labels": job.labels, "stage": job.stage,
+                                "message": job.message, "history": job.history, "attempt": job.attempt}
+                       for job_id, job in self.jobs.items()}
+        (self.root / "jobs.json").write_text(json.dumps({"jobs": summary, "killed_after_end": left}, indent=1))
 
     def remove_tree(self) -> None:
         shutil.rmtree(self.root, ignore_errors=True)
