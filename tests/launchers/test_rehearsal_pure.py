@@ -147,3 +147,14 @@ def test_the_rehearsal_plan_reaches_replicas_through_the_gateway_and_serves_on_c
     assert bound.replica_url(JOB_ID) == f"http://{JOB_ID}--8000.hf.jobs:4321"
     assert f"replica_url: http://{{job_id}}--{{port}}.hf.jobs:4321" in bound.config.text
     assert GATEWAY_PLACEHOLDER not in str(bound)
+
+
+def test_without_namespaces_the_rehearsal_stops_with_one_clear_error(monkeypatch, tmp_path):
+    from agrpo.errors import LaunchError
+    from agrpo.launchers.hf_jobs.rehearsal import rehearse
+
+    monkeypatch.setattr(rehearse, "namespaces_available", lambda: "it needs root")
+    with pytest.raises(LaunchError, match=r"rehearse=true cannot run here: it needs root.*launcher.dry_run=true"):
+        with rehearse.rehearsal("alice", 1.0, 30.0, str(tmp_path)):
+            raise AssertionError("no stand-in may start")
+    assert not any(tmp_path.iterdir())  # nothing was started or written
