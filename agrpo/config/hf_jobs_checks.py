@@ -105,6 +105,10 @@ def hf_jobs_problems(cfg: Any) -> list[str]:
                         f"sync.mount_path={sync.mount_path!r}")
     if cfg.inference.device == "cpu" and not rehearse:
         problems.append("launcher=hf_jobs runs vLLM's GPU image: set inference.device=auto or cuda")
+    if rehearse and jobs.detach:
+        problems.append("launcher.hf_jobs.rehearse=true with launcher.hf_jobs.detach=true: the rehearsal's stand-in "
+                        "stops, with every Job, when the launch returns, so a detached rehearsal would end at once; "
+                        "rehearse without detach")
     problems += name_problems(jobs)
     problems += install_problems(jobs)
     if jobs.trainer_launcher not in ("local", "accelerate"):

@@ -134,6 +134,8 @@ def test_rehearsal_allows_this_machines_model_and_cpu_but_a_real_launch_does_not
     assert hf_jobs_problems(rehearsal_cfg()) == []
     real = hf_jobs_problems(rehearsal_cfg("launcher.hf_jobs.rehearse=false"))
     assert any("model.builder" in p for p in real) and any("inference.device" in p for p in real)
+    detached = hf_jobs_problems(rehearsal_cfg("launcher.hf_jobs.detach=true"))
+    assert len(detached) == 1 and "rehearse without detach" in detached[0]
 
 
 def test_the_rehearsal_plan_reaches_replicas_through_the_gateway_and_serves_on_cpu():

@@ -127,7 +127,11 @@ def api_handler(stand_in: StandIn):
             try:
                 while True:
                     over = job.stage in J.TERMINAL and job.id not in stand_in.procs
-                    text = path.read_bytes()[offset:] if path.exists() else b""
+                    text = b""
+                    if path.exists():
+                        with open(path, "rb") as log:  # only what was added since the last poll
+                            log.seek(offset)
+                            text = log.read()
                     complete = text[:text.rfind(b"\n") + 1] if not over else text
                     offset += len(complete)
                     lines = complete.decode(errors="replace").splitlines()
