@@ -249,6 +249,9 @@ class HFJobsConfig:
     rehearse_negative_cache_s: float = 30.0
     # Rehearsal: folder for the Jobs' folders, logs and the bucket; None: a fresh temporary folder (kept).
     rehearse_dir: Optional[str] = None
+    # Rehearsal: kill the trainer Job's first attempt after this many seconds of running, as a preemption does
+    # (with trainer_attempts > 1 the stand-in requeues it and it resumes from the bucket); None: never.
+    rehearse_preempt_trainer_after_s: Optional[float] = None
 
 
 @dataclass

@@ -160,3 +160,15 @@ def test_without_namespaces_the_rehearsal_stops_with_one_clear_error(monkeypatch
         with rehearse.rehearsal("alice", 1.0, 30.0, str(tmp_path)):
             raise AssertionError("no stand-in may start")
     assert not any(tmp_path.iterdir())  # nothing was started or written
+
+
+def test_only_the_trainers_first_attempt_is_preempted_and_only_when_asked():
+    trainer = job(labels={"agrpo-role": "trainer"})
+    trainer.move("RUNNING", now=100.0)
+    assert not J.due_for_preemption(trainer, 129.0, 30.0) and J.due_for_preemption(trainer, 130.0, 30.0)
+    assert not J.due_for_preemption(trainer, 1000.0, None)
+    trainer.attempt = 2
+    assert not J.due_for_preemption(trainer, 1000.0, 30.0)
+    replica = job(labels={"agrpo-role": "replica"})
+    replica.move("RUNNING", now=0.0)
+    assert not J.due_for_preemption(replica, 1000.0, 30.0)

@@ -160,3 +160,17 @@ def test_timeout_preemption_and_requeue_end_jobs_as_the_service_does(stand_in):
     assert stand_in.stand_in.jobs[resumed.id].history[:4] == ["SCHEDULING", "RUNNING", "ERROR", "SCHEDULING"]
     assert final.status.stage == "COMPLETED" and "resumed" in list(api.fetch_job_logs(job_id=resumed.id,
                                                                                       namespace=NS))
+
+
+def test_the_preemption_knob_kills_the_trainers_first_attempt_and_the_requeue_finishes(tmp_path):
+    with rehearsal(NS, 1.0, 30.0, str(tmp_path / "r"), preempt_trainer_after_s=1.0) as running:
+        api = running.api()
+        command = ["bash", "-c", "test -f attempt1 && echo resumed && exit 0; touch attempt1; sleep 60"]
+        trainer = api.run_job(image="img", command=command, attempts=2, labels={"agrpo-role": "trainer"},
+                              namespace=NS)
+        final = wait_stage(api, trainer.id, ["COMPLETED"], timeout_s=90)
+        record = running.stand_in.jobs[trainer.id]
+    assert final.status.stage == "COMPLETED" and record.attempt == 2
+    assert record.history == ["SCHEDULING", "RUNNING", "ERROR", "SCHEDULING", "RUNNING", "COMPLETED"]
+    summary = json.loads((tmp_path / "r" / "jobs.json").read_text())
+    assert summary["jobs"][trainer.id]["history"] == record.history and summary["killed_after_end"] == []

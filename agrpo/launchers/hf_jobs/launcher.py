@@ -62,7 +62,8 @@ def execute_rehearsal(plan: JobsPlan) -> dict[str, Any]:
     namespace = REHEARSAL_NAMESPACE if plan.namespace == NAMESPACE_PLACEHOLDER else plan.namespace
     previous = signal.signal(signal.SIGTERM, _sigterm_as_interrupt)
     try:
-        with rehearsal(namespace, spec.listing_lag_s, spec.negative_cache_s, spec.root) as stand_in:
+        with rehearsal(namespace, spec.listing_lag_s, spec.negative_cache_s, spec.root,
+                       preempt_trainer_after_s=spec.preempt_trainer_after_s) as stand_in:
             bound = bind_placeholder(bind_namespace(plan, namespace), GATEWAY_PLACEHOLDER, stand_in.gateway_port)
             summary = JobsRun(bound, stand_in.api(), reach=stand_in.reach).execute()
             return {**summary, "rehearsal_dir": str(stand_in.stand_in.root)}

@@ -135,10 +135,13 @@ class Rehearse:
     root: str | None  # Jobs' folders, logs, bucket; None: a fresh temporary folder
     model_builder: str | None  # built here before any Job starts (rehearsal Jobs see this machine's files)
     model_path: str
+    preempt_trainer_after_s: float | None = None
 
     def render(self) -> str:
         where = self.root or "a fresh temporary folder"
         built = f"; build the model with {self.model_builder} into {self.model_path}" if self.model_builder else ""
+        if self.preempt_trainer_after_s is not None:
+            built += f"; preempt the trainer Job's first attempt after {self.preempt_trainer_after_s:g} s"
         return (f"rehearse: every Job below runs on this machine against a local stand-in of the Jobs and Buckets API "
                 f"(listing lag {self.listing_lag_s:g} s, negative lookup cache {self.negative_cache_s:g} s) in "
                 f"{where}{built}; <rehearsal-gateway-port> is the stand-in's gateway port, chosen at start")

@@ -202,7 +202,8 @@ def build_jobs_plan(cfg: Any, launch_id: str | None = None) -> JobsPlan:
     if jobs.rehearse:
         rehearse = Rehearse(listing_lag_s=float(jobs.rehearse_listing_lag_s),
                             negative_cache_s=float(jobs.rehearse_negative_cache_s), root=jobs.rehearse_dir,
-                            model_builder=cfg.model.builder or None, model_path=str(cfg.model.name_or_path))
+                            model_builder=cfg.model.builder or None, model_path=str(cfg.model.name_or_path),
+                            preempt_trainer_after_s=jobs.rehearse_preempt_trainer_after_s)
     return JobsPlan(run_id=run_id, launch_id=launch_id, namespace=namespace, bucket=bucket, run_dir=run_dir,
                     replicas=replicas, trainer=trainer, config=config, watch=watch, wheel=wheel, notes=notes,
                     rehearse=rehearse)

@@ -105,6 +105,13 @@ def timed_out(job: JobRecord, now: float) -> bool:
         and now - job.started >= job.timeout_s
 
 
+def due_for_preemption(job: JobRecord, now: float, after_s: float | None, role: str = "trainer") -> bool:
+    """launcher.hf_jobs.rehearse_preempt_trainer_after_s: the first attempt of the Job labelled agrpo-role=<role> is
+    killed once it has run that long (later attempts run undisturbed, so the requeued one can finish)."""
+    return (after_s is not None and job.attempt == 1 and job.labels.get("agrpo-role") == role
+            and job.stage == "RUNNING" and job.started is not None and now - job.started >= after_s)
+
+
 def matches_labels(job: JobRecord, wanted: list[str]) -> bool:
     """list_jobs(labels=...) sends each as `label=key=value`; a Job matches when it has all of them."""
     labels = job.labels

@@ -66,7 +66,8 @@ class Rehearsal:
 
 
 @contextlib.contextmanager
-def rehearsal(namespace: str, lag_s: float, negative_cache_s: float, root: str | None = None) -> Iterator[Rehearsal]:
+def rehearsal(namespace: str, lag_s: float, negative_cache_s: float, root: str | None = None,
+              preempt_trainer_after_s: float | None = None) -> Iterator[Rehearsal]:
     why = namespaces_available()
     if why:
         raise LaunchError(f"launcher.hf_jobs.rehearse=true cannot run here: {why}. Run the rehearsal as root (e.g. "
@@ -74,7 +75,8 @@ def rehearsal(namespace: str, lag_s: float, negative_cache_s: float, root: str |
     folder = Path(root) if root else Path(tempfile.mkdtemp(prefix="agrpo-rehearsal-"))
     folder.mkdir(parents=True, exist_ok=True)
     token = "hf_rehearsal_" + secrets.token_hex(16)
-    stand_in = StandIn(folder, namespace, token, lag_s=lag_s, negative_cache_s=negative_cache_s)
+    stand_in = StandIn(folder, namespace, token, lag_s=lag_s, negative_cache_s=negative_cache_s,
+                       preempt_trainer_after_s=preempt_trainer_after_s)
     listeners = Listeners(stand_in)
     listeners.start()
     stand_in.watcher.start()

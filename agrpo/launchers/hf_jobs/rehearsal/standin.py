@@ -27,8 +27,9 @@ REQUEUE_DELAY_S = 1.0  # how long a requeued Job shows ERROR before it runs agai
 
 class StandIn:
     def __init__(self, root: Path, namespace: str, token: str, lag_s: float = 1.0, negative_cache_s: float = 30.0,
-                 stop_grace_s: float = 10.0):
+                 stop_grace_s: float = 10.0, preempt_trainer_after_s: float | None = None):
         self.root, self.namespace, self.token = root, namespace, token
+        self.preempt_trainer_after_s = preempt_trainer_after_s
         self.lag_s, self.negative_cache_s, self.stop_grace_s = lag_s, negative_cache_s, stop_grace_s
         self.jobs: dict[str, J.JobRecord] = {}
         self.procs: dict[str, Any] = {}  # job id -> Popen of its current attempt
@@ -202,6 +203,9 @@ class StandIn:
                 job = self.jobs[job_id]
                 if J.timed_out(job, now):
                     self._end(job_id, "timeout")
+                elif J.due_for_preemption(job, now, self.preempt_trainer_after_s):
+                    log.info("rehearsal: preempting trainer Job %s (attempt %d)", job_id, job.attempt)
+                    self.preempt(job_id)
                 code = popen.poll()
                 if code is None or runner.group_alive(popen.pid):
                     if code is not None:  # the leader is gone but a child lingers: end the group
