@@ -147,7 +147,7 @@ def test_the_rehearsal_plan_reaches_replicas_through_the_gateway_and_serves_on_c
     assert "rehearse: every Job below runs on this machine" in plan.render()
     bound = bind_placeholder(plan, GATEWAY_PLACEHOLDER, "4321")
     assert bound.replica_url(JOB_ID) == f"http://{JOB_ID}--8000.hf.jobs:4321"
-    assert f"replica_url: http://{{job_id}}--{{port}}.hf.jobs:4321" in bound.config.text
+    assert "replica_url: http://{job_id}--{port}.hf.jobs:4321" in bound.config.text
     assert GATEWAY_PLACEHOLDER not in str(bound)
 
 
