@@ -172,3 +172,24 @@ def test_only_the_trainers_first_attempt_is_preempted_and_only_when_asked():
     replica = job(labels={"agrpo-role": "replica"})
     replica.move("RUNNING", now=0.0)
     assert not J.due_for_preemption(replica, 1000.0, 30.0)
+
+
+def test_the_rehearsal_dry_run_prints_the_plan_and_starts_nothing(tmp_path):
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    repo = Path(__file__).resolve().parents[2]
+    root = tmp_path / "rehearsal"
+    done = subprocess.run([sys.executable, "-m", "agrpo", "+recipe=smoke", "launcher=hf_jobs", "sync=bucket",
+                           "inference.replicas=2", "inference.device=cpu", "launcher.hf_jobs.rehearse=true",
+                           "launcher.dry_run=true", "launcher.hf_jobs.run_id=r1",
+                           f"launcher.hf_jobs.rehearse_dir={root}"],
+                          cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(repo), "HF_HUB_OFFLINE": "1"},
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    out = done.stdout + done.stderr
+    assert "rehearse: every Job below runs on this machine" in out and str(root) in out
+    assert out.count("ports: 8000 -> http://<vllm-") == 2 and "<rehearsal-gateway-port>" in out
+    assert not root.exists()  # a dry run starts no stand-in and writes nothing
