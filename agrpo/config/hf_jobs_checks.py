@@ -94,16 +94,21 @@ def hf_jobs_problems(cfg: Any) -> list[str]:
     jobs = cfg.launcher.hf_jobs
     if sync.kind != "bucket":
         problems.append(f"launcher=hf_jobs needs sync=bucket (sync.kind={sync.kind!r}): Jobs share no disk")
-    if cfg.model.builder:
+    rehearse = bool(jobs.get("rehearse", False))  # rehearsal Jobs run on this machine and see its files
+    if cfg.model.builder and not rehearse:
         problems.append(f"model.builder={cfg.model.builder!r} builds the model on this machine, which the Jobs cannot "
                         "see: use a Hub model id in model.name_or_path (e.g. model=qwen2_5_0_5b)")
     data_path = cfg.data.path
-    if data_path and not str(data_path).startswith(str(sync.mount_path).rstrip("/") + "/"):
+    if data_path and not rehearse and not str(data_path).startswith(str(sync.mount_path).rstrip("/") + "/"):
         problems.append(f"data.path={data_path!r} is a file on this machine, which the Jobs cannot see: use a Hub "
                         "dataset (data.path=null) or copy the file into the bucket and point data.path under "
                         f"sync.mount_path={sync.mount_path!r}")
-    if cfg.inference.device == "cpu":
+    if cfg.inference.device == "cpu" and not rehearse:
         problems.append("launcher=hf_jobs runs vLLM's GPU image: set inference.device=auto or cuda")
+    if rehearse and jobs.detach:
+        problems.append("launcher.hf_jobs.rehearse=true with launcher.hf_jobs.detach=true: the rehearsal's stand-in "
+                        "stops, with every Job, when the launch returns, so a detached rehearsal would end at once; "
+                        "rehearse without detach")
     problems += name_problems(jobs)
     problems += install_problems(jobs)
     if jobs.trainer_launcher not in ("local", "accelerate"):

@@ -243,6 +243,18 @@ class HFJobsConfig:
     replica_vllm_serve: bool = True
     # pip attempts for the trainer Job's install (an index or the network may fail once; each retry waits longer).
     install_attempts: int = 3
+    # Run the plan on this machine against a local stand-in for the Jobs and Buckets API (docs/hf_jobs.md,
+    # "Rehearse first"): each Job a local process group, the bucket a local folder. Needs root (namespaces).
+    rehearse: bool = False
+    # Rehearsal: seconds between a file landing in the bucket folder and the bucket listing showing it.
+    rehearse_listing_lag_s: float = 1.0
+    # Rehearsal: a replica asked to load an adapter its mount cannot see yet keeps not seeing it this long.
+    rehearse_negative_cache_s: float = 30.0
+    # Rehearsal: folder for the Jobs' folders, logs and the bucket; None: a fresh temporary folder (kept).
+    rehearse_dir: Optional[str] = None
+    # Rehearsal: kill the trainer Job's first attempt after this many seconds of running, as a preemption does
+    # (with trainer_attempts > 1 the stand-in requeues it and it resumes from the bucket); None: never.
+    rehearse_preempt_trainer_after_s: Optional[float] = None
 
 
 @dataclass

@@ -50,8 +50,9 @@ def refuse_secret_in_plan(plan: JobsPlan, secrets: dict[str, str]) -> None:
 class JobsRun:
     """One launch of a plan: the Jobs it created, so that whatever happens they are cancelled."""
 
-    def __init__(self, plan: JobsPlan, api: Any, echo=print):
+    def __init__(self, plan: JobsPlan, api: Any, echo=print, reach=lambda url: url):
         self.plan, self.api, self.echo = plan, api, echo
+        self.reach = reach  # how this process reaches an exposed URL (rehearsal: the gateway by path)
         self.watch = plan.watch
         self.launched: list[str] = []
 
@@ -99,7 +100,7 @@ class JobsRun:
     def wait_ready(self, replicas: list[ReplicaJob], token: str | None) -> float:
         try:
             return wait_until_ready(
-                replicas, self._stage, lambda url: probe_health(url, token), self.watch.ready_timeout_s,
+                replicas, self._stage, lambda url: probe_health(self.reach(url), token), self.watch.ready_timeout_s,
                 self.watch.poll_interval_s,
                 on_ready=lambda r, s: log.info("replica %s healthy after %.0f s: %s", r.name, s, r.url))
         except ReplicaNotReady as error:

@@ -11,7 +11,7 @@ from typing import Any
 
 from agrpo.errors import ConfigError
 from agrpo.launchers.base import Launcher, register
-from agrpo.launchers.hf_jobs.plan import NAMESPACE_PLACEHOLDER, JobsPlan, bind_namespace
+from agrpo.launchers.hf_jobs.plan import NAMESPACE_PLACEHOLDER, JobsPlan, bind_namespace, bind_placeholder
 
 
 def _sigterm_as_interrupt(_signum, _frame):
@@ -32,7 +32,9 @@ class HFJobsLauncher(Launcher):
         return build_jobs_plan(cfg)
 
     def execute(self, cfg: Any, plan: JobsPlan) -> dict[str, Any]:
-        """Run `plan` (cfg is not read: the plan holds everything)."""
+        """Run `plan` (cfg is not read: the plan holds everything); with plan.rehearse, against the local stand-in."""
+        if plan.rehearse:
+            return execute_rehearsal(plan)
         from agrpo.launchers.hf_jobs.client import make_api, resolve_namespace
         from agrpo.launchers.hf_jobs.executor import JobsRun
 
@@ -44,3 +46,26 @@ class HFJobsLauncher(Launcher):
             return JobsRun(plan, api).execute()
         finally:
             signal.signal(signal.SIGTERM, previous)
+
+
+def execute_rehearsal(plan: JobsPlan) -> dict[str, Any]:
+    """The same plan against a stand-in started here and stopped (every Job ended) before this returns."""
+    from agrpo.launchers.hf_jobs.executor import JobsRun
+    from agrpo.launchers.hf_jobs.rehearsal.rehearse import GATEWAY_PLACEHOLDER, REHEARSAL_NAMESPACE, rehearsal
+    from agrpo.models.resolve import prepare_model
+
+    spec = plan.rehearse
+    if spec.model_builder:  # rehearsal Jobs run here, so they see the model folder built on this machine
+        from omegaconf import OmegaConf
+
+        prepare_model(OmegaConf.create({"name_or_path": spec.model_path, "builder": spec.model_builder}))
+    namespace = REHEARSAL_NAMESPACE if plan.namespace == NAMESPACE_PLACEHOLDER else plan.namespace
+    previous = signal.signal(signal.SIGTERM, _sigterm_as_interrupt)
+    try:
+        with rehearsal(namespace, spec.listing_lag_s, spec.negative_cache_s, spec.root,
+                       preempt_trainer_after_s=spec.preempt_trainer_after_s) as stand_in:
+            bound = bind_placeholder(bind_namespace(plan, namespace), GATEWAY_PLACEHOLDER, stand_in.gateway_port)
+            summary = JobsRun(bound, stand_in.api(), reach=stand_in.reach).execute()
+            return {**summary, "rehearsal_dir": str(stand_in.stand_in.root)}
+    finally:
+        signal.signal(signal.SIGTERM, previous)

@@ -127,6 +127,27 @@ class Watch:
 
 
 @dataclass
+class Rehearse:
+    """launcher.hf_jobs.rehearse=true: run the plan against a local stand-in (agrpo/launchers/hf_jobs/rehearsal)."""
+
+    listing_lag_s: float
+    negative_cache_s: float
+    root: str | None  # Jobs' folders, logs, bucket; None: a fresh temporary folder
+    model_builder: str | None  # built here before any Job starts (rehearsal Jobs see this machine's files)
+    model_path: str
+    preempt_trainer_after_s: float | None = None
+
+    def render(self) -> str:
+        where = self.root or "a fresh temporary folder"
+        built = f"; build the model with {self.model_builder} into {self.model_path}" if self.model_builder else ""
+        if self.preempt_trainer_after_s is not None:
+            built += f"; preempt the trainer Job's first attempt after {self.preempt_trainer_after_s:g} s"
+        return (f"rehearse: every Job below runs on this machine against a local stand-in of the Jobs and Buckets API "
+                f"(listing lag {self.listing_lag_s:g} s, negative lookup cache {self.negative_cache_s:g} s) in "
+                f"{where}{built}; <rehearsal-gateway-port> is the stand-in's gateway port, chosen at start")
+
+
+@dataclass
 class JobsPlan:
     run_id: str
     launch_id: str
@@ -140,6 +161,7 @@ class JobsPlan:
     wheel: WheelBuild | None = None  # None: the trainer installs a pinned requirement or its image has agrpo
     launcher: str = "hf_jobs"
     notes: list[str] = field(default_factory=list)
+    rehearse: Rehearse | None = None
 
     def jobs(self) -> list[JobSpec]:
         return [*self.replicas, self.trainer]
@@ -170,6 +192,8 @@ class JobsPlan:
         parts.append(f"prepare: upload the resolved run config ({len(self.config.text.splitlines())} lines, sha256 "
                      f"{self.config.digest()}) to bucket {self.bucket}:{self.config.path_in_bucket}")
         parts += [f"note: {note}" for note in self.notes]
+        if self.rehearse:
+            parts.append(self.rehearse.render())
         parts += [job.render() for job in self.jobs()]
         return "\n".join(parts)
 
@@ -177,19 +201,24 @@ class JobsPlan:
 def bind_namespace(plan: JobsPlan, namespace: str) -> JobsPlan:
     """The plan with the `<namespace>` placeholder (dry run without launcher.hf_jobs.namespace) replaced by the
     token's user, looked up at launch: the only value a dry run cannot know offline. Everything else is unchanged."""
-    if NAMESPACE_PLACEHOLDER not in json.dumps(dataclasses.asdict(plan)):
+    return bind_placeholder(plan, NAMESPACE_PLACEHOLDER, namespace)
+
+
+def bind_placeholder(plan: JobsPlan, placeholder: str, value: str) -> JobsPlan:
+    """The plan with every occurrence of `placeholder` in its strings replaced by `value`."""
+    if placeholder not in json.dumps(dataclasses.asdict(plan)):
         return plan
 
-    def swap(value: Any) -> Any:
-        if isinstance(value, str):
-            return value.replace(NAMESPACE_PLACEHOLDER, namespace)
-        if isinstance(value, list):
-            return [swap(v) for v in value]
-        if isinstance(value, dict):
-            return {k: swap(v) for k, v in value.items()}
-        if dataclasses.is_dataclass(value):
-            fields = dataclasses.fields(value)
-            return dataclasses.replace(value, **{f.name: swap(getattr(value, f.name)) for f in fields})
-        return value
+    def swap(item: Any) -> Any:
+        if isinstance(item, str):
+            return item.replace(placeholder, value)
+        if isinstance(item, list):
+            return [swap(v) for v in item]
+        if isinstance(item, dict):
+            return {k: swap(v) for k, v in item.items()}
+        if dataclasses.is_dataclass(item):
+            fields = dataclasses.fields(item)
+            return dataclasses.replace(item, **{f.name: swap(getattr(item, f.name)) for f in fields})
+        return item
 
     return swap(plan)

