@@ -43,8 +43,8 @@ def run(cfg: DictConfig) -> dict[str, Any]:
 
 def runs_on_gpus(cfg: DictConfig) -> bool:
     """Whether the run's replicas and trainer have CUDA: HF Jobs always do; locally, this machine decides."""
-    if cfg.launcher.name == "hf_jobs" and cfg.role == "all":
-        return True
+    if cfg.launcher.name == "hf_jobs" and cfg.role == "all" and not cfg.launcher.hf_jobs.rehearse:
+        return True  # a rehearsal runs the Jobs on this machine
     import torch
 
     return torch.cuda.is_available()
