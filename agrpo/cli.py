@@ -119,7 +119,7 @@ def store_recipe_file(value: str) -> str:
 # `agrpo <subcommand> ...`: tools beside the training entrypoint, each a module with `main(argv) -> int`.
 SUBCOMMANDS = {
     "jobs": "agrpo.launchers.hf_jobs.cli",  # agrpo jobs status|logs|cancel RUN_ID
-    "eval": "agrpo.eval.cli",  # agrpo eval +recipe=NAME [adapter=PATH]
+    "eval": "agrpo.eval.cli",  # agrpo eval +recipe=NAME [eval.adapter=PATH]
     "plot": "agrpo.report.plot",  # agrpo plot RUN_DIR [RUN_DIR...] [-o out.png]
     "push": "agrpo.report.push",  # agrpo push RUN_DIR --repo-id NAME [--private]
 }

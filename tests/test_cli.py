@@ -132,3 +132,12 @@ def test_bad_recipe_yaml_is_one_paragraph(tmp_path):
     (tmp_path / "broken.yaml").write_text("trainer: [unclosed\n")
     result = agrpo("+recipe=./broken.yaml", cwd=tmp_path)
     assert result.returncode == 2 and "broken.yaml" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_help_describes_the_commands_and_lists_the_groups(tmp_path):
+    result = agrpo("--help", cwd=tmp_path)
+    assert result.returncode == 0
+    assert "powered by Hydra" not in result.stdout
+    for text in ("python -m agrpo +recipe=NAME", "agrpo eval", "agrpo plot", "agrpo push", "agrpo jobs",
+                 "launcher: accelerate, hf_jobs, local", "recipe: gsm8k"):
+        assert text in result.stdout, text
