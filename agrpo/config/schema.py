@@ -187,6 +187,9 @@ class SyncConfig:
     mount_path: str = "/bucket"
     # How often the bucket listing (Hub API) is polled for a new adapter; a poll is one small HTTP request.
     poll_interval_s: float = 0.25
+    # Wait until a published adapter is in the bucket's listing before asking the replicas to load it. Off only to
+    # measure what the gate saves: a mount caches a lookup that came too early as "missing" for ~30 s.
+    visibility_gate: bool = True
 
 
 @dataclass

@@ -192,9 +192,10 @@ def load_tokenizer(model_cfg: Any):
     return tokenizer
 
 
-def install_sync_hook(trainer: Any, store: Any, timeout_s: float) -> None:
-    """Before TRL asks the replicas to load a published adapter, wait until the store shows it to them, and record
-    the publish-to-all-loaded latency of every version as `sync/publish_to_loaded_s` (TensorBoard)."""
+def install_sync_hook(trainer: Any, store: Any, timeout_s: float, gate: bool = True) -> None:
+    """Before TRL asks the replicas to load a published adapter, wait until the store shows it to them (unless
+    `sync.visibility_gate=false`), and record per version, in TensorBoard: `sync/visible_s` (publish -> visible to the
+    replicas: the bucket's listing) and `sync/publish_to_loaded_s` (publish -> loaded on every replica)."""
     client = getattr(trainer, "vllm_client", None)
     if client is None:  # non-main ranks do not talk to vLLM
         return
@@ -202,7 +203,9 @@ def install_sync_hook(trainer: Any, store: Any, timeout_s: float) -> None:
 
     def load_when_visible(lora_name: str, lora_path: str, *args: Any, **kwargs: Any) -> Any:
         start = time.monotonic()
-        store.wait_until_visible(lora_path, timeout_s)
+        if gate:
+            store.wait_until_visible(lora_path, timeout_s)
+            trainer._metrics["train"]["sync/visible_s"].append(time.monotonic() - start)
         result = load(lora_name, lora_path, *args, **kwargs)
         trainer._metrics["train"]["sync/publish_to_loaded_s"].append(time.monotonic() - start)
         return result
@@ -278,7 +281,7 @@ def run_training(cfg: Any, vllm_url: str, num_replicas: int) -> dict[str, Any]:
             processing_class=load_tokenizer(cfg.model),
             peft_config=build_peft_config(cfg.lora),
         )
-    install_sync_hook(trainer, get_store(cfg), cfg.inference.startup_timeout_s)
+    install_sync_hook(trainer, get_store(cfg), cfg.inference.startup_timeout_s, gate=cfg.sync.visibility_gate)
     serving = ServingCollector(vllm_url, via_proxy=num_replicas > 1 or cfg.inference.use_proxy is True)
     if trainer.accelerator.is_main_process:
         log_serving_figures(trainer, serving)

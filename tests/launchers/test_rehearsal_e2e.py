@@ -41,7 +41,7 @@ def test_the_smoke_recipe_rehearses_as_hf_jobs_end_to_end(tmp_path):
     trainer_id = next(iter(trainers))
     trainer_log = (root / "jobs" / trainer_id / "log.txt").read_text()
     assert "Successfully installed agrpo-" in trainer_log
-    steps = re.search(r"agrpo trainer: done, (\d+) steps, final adapter in (\S+)", trainer_log)
+    steps = re.search(r"done, (\d+) steps, final adapter in (\S+)", trainer_log)
     assert steps and int(steps[1]) >= 3 and steps[2] == "/bucket/e2e/final_adapter", trainer_log[-3000:]
     where = subprocess.run([str(root / "jobs" / trainer_id / "bin" / "python3"), "-c",
                             "import agrpo; print(agrpo.__file__)"], env={"PATH": "/usr/bin:/bin"},
