@@ -16,7 +16,7 @@ from typing import Any
 
 import yaml
 
-from agrpo.errors import ConfigError, LaunchError
+from agrpo.errors import ConfigError
 from agrpo.launchers.base import Launcher, register
 from agrpo.launchers.fsdp import ACCELERATE_CONFIG_FILE, build_fsdp_config, layer_cls_from_model_config
 from agrpo.launchers.local import LocalLauncher
@@ -69,7 +69,7 @@ def build_accelerate_plan(cfg: Any, local: Plan, main_process_port: int, layer_c
     if on_cpu:
         notes.append("CPU machine: the trainer ranks run over gloo without FSDP sharding (docs/multi_gpu_and_sweeps.md)")
     plan = Plan(launcher="accelerate", run_dir=local.run_dir, services=local.services, trainer=trainer,
-                vllm_url=local.vllm_url, notes=notes)
+                vllm_url=local.vllm_url, notes=notes, files=dict(local.files))
     return plan, accelerate_config
 
 
@@ -96,20 +96,15 @@ class AccelerateLauncher(Launcher):
 
     def __init__(self) -> None:
         self.local = LocalLauncher()
-        self.accelerate_config: dict[str, Any] | None = None
 
     def build_plan(self, cfg: Any) -> Plan:
         local = self.local.build_plan(cfg)
         reservation = reserve_ports(1, cfg.launcher.accelerate.main_process_port)  # held until execute ends
         self.local.reservations.append(reservation)
         port = reservation.ports[0]
-        plan, self.accelerate_config = build_accelerate_plan(cfg, local, port, local_layer_cls(cfg.model))
+        plan, accelerate_config = build_accelerate_plan(cfg, local, port, local_layer_cls(cfg.model))
+        plan.files[ACCELERATE_CONFIG_FILE] = yaml.safe_dump(accelerate_config, sort_keys=False)
         return plan
 
     def execute(self, cfg: Any, plan: Plan) -> dict[str, Any]:
-        if self.accelerate_config is None:
-            raise LaunchError("AccelerateLauncher.execute needs the plan built by its own build_plan")
-        run_dir = Path(plan.run_dir)
-        run_dir.mkdir(parents=True, exist_ok=True)
-        (run_dir / ACCELERATE_CONFIG_FILE).write_text(yaml.safe_dump(self.accelerate_config, sort_keys=False))
-        return self.local.execute(cfg, plan)
+        return self.local.execute(cfg, plan)  # the plan carries the accelerate config file

@@ -176,14 +176,18 @@ class LocalLauncher(Launcher):
         self.reservations: list[PortReservation] = []  # the plan's ports, held until execute ends
 
     def build_plan(self, cfg: Any) -> Plan:
-        return plan_on_this_machine(cfg, cfg.sync.output_dir, self.reservations)
+        plan = plan_on_this_machine(cfg, cfg.sync.output_dir, self.reservations)
+        plan.files[RESOLVED_CONFIG] = OmegaConf.to_yaml(cfg, resolve=True)  # what every process of the run reads
+        return plan
 
     def execute(self, cfg: Any, plan: Plan) -> dict[str, Any]:
         run_dir = Path(plan.run_dir)
         refuse_mixed_outputs(run_dir, cfg.trainer.resume)
         run_dir.mkdir(parents=True, exist_ok=True)
         prepare_model(cfg.model)
-        (run_dir / RESOLVED_CONFIG).write_text(OmegaConf.to_yaml(cfg, resolve=True))
+        for name, text in plan.files.items():
+            (run_dir / name).parent.mkdir(parents=True, exist_ok=True)
+            (run_dir / name).write_text(text)
         log.info("this run's processes carry %s=%s in their environment", RUN_TOKEN_ENV, run_token())
         started: list[ManagedProcess] = []
         with SignalGuard() as guard:

@@ -46,9 +46,13 @@ class Plan:
     trainer: ProcessSpec
     vllm_url: str  # what the trainer talks to: the only replica, or the proxy
     notes: list[str] = field(default_factory=list)
+    # Files the executor writes into the run dir before any process starts (path relative to it -> content): the
+    # resolved run config every process reads, the accelerate/FSDP config. The dry run lists them.
+    files: dict[str, str] = field(default_factory=dict)
 
     def render(self) -> str:
         parts = [f"agrpo plan ({self.launcher}), run dir {self.run_dir}", f"trainer talks to {self.vllm_url}"]
         parts += [f"note: {note}" for note in self.notes]
+        parts += [f"[file] {self.run_dir}/{name}  ({len(text.encode())} bytes)" for name, text in self.files.items()]
         parts += [spec.render() for spec in [*self.services, self.trainer]]
         return "\n".join(parts)

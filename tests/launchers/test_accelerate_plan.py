@@ -111,3 +111,15 @@ def test_dry_run_prints_accelerate_and_vllm_commands_and_gpu_assignment(tmp_path
     assert "accelerate.commands.launch --config_file" in out and "-m agrpo.trainer" in out
     assert "vllm.entrypoints.openai.api_server" in out
     assert not list(tmp_path.rglob("accelerate_fsdp.yaml"))  # a dry run writes nothing
+
+
+def test_the_plan_carries_every_file_the_executor_writes(tmp_path):
+    """The dry run lists the accelerate config and the resolved run config; the executor writes exactly those."""
+    from agrpo.launchers.accelerate import ACCELERATE_CONFIG_FILE, AccelerateLauncher
+
+    cfg = compose_run_config(["+recipe=smoke", "launcher=accelerate"], output_dir=str(tmp_path))
+    plan = AccelerateLauncher().build_plan(cfg)
+    assert set(plan.files) == {"config.yaml", ACCELERATE_CONFIG_FILE}
+    assert "distributed_type" in plan.files[ACCELERATE_CONFIG_FILE]
+    rendered = plan.render()
+    assert f"[file] {tmp_path}/{ACCELERATE_CONFIG_FILE}" in rendered and f"[file] {tmp_path}/config.yaml" in rendered
