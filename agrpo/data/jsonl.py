@@ -2,7 +2,7 @@
 
 Every column but `prompt` reaches each reward function as a keyword argument: TRL's async rollout worker passes a
 row's other columns to the rewards, repeated once per completion. So a reward config names the column it reads
-(`agrpo/rewards/generic.py`), and nothing here needs to know what the task is. See docs/your_own_task.md.
+(`agrpo/rewards/generic.py`), and nothing here needs to know what the task is. See docs/your_task.md.
 """
 
 from __future__ import annotations

@@ -103,11 +103,11 @@ def test_data_hub_maps_a_dataset_by_name(tmp_path):
         load_train_dataset(compose_run_config(["+recipe=smoke", "data=hub"]).data, seed=0)
 
 
-GUIDE = Path(__file__).resolve().parents[2] / "docs" / "your_own_task.md"
+GUIDE = Path(__file__).resolve().parents[2] / "docs" / "your_task.md"
 
 
 def test_the_guides_data_and_recipe_compose_load_and_score(tmp_path, monkeypatch):
-    """docs/your_own_task.md as written: its data script and its recipe block (the walk itself ran by hand and in
+    """docs/your_task.md as written: its data script and its recipe block (the walk itself ran by hand and in
     tests/e2e/test_own_task.py)."""
     from agrpo.rewards.registry import build_reward_funcs
 

@@ -1,4 +1,4 @@
-"""Your own task with no Python, end to end (docs/your_own_task.md): a JSONL file and a recipe YAML written here,
+"""Your own task with no Python, end to end (docs/your_task.md): a JSONL file and a recipe YAML written here,
 trained with the real pipeline (`python -m agrpo`, TRL's AsyncGRPOTrainer, the session's real vLLM server and the
 tiny model), evaluated with `agrpo eval`, and pushed with `agrpo push` to a fake Hub (the real one cannot be reached).
 
