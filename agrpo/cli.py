@@ -130,6 +130,11 @@ def main() -> None:
         import importlib
 
         sys.exit(importlib.import_module(SUBCOMMANDS[sys.argv[1]]).main(sys.argv[2:]))
+    if any(arg in ("--help", "-h") for arg in sys.argv[1:]):  # Hydra's own: --hydra-help
+        from agrpo.help import help_text
+
+        print(help_text(Path(CONF_DIR)))
+        return
     if len(sys.argv) > 1 and sys.argv[1] in ("--version", "-V"):  # Hydra's own --version prints Hydra's
         print(f"agrpo {__version__}")
         return

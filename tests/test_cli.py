@@ -139,5 +139,19 @@ def test_help_describes_the_commands_and_lists_the_groups(tmp_path):
     assert result.returncode == 0
     assert "powered by Hydra" not in result.stdout
     for text in ("python -m agrpo +recipe=NAME", "agrpo eval", "agrpo plot", "agrpo push", "agrpo jobs",
-                 "launcher: accelerate, hf_jobs, local", "recipe: gsm8k"):
+                 "local, accelerate, hf_jobs", "how processes start", "gsm8k, gsm8k_cpu, sanity, smoke"):
         assert text in result.stdout, text
+    assert agrpo("+recipe=smoke", "--help", cwd=tmp_path).stdout == result.stdout  # anywhere on the line
+
+
+def test_every_group_of_the_defaults_list_has_a_description():
+    from pathlib import Path
+
+    from agrpo.help import group_lines, options
+    from agrpo.paths import CONF_DIR
+
+    lines = group_lines((Path(CONF_DIR) / "config.yaml").read_text())
+    groups = {group for group, _, _ in lines}
+    assert groups == {"model", "lora", "data", "reward", "trainer", "inference", "sync", "launcher", "logger"}
+    for group, default, why in lines:
+        assert default in options(Path(CONF_DIR), group) and len(why) > 10, (group, default, why)
