@@ -62,12 +62,26 @@ def callable_problem(key: str, dotted: Any) -> str | None:
     return None
 
 
+def reward_problem(key: str, target: Any) -> str | None:
+    """A reward `_target_` loads the way the trainer will load it (agrpo.rewards.registry: a dotted path, a module
+    in the working directory, or `file.py:function`); a dotted path that fails gets the did-you-mean message."""
+    from agrpo.rewards.registry import resolve_target
+
+    try:
+        resolve_target(str(target))
+        return None
+    except Exception as error:  # noqa: BLE001 - any failure to load is the user's to fix; say which
+        if isinstance(target, str) and ":" in target:
+            return f"{key}={target!r} cannot be loaded: {error}"
+        return callable_problem(key, target) or f"{key}={target!r} cannot be loaded: {error}"
+
+
 def code_problems(cfg: Any) -> list[str]:
     """Reward `_target_`s and the data loader import and are callable."""
     problems = []
     for index, term in enumerate(cfg.reward.funcs or []):
         if hasattr(term, "get") and term.get("_target_"):
-            problems.append(callable_problem(f"reward.funcs[{index}]._target_", term.get("_target_")))
+            problems.append(reward_problem(f"reward.funcs[{index}]._target_", term.get("_target_")))
     problems.append(callable_problem("data.loader", cfg.data.loader))
     return [p for p in problems if p]
 

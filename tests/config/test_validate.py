@@ -163,3 +163,16 @@ def test_data_loading_names_data_path_and_data_dir(path, fragment):
     with pytest.raises(ConfigError, match=fragment) as error:
         load_train_dataset(data_cfg, seed=0)
     assert "AGRPO_DATA_DIR" in str(error.value) and "data.path" in str(error.value)
+
+
+def test_a_reward_given_as_a_file_path_validates_as_the_trainer_loads_it(tmp_path):
+    """`_target_: path/to/file.py:function` is how a user's own reward is named without a package (docs/your_task.md):
+    validation must accept what the trainer accepts, and name the file when it is missing."""
+    (tmp_path / "mine.py").write_text("def score(completions, **kwargs):\n    return [1.0] * len(completions)\n")
+    good = compose_run_config(["+recipe=smoke", f"reward.funcs=[{{_target_: '{tmp_path}/mine.py:score'}}]"],
+                              output_dir=str(tmp_path / "run"))
+    validate(good)
+    bad = compose_run_config(["+recipe=smoke", f"reward.funcs=[{{_target_: '{tmp_path}/gone.py:score'}}]"],
+                             output_dir=str(tmp_path / "run"))
+    with pytest.raises(ConfigError, match=r"reward.funcs\[0\]._target_=.*gone.py:score.*cannot be loaded"):
+        validate(bad)
