@@ -92,7 +92,7 @@ def test_two_point_multirun_of_the_smoke_recipe(tmp_path):
     result = agrpo("-m", "+recipe=smoke", "lora.r=1,4", "trainer.max_steps=2", "trainer.per_device_train_batch_size=8",
                    cwd=tmp_path, timeout=1200)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-5000:]
-    sweep_dirs = list((tmp_path / "multirun" / "smoke").iterdir())
+    sweep_dirs = list((tmp_path / "outputs" / "multirun" / "smoke").iterdir())
     assert len(sweep_dirs) == 1
     for num in ("0", "1"):
         metrics = json.loads((sweep_dirs[0] / num / "metrics.json").read_text())
