@@ -16,6 +16,8 @@ from agrpo.config.schema import RunConfig
 from agrpo.errors import AgrpoError
 from agrpo.launchers.cpus import apply_trainer_cpus
 
+log = logging.getLogger("agrpo.trainer")  # agrpo's namespace: the console shows it (agrpo/trainer/console.py)
+
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m agrpo.trainer", description=__doc__.splitlines()[0])
@@ -29,7 +31,7 @@ def main(argv: list[str] | None = None) -> int:
 
     setup_trainer_logging(cfg.sync.output_dir, cfg.logger.level)  # before TRL is imported (it sets env switches)
     if pinned:
-        logging.getLogger(__name__).info("trainer pinned to CPU cores %s (the replicas have their own)", pinned)
+        log.info("trainer pinned to CPU cores %s (the replicas have their own)", pinned)
     from agrpo.trainer.trl_backend import run_training
 
     try:
@@ -37,8 +39,8 @@ def main(argv: list[str] | None = None) -> int:
     except AgrpoError as error:
         print(f"agrpo trainer: {error}", file=sys.stderr)
         return error.exit_code
-    logging.getLogger(__name__).info("done, %s steps, final adapter in %s", summary.get("global_step"),
-                                     summary["final_adapter"])  # the console showed the summary
+    # The console showed the summary; this last line is for scripts reading the output (a Job's log, a test).
+    log.info("done, %s steps, final adapter in %s", summary.get("global_step"), summary["final_adapter"])
     return 0
 
 

@@ -238,6 +238,18 @@ def test_a_trainer_killed_between_checkpoints_resumes_against_the_running_server
     resumed_versions = sorted(int(n.rsplit("v", 1)[1]) for n in served if n.startswith("trl-policy-v"))
     # one version published at start, one per step 21..30: all after the killed run's last
     assert resumed_versions[-1] == before + 11, (before, resumed_versions)
+    # The weights are the checkpoint's: the version published at the resumed start, before any optimizer step, holds
+    # exactly checkpoint-20's adapter tensors.
+    import torch
+    from safetensors.torch import load_file
+
+    def tensors(path):
+        return {key.replace(".default", ""): value for key, value in load_file(path).items()}
+
+    saved = tensors(run_dir / "checkpoint-20" / "adapter_model.safetensors")
+    restored = tensors(run_dir / ".vllm_lora" / f"trl-policy-v{before + 1}" / "adapter_model.safetensors")
+    assert saved.keys() == restored.keys() and saved
+    assert all(torch.equal(saved[key], restored[key]) for key in saved)
     # Rewards pick up where the checkpoint left them (the policy learned by step 20), far above the first steps'.
     resumed = [e["reward"] for e in json.loads((run_dir / "log_history.json").read_text())
                if "reward" in e and e["step"] > 20]
