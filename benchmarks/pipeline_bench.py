@@ -28,7 +28,7 @@ import requests
 
 from agrpo.config.compose import compose_run_config
 from agrpo.inference.vllm_server import served_lora_rank, start_replica, unload_adapters
-from agrpo.launchers.cpus import TRAINER_CPUS_ENV, apply_trainer_cpus, format_cores, split_cpu_cores
+from agrpo.cpus import TRAINER_CPUS_ENV, apply_trainer_cpus, format_cores, split_cpu_cores
 from agrpo.launchers.ports import free_ports
 from agrpo.models.resolve import prepare_model
 
@@ -56,7 +56,7 @@ def trainer_own_time(run_dir: Path) -> float:
 
 def generation_only(cfg, server_url: str, adapter: str, samples_per_step: int, steps: int) -> float:
     """Seconds per generated completion token of TRL's own rollout worker with the trained adapter, no trainer."""
-    from agrpo.trainer.trl_backend import time_rollouts
+    from rollout_timing import time_rollouts
 
     requests.post(f"{server_url}/v1/load_lora_adapter", json={"lora_name": "bench-v1", "lora_path": adapter},
                   timeout=120).raise_for_status()

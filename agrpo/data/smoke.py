@@ -19,7 +19,11 @@ def smoke_prompts(count: int, seed: int) -> list[str]:
 def load_smoke_dataset(data_cfg: Any, seed: int = 0):
     from datasets import Dataset
 
-    count = data_cfg.max_prompts or 256
+    count = data_cfg.max_prompts  # conf/data/smoke.yaml sets it: synthetic prompts have no natural count
+    if not count:
+        from agrpo.errors import ConfigError
+
+        raise ConfigError("data=smoke needs data.max_prompts (how many synthetic prompts to make), e.g. 256")
     messages = []
     for text in smoke_prompts(count, seed):
         turn = [{"role": "user", "content": text}]

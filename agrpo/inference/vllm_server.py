@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from agrpo.launchers.cpus import format_cores
+from agrpo.cpus import format_cores
 
 # Ranks vLLM builds LoRA buffers for; a served rank must be one of them (TRL: round_lora_rank).
 VLLM_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
@@ -62,7 +62,7 @@ def build_replica_launch(cfg: Any, port: int, device: str, gpus: list[int] | Non
                          python: str = sys.executable, shares_gpu_with_trainer: bool = False,
                          cpu_cores: list[int] | None = None) -> ReplicaLaunch:
     """The command and environment of one replica on `port` (pure: no process, no socket). On CPU, `cpu_cores` are
-    the cores its model worker's OpenMP threads are bound to (agrpo/launchers/cpus.py); None keeps vLLM's `auto`."""
+    the cores its model worker's OpenMP threads are bound to (agrpo/cpus.py); None keeps vLLM's `auto`."""
     inference = cfg.inference
     dtype = inference.dtype if inference.dtype != "auto" else ("float32" if device == "cpu" else "bfloat16")
     argv = [

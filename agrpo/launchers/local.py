@@ -23,7 +23,7 @@ from omegaconf import OmegaConf
 from agrpo.errors import LaunchError
 from agrpo.inference.vllm_server import build_replica_launch, resolve_device
 from agrpo.launchers.base import Launcher, register
-from agrpo.launchers.cpus import TRAINER_CPUS_ENV, format_cores, split_cpu_cores
+from agrpo.cpus import TRAINER_CPUS_ENV, format_cores, split_cpu_cores
 from agrpo.launchers.gpus import assign_gpus, to_physical, visible_devices
 from agrpo.launchers.plan import Plan, ProcessSpec
 from agrpo.launchers.ports import PortReservation, reserve_ports
@@ -52,7 +52,7 @@ def is_loopback_url(url: str) -> bool:
 
 
 def build_local_plan(cfg: Any, run_dir: str, ports: list[int], device: str, num_gpus: int,
-                     cpu_ids: Sequence[int] = (0, 1), python: str = sys.executable, admin_token: str = "",
+                     cpu_ids: Sequence[int], python: str = sys.executable, admin_token: str = "",
                      visible_gpus: list[str] | None = None) -> Plan:
     """The local plan (pure). `ports` must hold replicas + 1 free ports (the last one for the proxy); `cpu_ids` are
     the cores this process may use; `visible_gpus` is this process's CUDA_VISIBLE_DEVICES as a list (None: unset),

@@ -104,11 +104,11 @@ def _failure_status(reply: Reply) -> int:
 
 @dataclass(frozen=True)
 class LoadRetry:
-    """How long a replica whose mount has not caught up is retried."""
+    """How long a replica whose mount has not caught up is retried (values: ProxySettings.load_retry_*)."""
 
-    deadline_s: float = 60.0
-    initial_s: float = 0.25
-    max_s: float = 4.0
+    deadline_s: float
+    initial_s: float
+    max_s: float
 
 
 async def load_adapter(

@@ -14,7 +14,7 @@ from omegaconf import OmegaConf
 
 from agrpo.config.schema import RunConfig
 from agrpo.errors import AgrpoError
-from agrpo.launchers.cpus import apply_trainer_cpus
+from agrpo.cpus import apply_trainer_cpus
 
 log = logging.getLogger("agrpo.trainer")  # agrpo's namespace: the console shows it (agrpo/trainer/console.py)
 

@@ -2,7 +2,7 @@
 
 import os
 
-from agrpo.launchers.cpus import TRAINER_CPUS_ENV, apply_trainer_cpus, format_cores, split_cpu_cores
+from agrpo.cpus import TRAINER_CPUS_ENV, apply_trainer_cpus, format_cores, split_cpu_cores
 from tests.launchers.test_local_plan import plan_for
 
 

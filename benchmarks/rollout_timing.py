@@ -1,0 +1,51 @@
+"""TRL's own rollout worker timed alone: the generation side of the pipeline, for benchmarks/pipeline_bench.py's
+"gen-only" mode (kept out of agrpo.trainer.trl_backend, which holds the trainer integration only)."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from agrpo.trainer.trl_backend import build_grpo_args, cuda_available, load_tokenizer
+
+
+def time_rollouts(cfg: Any, vllm_url: str, lora_name: str, samples: int, warmup: int) -> tuple[float, int]:
+    """(seconds, completion tokens) of TRL's own rollout worker (the generation side of the pipeline: chat template,
+    /v1/completions, response parsing, rewards) delivering `samples` scored samples, with no trainer running. It
+    requests the adapter `<lora_name>-v1`, which the caller has loaded. benchmarks/pipeline_bench.py: "gen-only"."""
+    import queue
+
+    from agrpo.data import load_train_dataset
+    from agrpo.rewards.registry import build_reward_funcs
+    from agrpo.trainer.cpu_compat import apply_cpu_workarounds
+
+    apply_cpu_workarounds()
+    from transformers import AutoTokenizer
+    from trl.experimental.async_grpo.async_rollout_worker import AsyncRolloutWorker
+
+    args = build_grpo_args(cfg, vllm_url, 1, cuda_available())
+    tokenizer = load_tokenizer(cfg.model) or AutoTokenizer.from_pretrained(
+        cfg.model.name_or_path, trust_remote_code=cfg.model.trust_remote_code)
+    dataset = load_train_dataset(cfg.data, seed=cfg.trainer.seed)
+    worker = AsyncRolloutWorker(
+        model_name=cfg.model.name_or_path, lora_name=lora_name, dataset=dataset,
+        reward_funcs=build_reward_funcs(cfg.reward.funcs), processing_class=tokenizer,
+        eos_token_ids=[tokenizer.eos_token_id], num_generations=args.num_generations,
+        max_inflight_tasks=args.max_inflight_tasks, queue_maxsize=args.queue_maxsize, vllm_server_url=vllm_url,
+        max_tokens=args.max_completion_length, temperature=args.temperature, top_p=args.top_p)
+    worker.model_version = 1
+    worker.start()
+    try:
+        for _ in range(warmup):
+            worker.rollout_buffer.get(timeout=600)
+        try:  # drain what piled up while nobody consumed, so the clock sees the steady production rate only
+            while True:
+                worker.rollout_buffer.get_nowait()
+        except queue.Empty:
+            pass
+        started, tokens = time.perf_counter(), 0
+        for _ in range(samples):
+            tokens += int(worker.rollout_buffer.get(timeout=600).completion_mask.sum())
+        return time.perf_counter() - started, tokens
+    finally:
+        worker.stop()
