@@ -255,3 +255,14 @@ def test_a_trainer_killed_between_checkpoints_resumes_against_the_running_server
                if "reward" in e and e["step"] > 20]
     assert len(resumed) == 10
     assert sum(resumed[:5]) / 5 > sum(checkpoint_rewards[:5]) / 5 + 0.15, (checkpoint_rewards, resumed)
+
+    # ...and once more against a fresh replica the launcher starts itself (role=all): versions keep counting.
+    fresh = subprocess.run([sys.executable, "-m", "agrpo", "+recipe=smoke", f"model.name_or_path={tiny_model_dir}",
+                            "model.builder=null", f"hydra.run.dir={run_dir}", "trainer.resume=true",
+                            "trainer.save_steps=10", "trainer.max_steps=32"],
+                           capture_output=True, text=True, timeout=900, env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    assert fresh.returncode == 0, fresh.stdout[-3000:] + fresh.stderr[-5000:]
+    assert json.loads((run_dir / "metrics.json").read_text())["global_step"] == 32
+    fresh_log = (run_dir / "logs" / "vllm-0.log").read_text(errors="replace")
+    loaded = [int(v) for v in re.findall(r"Loaded new LoRA adapter: name 'trl-policy-v(\d+)'", fresh_log)]
+    assert loaded == list(range(resumed_versions[-1] + 1, resumed_versions[-1] + 4)), (resumed_versions, loaded)

@@ -158,3 +158,16 @@ def test_a_hub_error_while_finding_the_replicas_is_one_line(hub, tmp_path, monke
     assert main([str(tmp_path / "run1" / "config.yaml")]) == 1
     err = capsys.readouterr().err
     assert "could not list the replica Jobs of run run1 in bob (HfHubHTTPError" in err and "Traceback" not in err
+
+
+def test_the_plan_is_built_once_the_resume_state_is_known(hub, tmp_path):
+    """The plan carries the config.yaml the trainer reads: built before the bucket was inspected, it said
+    resume=false, and a requeued trainer restarted at v1 against replicas that still held v1..v5 (rehearsal)."""
+    run_dir = tmp_path / "run1"
+    write(run_dir / "checkpoint-4" / "trainer_state.json", "{}")
+    write(run_dir / "checkpoint-4" / "rollout_state.json", json.dumps({"prompt_index": 8, "model_version": 5}))
+    cfg = trainer_cfg(run_dir)
+    built = []
+    run_trainer_job(cfg, lambda cfg: built.append(cfg.trainer.resume) or "plan",
+                    lambda cfg, plan: {"plan": plan}, api=make_api())
+    assert built == ["true"]

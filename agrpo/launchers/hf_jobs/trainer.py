@@ -55,9 +55,15 @@ def prepare_trainer(cfg: Any, storage: BucketStorage) -> int:
 
 
 def run_trainer_job(cfg: Any, local_plan: Any, execute_local: Any, api: Any = None) -> dict[str, Any]:
-    """Run the local trainer plan (proxy + trainer against the replica URLs) and clean up the run's replicas."""
+    """Run the local trainer plan (proxy + trainer against the replica URLs) and clean up the run's replicas.
+
+    `local_plan` may be the plan builder: it is then called once the resume state is known, because the plan
+    carries the config.yaml the trainer reads, which must say whether to resume (a requeued attempt restarted at v1
+    against replicas that still held v1.. when the plan was built first)."""
     jobs = cfg.launcher.hf_jobs
     attempt = prepare_trainer(cfg, LocalDirStorage(cfg.sync.output_dir))
+    if callable(local_plan):
+        local_plan = local_plan(cfg)
     last = attempt >= jobs.trainer_attempts
     log.info("trainer attempt %d of %d", attempt, jobs.trainer_attempts)
     succeeded = False
@@ -121,7 +127,7 @@ def main(argv: list[str] | None = None) -> int:
         api = make_api()
         cfg = load_job_config(args.config, api)
         inner = get_launcher(cfg.launcher.hf_jobs.trainer_launcher)
-        run_trainer_job(cfg, inner.build_plan(cfg), inner.execute, api=api)
+        run_trainer_job(cfg, inner.build_plan, inner.execute, api=api)
     except AgrpoError as error:
         print(f"agrpo trainer Job: error: {error}", file=sys.stderr)
         return error.exit_code
