@@ -67,8 +67,9 @@ def hydra_main(cfg: DictConfig) -> float | None:
             return None
         sys.exit(error.exit_code)
     if summary.get("reward_last") is not None:
-        print(f"agrpo: mean reward first 5 steps {summary['reward_first']:.4f}, "
-              f"last 5 steps {summary['reward_last']:.4f}")
+        print(
+            f"agrpo: mean reward first 5 steps {summary['reward_first']:.4f}, last 5 steps {summary['reward_last']:.4f}"
+        )
         return float(summary["reward_last"])  # what Hydra sweepers (e.g. Optuna) optimise
     return None
 
@@ -149,8 +150,10 @@ def main() -> None:
     from agrpo.sweeps import LAST_SWEEP_FAILURES
 
     if LAST_SWEEP_FAILURES:
-        print(f"agrpo: error: sweep point(s) {', '.join(LAST_SWEEP_FAILURES)} failed (see the table above)",
-              file=sys.stderr)
+        print(
+            f"agrpo: error: sweep point(s) {', '.join(LAST_SWEEP_FAILURES)} failed (see the table above)",
+            file=sys.stderr,
+        )
         sys.exit(1)
 
 

@@ -22,15 +22,20 @@ class CpuSplit:
     trainer_threads: int
 
 
-def split_cpu_cores(cpu_ids: Sequence[int], replicas: int, cores_per_replica: int = 1,
-                    trainer_threads: int | None = None, unpinned_replicas: int = 0) -> CpuSplit:
+def split_cpu_cores(
+    cpu_ids: Sequence[int],
+    replicas: int,
+    cores_per_replica: int = 1,
+    trainer_threads: int | None = None,
+    unpinned_replicas: int = 0,
+) -> CpuSplit:
     """Replica i gets `cores_per_replica` cores of its own, the trainer the rest. When the cores do not go round,
     nothing is pinned and the trainer gets what the replicas (also those started elsewhere on this machine,
     `unpinned_replicas`) leave, at least one thread."""
     cpu_ids = sorted(cpu_ids)
     needed = replicas * cores_per_replica
     if replicas and len(cpu_ids) > needed:
-        replica_cores = [cpu_ids[i * cores_per_replica:(i + 1) * cores_per_replica] for i in range(replicas)]
+        replica_cores = [cpu_ids[i * cores_per_replica : (i + 1) * cores_per_replica] for i in range(replicas)]
         trainer_cores = cpu_ids[needed:]
         threads = trainer_threads or max(len(trainer_cores) - unpinned_replicas, 1)
         return CpuSplit(replica_cores, trainer_cores, threads)

@@ -45,13 +45,18 @@ def options(conf_dir: Path, group: str) -> list[str]:
 
 def help_text(conf_dir: Path) -> str:
     lines = [USAGE, "Config groups (group=option; the default first):"]
-    groups = [("recipe", "", "+recipe=NAME: an overlay of only what differs from the defaults (recipes/)"),
-              *group_lines((conf_dir / "config.yaml").read_text())]
+    groups = [
+        ("recipe", "", "+recipe=NAME: an overlay of only what differs from the defaults (recipes/)"),
+        *group_lines((conf_dir / "config.yaml").read_text()),
+    ]
     for group, default, why in groups:
         names = options(conf_dir, group)
         ordered = ([default] if default in names else []) + [name for name in names if name != default]
         lines.append(f"  {group:<10} {why}")
         lines.append(f"  {'':<10}   {', '.join(ordered)}")
-    lines += ["", "Every key and its default: agrpo/config/schema.py, or `python -m agrpo +recipe=smoke --cfg job`.",
-              "Hydra's own help: --hydra-help. Docs: README.md and docs/."]
+    lines += [
+        "",
+        "Every key and its default: agrpo/config/schema.py, or `python -m agrpo +recipe=smoke --cfg job`.",
+        "Hydra's own help: --hydra-help. Docs: README.md and docs/.",
+    ]
     return "\n".join(lines)

@@ -54,9 +54,17 @@ def read_point(job_dir: Path) -> PointRow:
     point = _read_json(job_dir / POINT_FILE)
     status = "failed" if point.get("status") == "failed" else ("ok" if "reward_last" in metrics else "no metrics")
     reward_last = metrics.get("reward_last", point.get("return_value"))
-    return PointRow(job=job_dir.name, overrides=list(overrides or []), status=status, reward_last=reward_last,
-                    reward_first=metrics.get("reward_first"), steps=metrics.get("global_step"),
-                    wall_s=point.get("wall_s"), train_s=metrics.get("wall_time_s"), error=point.get("error"))
+    return PointRow(
+        job=job_dir.name,
+        overrides=list(overrides or []),
+        status=status,
+        reward_last=reward_last,
+        reward_first=metrics.get("reward_first"),
+        steps=metrics.get("global_step"),
+        wall_s=point.get("wall_s"),
+        train_s=metrics.get("wall_time_s"),
+        error=point.get("error"),
+    )
 
 
 def collect_points(sweep_dir: Path) -> list[PointRow]:
@@ -77,12 +85,23 @@ def render_table(rows: list[PointRow]) -> str:
     scored = [row.reward_last for row in rows if row.reward_last is not None]
     best = max(scored) if scored else None
     header = ["job", "overrides", "status", "reward last 5", "reward first 5", "steps", "wall", "trainer"]
-    lines = [f"sweep of {len(rows)} point(s); common overrides: {' '.join(common) or '(none)'}",
-             "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines = [
+        f"sweep of {len(rows)} point(s); common overrides: {' '.join(common) or '(none)'}",
+        "| " + " | ".join(header) + " |",
+        "|" + "---|" * len(header),
+    ]
     for row, mine in zip(rows, own):
         mark = " (best)" if best is not None and row.reward_last == best and len(scored) > 1 else ""
-        cells = [row.job, " ".join(mine) or "-", row.status, _num(row.reward_last) + mark, _num(row.reward_first),
-                 "-" if row.steps is None else str(row.steps), _secs(row.wall_s), _secs(row.train_s)]
+        cells = [
+            row.job,
+            " ".join(mine) or "-",
+            row.status,
+            _num(row.reward_last) + mark,
+            _num(row.reward_first),
+            "-" if row.steps is None else str(row.steps),
+            _secs(row.wall_s),
+            _secs(row.train_s),
+        ]
         lines.append("| " + " | ".join(cells) + " |")
     lines += [f"job {row.job} failed: {row.error}" for row in rows if row.error]
     return "\n".join(lines)
@@ -103,10 +122,12 @@ class SweepSummary(Callback):
         job_dir = Path(config.hydra.runtime.output_dir)
         value = job_return._return_value  # .return_value re-raises a failed job's exception
         failed = job_return.status.name == "FAILED" or isinstance(value, BaseException) or _error_of(job_dir)
-        record = {"status": "failed" if failed else "completed",
-                  "return_value": value if isinstance(value, (int, float)) else None,
-                  "wall_s": time.monotonic() - self.started.pop(str(job_dir), time.monotonic()),
-                  "error": _error_of(job_dir) or (repr(value) if isinstance(value, BaseException) else None)}
+        record = {
+            "status": "failed" if failed else "completed",
+            "return_value": value if isinstance(value, (int, float)) else None,
+            "wall_s": time.monotonic() - self.started.pop(str(job_dir), time.monotonic()),
+            "error": _error_of(job_dir) or (repr(value) if isinstance(value, BaseException) else None),
+        }
         job_dir.mkdir(parents=True, exist_ok=True)
         (job_dir / POINT_FILE).write_text(json.dumps(record, indent=2))
 
@@ -124,22 +145,28 @@ class SweepSummary(Callback):
         LAST_SWEEP_FAILURES[:] = [row.job for row in rows if row.status == "failed"]
 
 
-
 def plot_points(sweep_dir: Path, rows: list[PointRow]) -> Path | None:
     """The curves of every point that left a log history, overlaid and labelled by what the point varies; None when
     no point has one. A picture that cannot be drawn is a warning, never a failed sweep."""
     from agrpo.report.plot import LOG_HISTORY_FILE
 
     _, own = varying_overrides(rows)
-    points = [(sweep_dir / row.job, " ".join(mine) or f"job {row.job}") for row, mine in zip(rows, own)
-              if (sweep_dir / row.job / LOG_HISTORY_FILE).is_file()]
+    points = [
+        (sweep_dir / row.job, " ".join(mine) or f"job {row.job}")
+        for row, mine in zip(rows, own)
+        if (sweep_dir / row.job / LOG_HISTORY_FILE).is_file()
+    ]
     if not points:
         return None
     try:
         from agrpo.report.plot import plot_runs
 
-        return plot_runs([d for d, _ in points], sweep_dir / CURVES_PNG, labels=[label for _, label in points],
-                         title=f"sweep {sweep_dir.name}: {len(points)} point(s)")
+        return plot_runs(
+            [d for d, _ in points],
+            sweep_dir / CURVES_PNG,
+            labels=[label for _, label in points],
+            title=f"sweep {sweep_dir.name}: {len(points)} point(s)",
+        )
     except Exception as error:  # noqa: BLE001 (matplotlib missing, a malformed history: the table still stands)
         log.warning("sweep curves not drawn: %s", error)
         return None

@@ -35,11 +35,24 @@ from agrpo.models.resolve import prepare_model
 WARMUP_STEPS = 3
 
 
-def run_trainer(recipe: str, server_url: str, model: str, run_dir: Path, steps: int, env: dict[str, str],
-                *overrides: str) -> dict:
-    argv = [sys.executable, "-m", "agrpo", f"+recipe={recipe}", "role=trainer", f"inference.urls=[{server_url}]",
-            f"model.name_or_path={model}", "model.builder=null", f"hydra.run.dir={run_dir}",
-            f"trainer.max_steps={steps}", "trainer.save_steps=0", "logger.report_to=[]", *overrides]
+def run_trainer(
+    recipe: str, server_url: str, model: str, run_dir: Path, steps: int, env: dict[str, str], *overrides: str
+) -> dict:
+    argv = [
+        sys.executable,
+        "-m",
+        "agrpo",
+        f"+recipe={recipe}",
+        "role=trainer",
+        f"inference.urls=[{server_url}]",
+        f"model.name_or_path={model}",
+        "model.builder=null",
+        f"hydra.run.dir={run_dir}",
+        f"trainer.max_steps={steps}",
+        "trainer.save_steps=0",
+        "logger.report_to=[]",
+        *overrides,
+    ]
     result = subprocess.run(argv, capture_output=True, text=True, env={**os.environ, "HF_HUB_OFFLINE": "1", **env})
     if result.returncode != 0:
         raise SystemExit(f"trainer run failed:\n{result.stderr[-4000:]}")
@@ -49,8 +62,11 @@ def run_trainer(recipe: str, server_url: str, model: str, run_dir: Path, steps: 
 def trainer_own_time(run_dir: Path) -> float:
     """Mean forward+backward + optimizer + weight-sync seconds per step, from the run's log_history.json."""
     history = json.loads((run_dir / "log_history.json").read_text())
-    per_step = [e.get("perf/fwd_bwd_s", 0.0) + e.get("perf/optimizer_s", 0.0) + e.get("perf/weight_sync_s", 0.0)
-                for e in history if "perf/fwd_bwd_s" in e][WARMUP_STEPS:]
+    per_step = [
+        e.get("perf/fwd_bwd_s", 0.0) + e.get("perf/optimizer_s", 0.0) + e.get("perf/weight_sync_s", 0.0)
+        for e in history
+        if "perf/fwd_bwd_s" in e
+    ][WARMUP_STEPS:]
     return statistics.fmean(per_step)
 
 
@@ -58,11 +74,13 @@ def generation_only(cfg, server_url: str, adapter: str, samples_per_step: int, s
     """Seconds per generated completion token of TRL's own rollout worker with the trained adapter, no trainer."""
     from rollout_timing import time_rollouts
 
-    requests.post(f"{server_url}/v1/load_lora_adapter", json={"lora_name": "bench-v1", "lora_path": adapter},
-                  timeout=120).raise_for_status()
+    requests.post(
+        f"{server_url}/v1/load_lora_adapter", json={"lora_name": "bench-v1", "lora_path": adapter}, timeout=120
+    ).raise_for_status()
     try:
-        seconds, tokens = time_rollouts(cfg, server_url, "bench", samples_per_step * steps,
-                                        warmup=samples_per_step * WARMUP_STEPS)
+        seconds, tokens = time_rollouts(
+            cfg, server_url, "bench", samples_per_step * steps, warmup=samples_per_step * WARMUP_STEPS
+        )
         return seconds / tokens
     finally:
         unload_adapters(server_url, prefix="bench-")
@@ -94,32 +112,42 @@ def main() -> None:
     if cpus.trainer_cores:
         trainer_env[TRAINER_CPUS_ENV] = format_cores(cpus.trainer_cores)
     port = free_ports(1, 18900)[0]
-    server = start_replica(model, port, work / "vllm.log", lora_rank=served_lora_rank(cfg),
-                           max_loras=max(cfg.trainer.max_staleness, 1) + 3, max_model_len=cfg.inference.max_model_len,
-                           cpu_cores=cpus.replica_cores[0] if cpus.replica_cores else None)
+    server = start_replica(
+        model,
+        port,
+        work / "vllm.log",
+        lora_rank=served_lora_rank(cfg),
+        max_loras=max(cfg.trainer.max_staleness, 1) + 3,
+        max_model_len=cfg.inference.max_model_len,
+        cpu_cores=cpus.replica_cores[0] if cpus.replica_cores else None,
+    )
     try:
         figures = {}
         runs = {"async": [], "lock-step": ["trainer.max_staleness=0"]}
         for mode, overrides in runs.items():
-            metrics = run_trainer(args.recipe, server.url, model, work / mode, args.steps, trainer_env,
-                                  *args.overrides, *overrides)
+            metrics = run_trainer(
+                args.recipe, server.url, model, work / mode, args.steps, trainer_env, *args.overrides, *overrides
+            )
             unload_adapters(server.url)
             figures[mode] = metrics["step_s_mean"]
             figures[f"{mode} reward last 5"] = metrics.get("reward_last")
         figures["train-only"] = trainer_own_time(work / "lock-step")
         apply_trainer_cpus(trainer_env)  # TRL's worker runs where it runs in training: on the trainer's cores
         samples_per_step = cfg.trainer.per_device_train_batch_size * cfg.trainer.gradient_accumulation_steps
-        seconds_per_token = generation_only(cfg, server.url, str(work / "async" / "final_adapter"), samples_per_step,
-                                            args.steps)
+        seconds_per_token = generation_only(
+            cfg, server.url, str(work / "async" / "final_adapter"), samples_per_step, args.steps
+        )
         figures["gen-only"] = seconds_per_token * tokens_per_step(work / "async", samples_per_step)
     finally:
         server.stop()
     bound = max(figures["gen-only"], figures["train-only"])
     figures["async / lock-step"] = figures["async"] / figures["lock-step"]
     figures["async / max(gen, train)"] = figures["async"] / bound
-    print(f"pipeline_bench: recipe={args.recipe} {' '.join(args.overrides)}, {args.steps} steps per mode "
-          f"(first {WARMUP_STEPS} excluded), "
-          f"{os.cpu_count()} CPU cores")
+    print(
+        f"pipeline_bench: recipe={args.recipe} {' '.join(args.overrides)}, {args.steps} steps per mode "
+        f"(first {WARMUP_STEPS} excluded), "
+        f"{os.cpu_count()} CPU cores"
+    )
     print("| mode | seconds per optimizer step |\n|---|---|")
     for mode in ("async", "lock-step", "gen-only", "train-only"):
         print(f"| {mode} | {figures[mode]:.3f} |")

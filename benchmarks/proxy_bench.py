@@ -82,7 +82,7 @@ class ReferenceModel:
         model = json.loads(body)["model"]
         chain, h = [], hash(model)
         for j in range(len(ids) // BLOCK):
-            h = hash((h, tuple(ids[j * BLOCK:(j + 1) * BLOCK])))
+            h = hash((h, tuple(ids[j * BLOCK : (j + 1) * BLOCK])))
             chain.append(h)
         prompt = hash(tuple(ids))
         target = None
@@ -117,8 +117,12 @@ def make_workload(num_prompts, rng):
         else:
             length = min(1200, int(rng.lognormvariate(4.8, 0.8)) + BLOCK)
         prompts.append(template + [rng.randrange(100, 30_000) for _ in range(length)])
-    bodies = [json.dumps({"model": "trl-policy-v3", "prompt": p, "max_tokens": 768, "n": 1,
-                          "logprobs": 0, "return_token_ids": True}).encode() for p in prompts]
+    bodies = [
+        json.dumps(
+            {"model": "trl-policy-v3", "prompt": p, "max_tokens": 768, "n": 1, "logprobs": 0, "return_token_ids": True}
+        ).encode()
+        for p in prompts
+    ]
     completions = [[rng.randint(32, 768) for _ in range(G)] for _ in prompts]
     return prompts, bodies, completions
 
@@ -170,8 +174,12 @@ def simulate(policy, replicas, in_flight, workload):
         if pending:
             dispatch()
     mean = sum(routed_work) / replicas
-    return {"cold": 100 * cold / total, "spills": 100 * spills / total,
-            "imbalance": max(routed_work) / mean, "prefill": prefill / total}
+    return {
+        "cold": 100 * cold / total,
+        "spills": 100 * spills / total,
+        "imbalance": max(routed_work) / mean,
+        "prefill": prefill / total,
+    }
 
 
 def routing_table(num_prompts, seed):
@@ -193,8 +201,12 @@ def main():
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--skip-http", action="store_true", help="routing simulation only")
     parser.add_argument("--http-only", action="store_true", help="skip the routing simulation")
-    parser.add_argument("--compare-with", type=Path, metavar="CHECKOUT",
-                        help="only compare this proxy's throughput with CHECKOUT's, in one run")
+    parser.add_argument(
+        "--compare-with",
+        type=Path,
+        metavar="CHECKOUT",
+        help="only compare this proxy's throughput with CHECKOUT's, in one run",
+    )
     parser.add_argument("--rounds", type=int, default=6, help="turns per path (--compare-with)")
     args = parser.parse_args()
     if args.compare_with:
@@ -204,12 +216,13 @@ def main():
     started = time.time()
     if not args.http_only:
         print(f"## Routing ({prompts} prompts x G={G}; cold floor 1/G = {100 / G:.1f}%)\n")
-        print("| replicas | in flight | policy | cold % | spills % | imbalance | "
-              "prefill tokens/request |")
+        print("| replicas | in flight | policy | cold % | spills % | imbalance | prefill tokens/request |")
         print("|---:|---:|---|---:|---:|---:|---:|")
         for replicas, in_flight, name, r in routing_table(prompts, args.seed):
-            print(f"| {replicas} | {in_flight} | {name} | {r['cold']:.2f} | {r['spills']:.2f} | "
-                  f"{r['imbalance']:.3f} | {r['prefill']:.0f} |")
+            print(
+                f"| {replicas} | {in_flight} | {name} | {r['cold']:.2f} | {r['spills']:.2f} | "
+                f"{r['imbalance']:.3f} | {r['prefill']:.0f} |"
+            )
     if not args.skip_http:
         h = asyncio.run(http_numbers(args.quick))
         where = "pinned to one core" if h["one_core"] else "NOT pinned (one core available)"
@@ -221,16 +234,13 @@ def main():
             wall, per_cpu = h[f"rps_{tokens}"]
             target = ">= 3000" if tokens == 256 else ""
             print(f"| max requests/s, {tokens}-token prompts (wall clock) | {wall:.0f} | |")
-            print(f"| requests per CPU-second of the proxy, {tokens}-token prompts | "
-                  f"{per_cpu:.0f} | {target} |")
+            print(f"| requests per CPU-second of the proxy, {tokens}-token prompts | {per_cpu:.0f} | {target} |")
         print(f"| requests/s direct, 64 clients, 128-token prompts | {h['rps_direct_128']:.0f} | |")
         print(f"| requests/s through the proxy, same clients | {h['rps_proxy_128']:.0f} | |")
         print(f"| proxy / direct ratio, 128-token prompts (wall clock) | {h['ratio_128']:.3f} | |")
-        print(f"| requests per CPU-second, direct path (client + upstream) | "
-              f"{h['cpu_direct_128']:.0f} | |")
+        print(f"| requests per CPU-second, direct path (client + upstream) | {h['cpu_direct_128']:.0f} | |")
         print(f"| requests per CPU-second of the proxy, same clients | {h['cpu_proxy_128']:.0f} | |")
-        print(f"| proxy / direct ratio per CPU-second, 128-token prompts | "
-              f"{h['cpu_ratio_128']:.3f} | |")
+        print(f"| proxy / direct ratio per CPU-second, 128-token prompts | {h['cpu_ratio_128']:.3f} | |")
     print(f"\n(total {time.time() - started:.0f} s)")
 
 

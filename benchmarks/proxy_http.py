@@ -19,11 +19,27 @@ from pathlib import Path
 G = 8  # rollouts per prompt (a GRPO group)
 
 
-RESPONSE_BODY = json.dumps({"id": "cmpl-1", "object": "text_completion", "choices": [
-    {"index": 0, "text": "x" * 40, "token_ids": list(range(16)), "finish_reason": "length",
-     "logprobs": {"token_logprobs": [-0.5] * 16}}]}).encode()
-RESPONSE = (b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: "
-            + str(len(RESPONSE_BODY)).encode() + b"\r\n\r\n" + RESPONSE_BODY)
+RESPONSE_BODY = json.dumps(
+    {
+        "id": "cmpl-1",
+        "object": "text_completion",
+        "choices": [
+            {
+                "index": 0,
+                "text": "x" * 40,
+                "token_ids": list(range(16)),
+                "finish_reason": "length",
+                "logprobs": {"token_logprobs": [-0.5] * 16},
+            }
+        ],
+    }
+).encode()
+RESPONSE = (
+    b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: "
+    + str(len(RESPONSE_BODY)).encode()
+    + b"\r\n\r\n"
+    + RESPONSE_BODY
+)
 
 
 def body_length(head: bytes) -> int:
@@ -50,7 +66,7 @@ class MinimalUpstream(asyncio.Protocol):
             length = body_length(self.buffer[:head_end])
             if len(self.buffer) < head_end + 4 + length:
                 return
-            self.buffer = self.buffer[head_end + 4 + length:]
+            self.buffer = self.buffer[head_end + 4 + length :]
             self.transport.write(RESPONSE)
 
 
@@ -76,13 +92,15 @@ class Client(asyncio.Protocol):
         length = body_length(self.buffer[:head_end])
         if len(self.buffer) >= head_end + 4 + length:
             status = int(self.buffer[9:12])
-            self.buffer = self.buffer[head_end + 4 + length:]
+            self.buffer = self.buffer[head_end + 4 + length :]
             self.waiter.set_result(status)
 
 
 def request_bytes(body, port):
-    return (f"POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n"
-            f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n").encode() + body
+    return (
+        f"POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n"
+        f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
+    ).encode() + body
 
 
 async def connect(port):
@@ -123,6 +141,7 @@ async def max_rate(port, bodies, connections, seconds, pid):
         while time.perf_counter() < stop_at:
             assert await client.request(raws[i % len(raws)]) == 200
             done, i = done + 1, i + connections
+
     started, cpu_before = time.perf_counter(), cpu_seconds(pid)
     await asyncio.gather(*(drive(c, k) for k, c in enumerate(clients)))
     wall, cpu = time.perf_counter() - started, cpu_seconds(pid) - cpu_before
@@ -142,9 +161,22 @@ def start_proxy(upstream_port, core, checkout=Path(__file__).resolve().parents[1
     port = free_port()
     pin = (lambda: os.sched_setaffinity(0, {core})) if core is not None else None
     process = subprocess.Popen(
-        [sys.executable, "-m", "agrpo.proxy", "--upstream", f"http://127.0.0.1:{upstream_port}",
-         "--port", str(port), "--log-level", "warning"], cwd=checkout, preexec_fn=pin,
-        stdout=subprocess.PIPE, env={**os.environ, "PYTHONPATH": str(checkout)})
+        [
+            sys.executable,
+            "-m",
+            "agrpo.proxy",
+            "--upstream",
+            f"http://127.0.0.1:{upstream_port}",
+            "--port",
+            str(port),
+            "--log-level",
+            "warning",
+        ],
+        cwd=checkout,
+        preexec_fn=pin,
+        stdout=subprocess.PIPE,
+        env={**os.environ, "PYTHONPATH": str(checkout)},
+    )
     return process, port
 
 
@@ -160,36 +192,66 @@ async def http_numbers(quick):
     rng = random.Random(0)
     try:
         count = 300 if quick else 2000
-        long_bodies = [json.dumps({"model": "trl-policy-v3", "max_tokens": 256, "n": 1,
-                                   "prompt": [rng.randrange(150_000) for _ in range(4096)],
-                                   "logprobs": 0}).encode() for _ in range(count // G)]
+        long_bodies = [
+            json.dumps(
+                {
+                    "model": "trl-policy-v3",
+                    "max_tokens": 256,
+                    "n": 1,
+                    "prompt": [rng.randrange(150_000) for _ in range(4096)],
+                    "logprobs": 0,
+                }
+            ).encode()
+            for _ in range(count // G)
+        ]
         long_bodies = [b for b in long_bodies for _ in range(G)]  # GRPO groups
         await paired_latencies([proxy_port], long_bodies[:200])  # warm up
         direct, proxied = await paired_latencies([upstream_port, proxy_port], long_bodies)
-        short_bodies = [json.dumps({"model": "trl-policy-v3", "max_tokens": 256, "n": 1,
-                                    "prompt": [rng.randrange(150_000) for _ in range(256)]}
-                                   ).encode() for _ in range(512)]
+        short_bodies = [
+            json.dumps(
+                {
+                    "model": "trl-policy-v3",
+                    "max_tokens": 256,
+                    "n": 1,
+                    "prompt": [rng.randrange(150_000) for _ in range(256)],
+                }
+            ).encode()
+            for _ in range(512)
+        ]
         short_bodies = [b for b in short_bodies for _ in range(G)]
         seconds = 3 if quick else 8
         rate_short = await max_rate(proxy_port, short_bodies, 64, seconds, process.pid)
         rate_long = await max_rate(proxy_port, long_bodies, 64, seconds, process.pid)
-        ratio = await throughput_ratio(upstream_port, proxy_port, process.pid, rng,
-                                       rounds=2 if quick else 3, seconds=2 if quick else 4)
+        ratio = await throughput_ratio(
+            upstream_port, proxy_port, process.pid, rng, rounds=2 if quick else 3, seconds=2 if quick else 4
+        )
     finally:
         process.terminate()
         process.wait()
         server.close()
     pct = lambda xs, q: statistics.quantiles(xs, n=100)[q - 1] * 1000  # noqa: E731
-    return {"p50_added_ms": pct(proxied, 50) - pct(direct, 50),
-            "p99_added_ms": pct(proxied, 99) - pct(direct, 99),
-            "rps_256": rate_short, "rps_4096": rate_long, "one_core": proxy_core is not None,
-            **ratio}
+    return {
+        "p50_added_ms": pct(proxied, 50) - pct(direct, 50),
+        "p99_added_ms": pct(proxied, 99) - pct(direct, 99),
+        "rps_256": rate_short,
+        "rps_4096": rate_long,
+        "one_core": proxy_core is not None,
+        **ratio,
+    }
 
 
 def bodies_128(rng):
-    bodies = [json.dumps({"model": "trl-policy-v3", "max_tokens": 256, "n": 1,
-                          "prompt": [rng.randrange(150_000) for _ in range(128)]}
-                         ).encode() for _ in range(512)]
+    bodies = [
+        json.dumps(
+            {
+                "model": "trl-policy-v3",
+                "max_tokens": 256,
+                "n": 1,
+                "prompt": [rng.randrange(150_000) for _ in range(128)],
+            }
+        ).encode()
+        for _ in range(512)
+    ]
     return [b for b in bodies for _ in range(G)]
 
 
@@ -200,21 +262,28 @@ async def alternating_rates(targets, bodies, rounds, seconds):
     for _ in range(rounds):
         for name, port, pid in targets:
             runs[name].append(await max_rate(port, bodies, 64, seconds, pid))
-    return {name: (statistics.median(r[0] for r in rs), statistics.median(r[1] for r in rs))
-            for name, rs in runs.items()}
+    return {
+        name: (statistics.median(r[0] for r in rs), statistics.median(r[1] for r in rs)) for name, rs in runs.items()
+    }
 
 
 async def throughput_ratio(upstream_port, proxy_port, pid, rng, rounds, seconds):
     """64 clients, 128-token prompts in GRPO groups: proxied requests/s as a ratio to direct
     (the ratio of the medians; issue 12 item 6 asks for 2x)."""
-    rates = await alternating_rates([("direct", upstream_port, os.getpid()),
-                                     ("proxy", proxy_port, pid)], bodies_128(rng), rounds, seconds)
+    rates = await alternating_rates(
+        [("direct", upstream_port, os.getpid()), ("proxy", proxy_port, pid)], bodies_128(rng), rounds, seconds
+    )
     (direct, cpu_direct), (proxied, cpu_proxied) = rates["direct"], rates["proxy"]
     # per CPU-second: the proxy process's against the direct path's (client + upstream in
     # this process); what one core can do, whatever else shares the machine
-    return {"rps_direct_128": direct, "rps_proxy_128": proxied, "ratio_128": proxied / direct,
-            "cpu_direct_128": cpu_direct, "cpu_proxy_128": cpu_proxied,
-            "cpu_ratio_128": cpu_proxied / cpu_direct}
+    return {
+        "rps_direct_128": direct,
+        "rps_proxy_128": proxied,
+        "ratio_128": proxied / direct,
+        "cpu_direct_128": cpu_direct,
+        "cpu_proxy_128": cpu_proxied,
+        "cpu_ratio_128": cpu_proxied / cpu_direct,
+    }
 
 
 async def compare(other: Path, rounds: int, seconds: float) -> None:
@@ -232,22 +301,26 @@ async def compare(other: Path, rounds: int, seconds: float) -> None:
         for process in (this, that):
             await asyncio.to_thread(process.stdout.readline)
         rates = await alternating_rates(
-            [("direct", upstream_port, os.getpid()), ("this", this_port, this.pid),
-             ("other", that_port, that.pid)], bodies_128(random.Random(0)), rounds, seconds)
+            [("direct", upstream_port, os.getpid()), ("this", this_port, this.pid), ("other", that_port, that.pid)],
+            bodies_128(random.Random(0)),
+            rounds,
+            seconds,
+        )
     finally:
         for process in (this, that):
             process.terminate()
             process.wait()
         server.close()
-    print(f"\n## This proxy vs {other} (64 clients, 128-token prompts, {rounds} rounds of "
-          f"{seconds:g} s each, taking turns)\n")
+    print(
+        f"\n## This proxy vs {other} (64 clients, 128-token prompts, {rounds} rounds of "
+        f"{seconds:g} s each, taking turns)\n"
+    )
     print("| path | requests/s | ratio to direct | requests per CPU-second | ratio to direct |")
     print("|---|---:|---:|---:|---:|")
     for name in ("direct", "this", "other"):
         wall, cpu = rates[name]
-        print(f"| {name} | {wall:.0f} | {wall / rates['direct'][0]:.3f} | {cpu:.0f} | "
-              f"{cpu / rates['direct'][1]:.3f} |")
-    print(f"\nthis / other: {rates['this'][0] / rates['other'][0]:.2f}x requests/s, "
-          f"{rates['this'][1] / rates['other'][1]:.2f}x requests per CPU-second")
-
-
+        print(f"| {name} | {wall:.0f} | {wall / rates['direct'][0]:.3f} | {cpu:.0f} | {cpu / rates['direct'][1]:.3f} |")
+    print(
+        f"\nthis / other: {rates['this'][0] / rates['other'][0]:.2f}x requests/s, "
+        f"{rates['this'][1] / rates['other'][1]:.2f}x requests per CPU-second"
+    )

@@ -25,14 +25,24 @@ def time_rollouts(cfg: Any, vllm_url: str, lora_name: str, samples: int, warmup:
 
     args = build_grpo_args(cfg, vllm_url, 1, cuda_available())
     tokenizer = load_tokenizer(cfg.model) or AutoTokenizer.from_pretrained(
-        cfg.model.name_or_path, trust_remote_code=cfg.model.trust_remote_code)
+        cfg.model.name_or_path, trust_remote_code=cfg.model.trust_remote_code
+    )
     dataset = load_train_dataset(cfg.data, seed=cfg.trainer.seed)
     worker = AsyncRolloutWorker(
-        model_name=cfg.model.name_or_path, lora_name=lora_name, dataset=dataset,
-        reward_funcs=build_reward_funcs(cfg.reward.funcs), processing_class=tokenizer,
-        eos_token_ids=[tokenizer.eos_token_id], num_generations=args.num_generations,
-        max_inflight_tasks=args.max_inflight_tasks, queue_maxsize=args.queue_maxsize, vllm_server_url=vllm_url,
-        max_tokens=args.max_completion_length, temperature=args.temperature, top_p=args.top_p)
+        model_name=cfg.model.name_or_path,
+        lora_name=lora_name,
+        dataset=dataset,
+        reward_funcs=build_reward_funcs(cfg.reward.funcs),
+        processing_class=tokenizer,
+        eos_token_ids=[tokenizer.eos_token_id],
+        num_generations=args.num_generations,
+        max_inflight_tasks=args.max_inflight_tasks,
+        queue_maxsize=args.queue_maxsize,
+        vllm_server_url=vllm_url,
+        max_tokens=args.max_completion_length,
+        temperature=args.temperature,
+        top_p=args.top_p,
+    )
     worker.model_version = 1
     worker.start()
     try:

@@ -38,8 +38,10 @@ def random_adapter_dir(tiny_model_dir, tmp_path_factory) -> Path:
     from transformers import AutoModelForCausalLM
 
     torch.manual_seed(0)
-    model = get_peft_model(AutoModelForCausalLM.from_pretrained(tiny_model_dir),
-                           LoraConfig(r=8, lora_alpha=16, target_modules="all-linear", task_type="CAUSAL_LM"))
+    model = get_peft_model(
+        AutoModelForCausalLM.from_pretrained(tiny_model_dir),
+        LoraConfig(r=8, lora_alpha=16, target_modules="all-linear", task_type="CAUSAL_LM"),
+    )
     with torch.no_grad():
         for name, param in model.named_parameters():
             if "lora_B" in name:
@@ -57,8 +59,15 @@ def vllm_server(tiny_model_dir, tmp_path_factory):
 
     port = free_ports(1, 18100)[0]
     log_path = tmp_path_factory.mktemp("vllm") / "vllm.log"
-    server = start_replica(tiny_model_dir, port, log_path, lora_rank=8, max_loras=4, max_model_len=256,
-                           extra_args=["--enable-log-requests"])
+    server = start_replica(
+        tiny_model_dir,
+        port,
+        log_path,
+        lora_rank=8,
+        max_loras=4,
+        max_model_len=256,
+        extra_args=["--enable-log-requests"],
+    )
     yield server
     server.stop()
 

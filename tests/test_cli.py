@@ -13,8 +13,14 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 
 
 def agrpo(*args, cwd, env=None, timeout=180):
-    return subprocess.run([sys.executable, "-m", "agrpo", *args], cwd=cwd, capture_output=True, text=True,
-                          timeout=timeout, env={**os.environ, "HF_HUB_OFFLINE": "1", **(env or {})})
+    return subprocess.run(
+        [sys.executable, "-m", "agrpo", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, "HF_HUB_OFFLINE": "1", **(env or {})},
+    )
 
 
 def test_dry_run_from_any_directory_prints_plan_and_starts_nothing(tmp_path):
@@ -31,8 +37,10 @@ def test_dry_run_from_any_directory_prints_plan_and_starts_nothing(tmp_path):
 
 def test_recipe_given_as_a_path_to_the_users_yaml(tmp_path):
     mine = tmp_path / "my_recipe.yaml"
-    mine.write_text("# @package _global_\n# python -m agrpo +recipe=./my_recipe.yaml\n"
-                    "defaults:\n  - /recipe/smoke\n\nrun_name: mine\ntrainer:\n  max_steps: 7\n")
+    mine.write_text(
+        "# @package _global_\n# python -m agrpo +recipe=./my_recipe.yaml\n"
+        "defaults:\n  - /recipe/smoke\n\nrun_name: mine\ntrainer:\n  max_steps: 7\n"
+    )
     result = agrpo("+recipe=./my_recipe.yaml", "--cfg", "job", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     assert "run_name: mine" in result.stdout and "max_steps: 7" in result.stdout
@@ -61,8 +69,7 @@ def test_cross_field_error_names_the_keys_and_exits_2(tmp_path):
 
 
 def test_missing_model_path_fails_before_starting_anything(tmp_path):
-    result = agrpo("+recipe=smoke", "model.builder=null", f"model.name_or_path={tmp_path}/no-such-model",
-                   cwd=tmp_path)
+    result = agrpo("+recipe=smoke", "model.builder=null", f"model.name_or_path={tmp_path}/no-such-model", cwd=tmp_path)
     assert result.returncode == 2
     assert "no-such-model" in result.stderr and "config.json" in result.stderr
     assert "Traceback" not in result.stderr
@@ -94,10 +101,15 @@ def test_ctrl_c_while_a_replica_starts_stops_everything(tmp_path, run_token):
     run_dir = tmp_path / "run"
     # A terminal's Ctrl-C: when pytest itself runs as a background job, SIGINT is ignored and the child would inherit
     # that (Python then never raises KeyboardInterrupt), so restore the default in the child.
-    proc = subprocess.Popen([sys.executable, "-m", "agrpo", "+recipe=smoke", f"hydra.run.dir={run_dir}"], cwd=tmp_path,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env={**os.environ, "HF_HUB_OFFLINE": "1", "AGRPO_CACHE": str(tmp_path / "cache")},
-                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "agrpo", "+recipe=smoke", f"hydra.run.dir={run_dir}"],
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "HF_HUB_OFFLINE": "1", "AGRPO_CACHE": str(tmp_path / "cache")},
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
     log = run_dir / "logs" / "vllm-0.log"
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline and not (log.exists() and log.stat().st_size > 0):
@@ -138,8 +150,16 @@ def test_help_describes_the_commands_and_lists_the_groups(tmp_path):
     result = agrpo("--help", cwd=tmp_path)
     assert result.returncode == 0
     assert "powered by Hydra" not in result.stdout
-    for text in ("python -m agrpo +recipe=NAME", "agrpo eval", "agrpo plot", "agrpo push", "agrpo jobs",
-                 "local, accelerate, hf_jobs", "how processes start", "gsm8k, gsm8k_cpu, sanity, smoke"):
+    for text in (
+        "python -m agrpo +recipe=NAME",
+        "agrpo eval",
+        "agrpo plot",
+        "agrpo push",
+        "agrpo jobs",
+        "local, accelerate, hf_jobs",
+        "how processes start",
+        "gsm8k, gsm8k_cpu, sanity, smoke",
+    ):
         assert text in result.stdout, text
     assert agrpo("+recipe=smoke", "--help", cwd=tmp_path).stdout == result.stdout  # anywhere on the line
 

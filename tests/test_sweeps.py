@@ -18,8 +18,14 @@ SMOKE_HISTORY = Path(__file__).parent / "report" / "data" / "smoke_log_history.j
 
 
 def agrpo(*args, cwd, timeout=300):
-    return subprocess.run([sys.executable, "-m", "agrpo", *args], cwd=cwd, capture_output=True, text=True,
-                          timeout=timeout, env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    return subprocess.run(
+        [sys.executable, "-m", "agrpo", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, "HF_HUB_OFFLINE": "1"},
+    )
 
 
 def fake_point(sweep_dir: Path, num: int, overrides: list[str], metrics: dict | None, point: dict | None) -> None:
@@ -34,10 +40,16 @@ def fake_point(sweep_dir: Path, num: int, overrides: list[str], metrics: dict | 
 
 def test_table_lists_every_point_with_what_varies_reward_and_wall_time(tmp_path):
     common = ["+recipe=smoke", "trainer.max_steps=2"]
-    fake_point(tmp_path, 0, [*common, "lora.r=1"], {"reward_last": 0.2, "reward_first": 0.1, "global_step": 2,
-                                                     "wall_time_s": 30.0}, {"status": "completed", "wall_s": 70.0})
-    fake_point(tmp_path, 1, [*common, "lora.r=4"], {"reward_last": 0.3, "reward_first": 0.1, "global_step": 2},
-               None)  # ran elsewhere (another process, a Job): metrics only
+    fake_point(
+        tmp_path,
+        0,
+        [*common, "lora.r=1"],
+        {"reward_last": 0.2, "reward_first": 0.1, "global_step": 2, "wall_time_s": 30.0},
+        {"status": "completed", "wall_s": 70.0},
+    )
+    fake_point(
+        tmp_path, 1, [*common, "lora.r=4"], {"reward_last": 0.3, "reward_first": 0.1, "global_step": 2}, None
+    )  # ran elsewhere (another process, a Job): metrics only
     fake_point(tmp_path, 10, [*common, "lora.r=64"], None, {"status": "failed", "error": "lora.r too big"})
     rows = collect_points(tmp_path)
     assert [row.job for row in rows] == ["0", "1", "10"]  # numeric order
@@ -89,8 +101,15 @@ def test_optuna_recipe_composes_with_the_optuna_sweeper(tmp_path):
 @pytest.mark.vllm
 def test_two_point_multirun_of_the_smoke_recipe(tmp_path):
     """Each point starts its own replica on its own ports (the local launcher), trains 2 steps, writes metrics."""
-    result = agrpo("-m", "+recipe=smoke", "lora.r=1,4", "trainer.max_steps=2", "trainer.per_device_train_batch_size=8",
-                   cwd=tmp_path, timeout=1200)
+    result = agrpo(
+        "-m",
+        "+recipe=smoke",
+        "lora.r=1,4",
+        "trainer.max_steps=2",
+        "trainer.per_device_train_batch_size=8",
+        cwd=tmp_path,
+        timeout=1200,
+    )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-5000:]
     sweep_dirs = list((tmp_path / "outputs" / "multirun" / "smoke").iterdir())
     assert len(sweep_dirs) == 1

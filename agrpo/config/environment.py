@@ -40,8 +40,11 @@ def locate(dotted: str) -> Any:
 
 def public_names(obj: Any) -> list[str]:
     """What a module offers: its public callables and, for a package, its submodules."""
-    names = {n for n, v in vars(obj).items() if not n.startswith("_") and callable(v)
-             and getattr(v, "__module__", None) == getattr(obj, "__name__", None)}
+    names = {
+        n
+        for n, v in vars(obj).items()
+        if not n.startswith("_") and callable(v) and getattr(v, "__module__", None) == getattr(obj, "__name__", None)
+    }
     if hasattr(obj, "__path__"):
         names |= {m.name for m in pkgutil.iter_modules(obj.__path__) if not m.name.startswith("_")}
     return sorted(names)
@@ -96,8 +99,10 @@ def data_problems(cfg: Any) -> list[str]:
     # An already resolved config (OmegaConf.resolve) shows an unset data_dir as the text "None".
     uses_data_dir = "${data_dir}" in str(raw) or (cfg.data_dir is None and str(raw).startswith("None/"))
     if uses_data_dir and cfg.data_dir is None:
-        return [f"data.path={raw!r} needs data_dir, which is not set: pass data_dir=/path/to/data or set the "
-                "AGRPO_DATA_DIR environment variable (the folder that holds e.g. gsm8k/train.jsonl)"]
+        return [
+            f"data.path={raw!r} needs data_dir, which is not set: pass data_dir=/path/to/data or set the "
+            "AGRPO_DATA_DIR environment variable (the folder that holds e.g. gsm8k/train.jsonl)"
+        ]
     from pathlib import Path
 
     path = Path(str(cfg.data.path)).expanduser()
@@ -105,8 +110,10 @@ def data_problems(cfg: Any) -> list[str]:
         return []
     problem = f"data.path={str(path)!r} does not exist"
     if uses_data_dir:
-        problem += (f" (it is under data_dir={cfg.data_dir!r}, set by data_dir=... or the AGRPO_DATA_DIR "
-                    "environment variable: point either at the folder that holds the data)")
+        problem += (
+            f" (it is under data_dir={cfg.data_dir!r}, set by data_dir=... or the AGRPO_DATA_DIR "
+            "environment variable: point either at the folder that holds the data)"
+        )
     else:
         problem += ": point data.path at a local JSONL/Parquet/Arrow file or folder (or null to use data.name)"
     return [problem]
@@ -117,8 +124,10 @@ def package_problems(cfg: Any) -> list[str]:
     problems = []
     for entry in cfg.logger.report_to or []:
         if entry in INTEGRATIONS and not module_exists(INTEGRATIONS[entry][0]):
-            problems.append(f"logger.report_to has {entry!r} but its package is not installed: "
-                            f"pip install {INTEGRATIONS[entry][1]} (or drop {entry!r} from logger.report_to)")
+            problems.append(
+                f"logger.report_to has {entry!r} but its package is not installed: "
+                f"pip install {INTEGRATIONS[entry][1]} (or drop {entry!r} from logger.report_to)"
+            )
     return problems
 
 
@@ -130,8 +139,10 @@ def device_problems(cfg: Any) -> list[str]:
 
     if torch.cuda.is_available():
         return []
-    return ["inference.device=cuda but this machine has no CUDA GPU (torch.cuda.is_available() is False): set "
-            "inference.device=auto or cpu"]
+    return [
+        "inference.device=cuda but this machine has no CUDA GPU (torch.cuda.is_available() is False): set "
+        "inference.device=auto or cpu"
+    ]
 
 
 def trl_problems(cfg: Any) -> list[str]:
@@ -147,8 +158,11 @@ def trl_problems(cfg: Any) -> list[str]:
         from trl.experimental.async_grpo import AsyncGRPOConfig
 
     known = [f.name for f in dataclasses.fields(AsyncGRPOConfig)]
-    return [f"trainer.extra.{key} is not a field of TRL's AsyncGRPOConfig{did_you_mean(key, known, 'trainer.extra.')}"
-            for key in extra if key not in known]
+    return [
+        f"trainer.extra.{key} is not a field of TRL's AsyncGRPOConfig{did_you_mean(key, known, 'trainer.extra.')}"
+        for key in extra
+        if key not in known
+    ]
 
 
 def environment_problems(cfg: Any) -> list[str]:
@@ -157,4 +171,3 @@ def environment_problems(cfg: Any) -> list[str]:
     if not remote_trainer:
         problems += data_problems(cfg) + package_problems(cfg)
     return problems
-

@@ -49,8 +49,10 @@ def bucket_problems(sync: Any) -> list[str]:
     if not os.path.isabs(sync.mount_path):
         problems.append(f"sync.mount_path={sync.mount_path!r} must be an absolute path")
     elif not os.path.abspath(sync.output_dir).startswith(mount.rstrip("/") + "/"):
-        problems.append(f"sync.output_dir={sync.output_dir!r} is not under sync.mount_path={sync.mount_path!r}: "
-                        "adapters written there would never reach the bucket")
+        problems.append(
+            f"sync.output_dir={sync.output_dir!r} is not under sync.mount_path={sync.mount_path!r}: "
+            "adapters written there would never reach the bucket"
+        )
     if not re.fullmatch(r"([\w.-]+/)?[\w.-]+", sync.bucket or ""):
         problems.append(f"sync.bucket={sync.bucket!r} must be 'name' or 'namespace/name'")
     return problems
@@ -59,25 +61,33 @@ def bucket_problems(sync: Any) -> list[str]:
 def name_problems(jobs: Any) -> list[str]:
     problems = []
     if not JOB_NAME.fullmatch(str(jobs.run_id)):
-        problems.append(f"launcher.hf_jobs.run_id={jobs.run_id!r} may hold only letters, digits, '_' and '-' (it "
-                        "names the Jobs, labels them and names the bucket folder; the Hub refuses other characters)")
+        problems.append(
+            f"launcher.hf_jobs.run_id={jobs.run_id!r} may hold only letters, digits, '_' and '-' (it "
+            "names the Jobs, labels them and names the bucket folder; the Hub refuses other characters)"
+        )
     for key, value in (jobs.labels or {}).items():
         if not (JOB_NAME.fullmatch(str(key)) and JOB_NAME.fullmatch(str(value))):
-            problems.append(f"launcher.hf_jobs.labels.{key}={value!r}: label keys and values may hold only letters, "
-                            "digits, '_' and '-'")
+            problems.append(
+                f"launcher.hf_jobs.labels.{key}={value!r}: label keys and values may hold only letters, "
+                "digits, '_' and '-'"
+            )
     return problems
 
 
 def install_problems(jobs: Any) -> list[str]:
     problems = []
     if jobs.trainer_image_has_agrpo and jobs.install:
-        problems.append(f"launcher.hf_jobs.install={jobs.install!r} and launcher.hf_jobs.trainer_image_has_agrpo=true "
-                        "contradict each other: keep one (the image's agrpo, or a pinned requirement to install)")
+        problems.append(
+            f"launcher.hf_jobs.install={jobs.install!r} and launcher.hf_jobs.trainer_image_has_agrpo=true "
+            "contradict each other: keep one (the image's agrpo, or a pinned requirement to install)"
+        )
     if jobs.install and re.fullmatch(r"[A-Za-z0-9_.-]+", jobs.install.strip()):
-        problems.append(f"launcher.hf_jobs.install={jobs.install!r} is a bare package name, which would install "
-                        "whatever an index serves under that name inside a Job holding your token: pin it "
-                        "('agrpo==X.Y.Z' or 'agrpo @ https://.../agrpo-X.Y.Z-py3-none-any.whl') or leave it empty "
-                        "to install the wheel agrpo builds from this machine's code")
+        problems.append(
+            f"launcher.hf_jobs.install={jobs.install!r} is a bare package name, which would install "
+            "whatever an index serves under that name inside a Job holding your token: pin it "
+            "('agrpo==X.Y.Z' or 'agrpo @ https://.../agrpo-X.Y.Z-py3-none-any.whl') or leave it empty "
+            "to install the wheel agrpo builds from this machine's code"
+        )
     if jobs.install_attempts < 1:
         problems.append("launcher.hf_jobs.install_attempts must be >= 1")
     return problems
@@ -96,19 +106,25 @@ def hf_jobs_problems(cfg: Any) -> list[str]:
         problems.append(f"launcher=hf_jobs needs sync=bucket (sync.kind={sync.kind!r}): Jobs share no disk")
     rehearse = bool(jobs.get("rehearse", False))  # rehearsal Jobs run on this machine and see its files
     if cfg.model.builder and not rehearse:
-        problems.append(f"model.builder={cfg.model.builder!r} builds the model on this machine, which the Jobs cannot "
-                        "see: use a Hub model id in model.name_or_path (e.g. model=qwen2_5_0_5b)")
+        problems.append(
+            f"model.builder={cfg.model.builder!r} builds the model on this machine, which the Jobs cannot "
+            "see: use a Hub model id in model.name_or_path (e.g. model=qwen2_5_0_5b)"
+        )
     data_path = cfg.data.path
     if data_path and not rehearse and not str(data_path).startswith(str(sync.mount_path).rstrip("/") + "/"):
-        problems.append(f"data.path={data_path!r} is a file on this machine, which the Jobs cannot see: use a Hub "
-                        "dataset (data.path=null) or copy the file into the bucket and point data.path under "
-                        f"sync.mount_path={sync.mount_path!r}")
+        problems.append(
+            f"data.path={data_path!r} is a file on this machine, which the Jobs cannot see: use a Hub "
+            "dataset (data.path=null) or copy the file into the bucket and point data.path under "
+            f"sync.mount_path={sync.mount_path!r}"
+        )
     if cfg.inference.device == "cpu" and not rehearse:
         problems.append("launcher=hf_jobs runs vLLM's GPU image: set inference.device=auto or cuda")
     if rehearse and jobs.detach:
-        problems.append("launcher.hf_jobs.rehearse=true with launcher.hf_jobs.detach=true: the rehearsal's stand-in "
-                        "stops, with every Job, when the launch returns, so a detached rehearsal would end at once; "
-                        "rehearse without detach")
+        problems.append(
+            "launcher.hf_jobs.rehearse=true with launcher.hf_jobs.detach=true: the rehearsal's stand-in "
+            "stops, with every Job, when the launch returns, so a detached rehearsal would end at once; "
+            "rehearse without detach"
+        )
     problems += name_problems(jobs)
     problems += install_problems(jobs)
     if jobs.trainer_launcher not in ("local", "accelerate"):
@@ -118,12 +134,16 @@ def hf_jobs_problems(cfg: Any) -> list[str]:
     if not 0 < jobs.replica_port < 65536:
         problems.append(f"launcher.hf_jobs.replica_port={jobs.replica_port} is not a TCP port")
     for key, name in interpolated_secrets(cfg, list(jobs.secrets)):
-        problems.append(f"{key} reads the secret {name} through ${{oc.env:{name}}}, which would write its value "
-                        f"into the trainer Job's config file on the bucket: add {name} to launcher.hf_jobs.secrets "
-                        "(every Job then gets it as an environment variable, never in a command or file) and "
-                        f"remove the interpolation (e.g. proxy.token_env={name} for the proxy's upstream token)")
+        problems.append(
+            f"{key} reads the secret {name} through ${{oc.env:{name}}}, which would write its value "
+            f"into the trainer Job's config file on the bucket: add {name} to launcher.hf_jobs.secrets "
+            "(every Job then gets it as an environment variable, never in a command or file) and "
+            f"remove the interpolation (e.g. proxy.token_env={name} for the proxy's upstream token)"
+        )
     if cfg.role == "trainer" and not (jobs.namespace and cfg.inference.use_proxy and cfg.proxy.token_env):
-        problems.append("role=trainer with launcher=hf_jobs runs inside the trainer Job and needs "
-                        "launcher.hf_jobs.namespace, inference.use_proxy=true and proxy.token_env (the replicas' URLs "
-                        "need the HF token): the launcher sets all three")
+        problems.append(
+            "role=trainer with launcher=hf_jobs runs inside the trainer Job and needs "
+            "launcher.hf_jobs.namespace, inference.use_proxy=true and proxy.token_env (the replicas' URLs "
+            "need the HF token): the launcher sets all three"
+        )
     return problems

@@ -125,12 +125,16 @@ def name_problems(cfg: Any) -> list[str]:
     if name not in launchers and not module_exists(f"agrpo.launchers.{name}"):
         problems.append(f"launcher.name={name!r} is not a launcher: pick launcher={' | launcher='.join(launchers)}")
     if importlib.util.find_spec(f"agrpo.sync.{cfg.sync.kind}") is None:
-        problems.append(f"sync.kind={cfg.sync.kind!r} has no module agrpo/sync/{cfg.sync.kind}.py: pick "
-                        f"sync={' | sync='.join(group_options('sync'))}")
+        problems.append(
+            f"sync.kind={cfg.sync.kind!r} has no module agrpo/sync/{cfg.sync.kind}.py: pick "
+            f"sync={' | sync='.join(group_options('sync'))}"
+        )
     for entry in cfg.logger.report_to or []:
         if entry not in INTEGRATIONS and entry not in NO_INTEGRATION:
-            problems.append(f"logger.report_to has {entry!r}, which is not an integration: use some of "
-                            f"{sorted(INTEGRATIONS)} (or [] for none)")
+            problems.append(
+                f"logger.report_to has {entry!r}, which is not an integration: use some of "
+                f"{sorted(INTEGRATIONS)} (or [] for none)"
+            )
     return problems
 
 

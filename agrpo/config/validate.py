@@ -40,23 +40,32 @@ def cross_field_problems(cfg: Any) -> list[str]:
             "lower trainer.max_staleness (or leave inference.max_loras unset to derive it)"
         )
     if inference.max_lora_rank is not None and lora.r > inference.max_lora_rank:
-        problems.append(f"lora.r={lora.r} exceeds inference.max_lora_rank={inference.max_lora_rank}: lower lora.r "
-                        "or raise inference.max_lora_rank (or leave it unset to derive it)")
+        problems.append(
+            f"lora.r={lora.r} exceeds inference.max_lora_rank={inference.max_lora_rank}: lower lora.r "
+            "or raise inference.max_lora_rank (or leave it unset to derive it)"
+        )
     if lora.r > 512:
         problems.append(f"lora.r={lora.r} exceeds the largest rank vLLM serves (512)")
     if lora.use_dora:
-        problems.append("lora.use_dora=true cannot be synced adapter-only (vLLM serves plain LoRA): "
-                        "set lora.use_dora=false")
+        problems.append(
+            "lora.use_dora=true cannot be synced adapter-only (vLLM serves plain LoRA): set lora.use_dora=false"
+        )
     if lora.modules_to_save:
-        problems.append(f"lora.modules_to_save={list(lora.modules_to_save)} trains full modules that a LoRA adapter "
-                        "cannot carry to vLLM: set lora.modules_to_save=null")
+        problems.append(
+            f"lora.modules_to_save={list(lora.modules_to_save)} trains full modules that a LoRA adapter "
+            "cannot carry to vLLM: set lora.modules_to_save=null"
+        )
     in_head = [m for m in lora.target_modules if any(part in m for part in NOT_IN_ADAPTER)]
     if in_head:
-        problems.append(f"lora.target_modules targets {in_head}: TRL computes log-probs from the base head and vLLM "
-                        "does not serve embedding LoRA; remove them")
+        problems.append(
+            f"lora.target_modules targets {in_head}: TRL computes log-probs from the base head and vLLM "
+            "does not serve embedding LoRA; remove them"
+        )
     if trainer.max_completion_length >= inference.max_model_len:
-        problems.append(f"trainer.max_completion_length={trainer.max_completion_length} leaves no room for the prompt "
-                        f"in inference.max_model_len={inference.max_model_len}: raise the latter or lower the former")
+        problems.append(
+            f"trainer.max_completion_length={trainer.max_completion_length} leaves no room for the prompt "
+            f"in inference.max_model_len={inference.max_model_len}: raise the latter or lower the former"
+        )
     if trainer.max_staleness < 0:
         problems.append("trainer.max_staleness must be >= 0")
     if trainer.weight_sync_steps < 1:
@@ -75,8 +84,10 @@ def cross_field_problems(cfg: Any) -> list[str]:
         problems.append("role=trainer needs the replicas' URLs in inference.urls")
     shadowed = sorted(set(cfg.trainer.extra or {}) & set(cfg.trainer.keys()))
     if shadowed:
-        problems.append(f"trainer.extra sets {shadowed}, which trainer.* already has: set trainer.{shadowed[0]} "
-                        "instead (trainer.extra is for the AsyncGRPOConfig fields agrpo does not name)")
+        problems.append(
+            f"trainer.extra sets {shadowed}, which trainer.* already has: set trainer.{shadowed[0]} "
+            "instead (trainer.extra is for the AsyncGRPOConfig fields agrpo does not name)"
+        )
     problems += hf_jobs_problems(cfg)
     funcs = cfg.reward.funcs or []
     if not funcs:

@@ -28,6 +28,8 @@ def load_hub(data_cfg: Any, seed: int = 0):
     try:
         raw = datasets.load_dataset(data_cfg.name, data_cfg.config_name, split=data_cfg.split)
     except (FileNotFoundError, ValueError, ConnectionError) as error:
-        raise ConfigError(f"data.name={data_cfg.name!r} (config {data_cfg.config_name!r}, split "
-                          f"{data_cfg.split!r}) could not be loaded: {error}") from None
+        raise ConfigError(
+            f"data.name={data_cfg.name!r} (config {data_cfg.config_name!r}, split "
+            f"{data_cfg.split!r}) could not be loaded: {error}"
+        ) from None
     return task_rows_from_config(raw, data_cfg)

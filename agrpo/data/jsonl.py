@@ -35,8 +35,10 @@ def chat_messages(value: Any) -> list[dict[str, str]]:
         messages = [{"role": str(m.get("role")), "content": m.get("content")} for m in value]
         for message in messages:
             if message["role"] not in ROLES or not isinstance(message["content"], str):
-                raise ConfigError(f"a chat prompt needs messages like {{'role': 'user', 'content': '...'}} (roles "
-                                  f"{', '.join(ROLES)}), got {value!r}")
+                raise ConfigError(
+                    f"a chat prompt needs messages like {{'role': 'user', 'content': '...'}} (roles "
+                    f"{', '.join(ROLES)}), got {value!r}"
+                )
         return messages
     raise ConfigError(f"a prompt must be text or a list of chat messages, got {type(value).__name__}: {value!r}")
 
@@ -57,13 +59,16 @@ def render_prompt(
         try:
             value: Any = template.format_map(row)
         except (KeyError, IndexError) as error:
-            raise ConfigError(f"data.prompt_template={template!r} names {error}, which is not a column; the "
-                              f"columns are {sorted(row)}") from None
+            raise ConfigError(
+                f"data.prompt_template={template!r} names {error}, which is not a column; the columns are {sorted(row)}"
+            ) from None
     elif "prompt" in row:
         value = row["prompt"]
     else:
-        raise ConfigError(f"the rows hold no `prompt` column (columns: {sorted(row)}): rename one with "
-                          "+data.columns.your_column=prompt, or build it with data.prompt_template='...{your_column}'")
+        raise ConfigError(
+            f"the rows hold no `prompt` column (columns: {sorted(row)}): rename one with "
+            "+data.columns.your_column=prompt, or build it with data.prompt_template='...{your_column}'"
+        )
     messages = chat_messages(value)
     if instruction:
         users = [i for i, m in enumerate(messages) if m["role"] == "user"]
@@ -89,13 +94,16 @@ def to_task_rows(
     dataset = rename_columns(dataset, columns or {})
     clashes = [name for name in RESERVED_COLUMNS if name in dataset.column_names]
     if clashes:
-        raise ConfigError(f"column(s) {clashes} clash with the arguments TRL passes to every reward; rename them "
-                          f"with +data.columns.{clashes[0]}=another_name")
+        raise ConfigError(
+            f"column(s) {clashes} clash with the arguments TRL passes to every reward; rename them "
+            f"with +data.columns.{clashes[0]}=another_name"
+        )
     render_prompt(dataset[0], template=prompt_template, system_prompt=system_prompt, instruction=instruction)
 
     def convert(row: dict[str, Any]) -> dict[str, Any]:
-        return {"prompt": render_prompt(row, template=prompt_template, system_prompt=system_prompt,
-                                        instruction=instruction)}
+        return {
+            "prompt": render_prompt(row, template=prompt_template, system_prompt=system_prompt, instruction=instruction)
+        }
 
     remove = ["prompt"] if "prompt" in dataset.column_names else []
     return dataset.map(convert, remove_columns=remove, desc="formatting prompts")
@@ -135,8 +143,10 @@ def load_jsonl(data_cfg: Any, seed: int = 0):
     from agrpo.data.math import read_local
 
     if not data_cfg.path:
-        raise ConfigError("data=jsonl needs data.path=FILE (a JSONL file, one JSON object per line with a `prompt` "
-                          "and the columns your rewards read)")
+        raise ConfigError(
+            "data=jsonl needs data.path=FILE (a JSONL file, one JSON object per line with a `prompt` "
+            "and the columns your rewards read)"
+        )
     try:
         raw = read_local(data_cfg.path, data_cfg.split)
     except (FileNotFoundError, ValueError) as error:

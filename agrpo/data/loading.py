@@ -36,7 +36,11 @@ def missing_data_path(path: str | None) -> str | None:
     if path is None or Path(str(path)).expanduser().exists():
         return None
     if str(path).startswith("None/"):
-        return (f"data.path={path!r} is built from data_dir, which is not set: pass data_dir=/path/to/data or set "
-                "the AGRPO_DATA_DIR environment variable")
-    return (f"data.path={path!r} does not exist: point data.path (or data_dir / AGRPO_DATA_DIR, when the path is "
-            "built from it) at the data")
+        return (
+            f"data.path={path!r} is built from data_dir, which is not set: pass data_dir=/path/to/data or set "
+            "the AGRPO_DATA_DIR environment variable"
+        )
+    return (
+        f"data.path={path!r} does not exist: point data.path (or data_dir / AGRPO_DATA_DIR, when the path is "
+        "built from it) at the data"
+    )

@@ -73,9 +73,7 @@ def read_hub(name: str, split: str = "train", config_name: str | None = None):
     import datasets
 
     source = KNOWN_DATASETS.get(name, HubSource(name, config_name))
-    return datasets.load_dataset(
-        source.repo_id, config_name or source.config_name, split=source.only_split or split
-    )
+    return datasets.load_dataset(source.repo_id, config_name or source.config_name, split=source.only_split or split)
 
 
 def _get(row: Mapping[str, Any], column: str) -> Any:

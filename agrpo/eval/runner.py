@@ -41,8 +41,10 @@ def eval_data_config(cfg: Any) -> Any:
     elif ev.name:
         data.path, data.name = None, ev.name
     elif data.path:
-        raise ConfigError(f"data.path={data.path!r} is the training file: set eval.path to a test file "
-                          "(e.g. eval.path=${data_dir}/gsm8k/test.jsonl) or eval.name to a dataset")
+        raise ConfigError(
+            f"data.path={data.path!r} is the training file: set eval.path to a test file "
+            "(e.g. eval.path=${data_dir}/gsm8k/test.jsonl) or eval.name to a dataset"
+        )
     data.split = ev.split
     return data
 
@@ -54,8 +56,10 @@ def load_problems(cfg: Any):
     data = eval_data_config(cfg)
     dataset = get_method(data.loader)(data, seed=cfg.trainer.seed)
     if "prompt" not in dataset.column_names:
-        raise ConfigError(f"data.loader={data.loader!r} returned no `prompt` column: evaluation needs chat prompts "
-                          "(the reward terms read the gold from the other columns)")
+        raise ConfigError(
+            f"data.loader={data.loader!r} returned no `prompt` column: evaluation needs chat prompts "
+            "(the reward terms read the gold from the other columns)"
+        )
     if cfg.eval.max_problems is not None:
         dataset = dataset.select(range(min(cfg.eval.max_problems, len(dataset))))
     return dataset
@@ -66,8 +70,10 @@ def adapter_name(path: str) -> str:
     adapter's weights file, so a retrained adapter at the same path gets a new name."""
     weights = Path(path) / "adapter_model.safetensors"
     if not weights.is_file():
-        raise ConfigError(f"eval.adapter={path!r} holds no adapter_model.safetensors (expected a peft adapter folder, "
-                          "e.g. <run dir>/final_adapter)")
+        raise ConfigError(
+            f"eval.adapter={path!r} holds no adapter_model.safetensors (expected a peft adapter folder, "
+            "e.g. <run dir>/final_adapter)"
+        )
     return "agrpo-eval-" + hashlib.sha256(weights.read_bytes()).hexdigest()[:12]
 
 
@@ -104,8 +110,11 @@ class Endpoint:
         return bases[0]
 
     def load_adapter(self, name: str, path: str) -> None:
-        response = self.session.post(f"{self.url}/v1/load_lora_adapter",
-                                     json={"lora_name": name, "lora_path": str(Path(path).resolve())}, timeout=600)
+        response = self.session.post(
+            f"{self.url}/v1/load_lora_adapter",
+            json={"lora_name": name, "lora_path": str(Path(path).resolve())},
+            timeout=600,
+        )
         if response.status_code != 200 and "already been loaded" not in response.text:
             raise LaunchError(f"loading adapter {path} as {name} failed ({response.status_code}): {response.text}")
 
@@ -154,8 +163,9 @@ def serving_config(cfg: Any) -> Any:
     return cfg
 
 
-def sample_all(complete: Callable[[int], list[dict]], count: int, concurrency: int,
-               progress: Callable[[int], Any] | None = None) -> list[list[dict]]:
+def sample_all(
+    complete: Callable[[int], list[dict]], count: int, concurrency: int, progress: Callable[[int], Any] | None = None
+) -> list[list[dict]]:
     """`complete(i)` for every problem, `concurrency` at a time, in problem order; `progress(n)` after each finishes.
 
     The first failure cancels what has not started and is raised (a server error must not be averaged away).
@@ -190,21 +200,31 @@ def problem_of(row: dict[str, Any]) -> str:
     return str(users[-1]) if users else ""
 
 
-def score_problem(index: int, row: dict[str, Any], choices: list[dict], rewards: list[Any], names: list[str],
-                  cfg: Any) -> ProblemResult:
+def score_problem(
+    index: int, row: dict[str, Any], choices: list[dict], rewards: list[Any], names: list[str], cfg: Any
+) -> ProblemResult:
     """Score one problem's samples with every reward term (TRL's call: dataset columns repeated per sample)."""
     texts = [c["text"] for c in choices]
     ids = [list(c.get("token_ids") or []) for c in choices]
     columns = {key: [value] * len(texts) for key, value in row.items() if key != "prompt"}
-    raw = [reward.func(completions=texts, prompts=[row["prompt"]] * len(texts), completion_ids=ids, **columns)
-           for reward in rewards]
-    weighted = [[None if s is None else reward.weight * float(s) for s in scores] for reward, scores in zip(rewards, raw)]
+    raw = [
+        reward.func(completions=texts, prompts=[row["prompt"]] * len(texts), completion_ids=ids, **columns)
+        for reward in rewards
+    ]
+    weighted = [
+        [None if s is None else reward.weight * float(s) for s in scores] for reward, scores in zip(rewards, raw)
+    ]
     deciding = raw[cfg.eval.correct_term]
     return ProblemResult(
-        index=index, problem=problem_of(row), answer=str(row.get("answer", "")), completions=texts,
-        rewards=total_rewards(weighted), term_scores=dict(zip(names, raw)),
+        index=index,
+        problem=problem_of(row),
+        answer=str(row.get("answer", "")),
+        completions=texts,
+        rewards=total_rewards(weighted),
+        term_scores=dict(zip(names, raw)),
         correct=[is_correct(s, cfg.eval.correct_threshold) for s in deciding],
-        truncated=[c.get("finish_reason") == "length" for c in choices], completion_tokens=[len(i) for i in ids],
+        truncated=[c.get("finish_reason") == "length" for c in choices],
+        completion_tokens=[len(i) for i in ids],
     )
 
 
@@ -235,10 +255,17 @@ def run_eval(cfg: Any, out_dir: Path) -> dict[str, Any]:
         from agrpo.trainer.trl_backend import resolve_chat_template
 
         tokenizer.chat_template = resolve_chat_template(cfg.model.chat_template)
-    prompts = [tokenizer(tokenizer.apply_chat_template(p, tokenize=False, add_generation_prompt=True),
-                         add_special_tokens=False)["input_ids"] for p in problems["prompt"]]
-    params = {"max_tokens": ev.max_tokens or cfg.trainer.max_completion_length, "temperature": ev.temperature,
-              "top_p": ev.top_p}
+    prompts = [
+        tokenizer(
+            tokenizer.apply_chat_template(p, tokenize=False, add_generation_prompt=True), add_special_tokens=False
+        )["input_ids"]
+        for p in problems["prompt"]
+    ]
+    params = {
+        "max_tokens": ev.max_tokens or cfg.trainer.max_completion_length,
+        "temperature": ev.temperature,
+        "top_p": ev.top_p,
+    }
     out_dir.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
     with served(serving_config(cfg), out_dir) as url:
@@ -249,15 +276,26 @@ def run_eval(cfg: Any, out_dir: Path) -> dict[str, Any]:
             model = lora
         try:
             with progress_bar(len(prompts), f"sampling k={ev.k}") as bar:
-                outputs = sample_all(lambda i: endpoint.complete(model, prompts[i], ev.k, ev.seed + i * ev.k, params),
-                                     len(prompts), ev.concurrency, bar.update)
+                outputs = sample_all(
+                    lambda i: endpoint.complete(model, prompts[i], ev.k, ev.seed + i * ev.k, params),
+                    len(prompts),
+                    ev.concurrency,
+                    bar.update,
+                )
         finally:
             if lora:
                 endpoint.unload_adapter(lora)
     results = [score_problem(i, problems[i], outputs[i], rewards, names, cfg) for i in range(len(outputs))]
     summary = summarize(results, ev.k)
-    summary.update(model=str(cfg.model.name_or_path), served_as=model, adapter=ev.adapter, url=url,
-                   temperature=ev.temperature, max_tokens=params["max_tokens"], seconds=time.monotonic() - started)
+    summary.update(
+        model=str(cfg.model.name_or_path),
+        served_as=model,
+        adapter=ev.adapter,
+        url=url,
+        temperature=ev.temperature,
+        max_tokens=params["max_tokens"],
+        seconds=time.monotonic() - started,
+    )
     with open(out_dir / ev.results_file, "w") as handle:
         for result in results:
             handle.write(json.dumps(result.to_json()) + "\n")

@@ -123,8 +123,14 @@ def _fmt(value: Any) -> str:
 
 
 TABLE_COLUMNS = [
-    ("problems", "problems"), ("k", "k"), ("mean@k", "mean_at_k"), ("pass@1", "pass_at_1"), ("pass@k", "pass_at_k"),
-    ("solved", "problems_solved"), ("mean reward", "mean_reward"), ("truncated", "truncated_fraction"),
+    ("problems", "problems"),
+    ("k", "k"),
+    ("mean@k", "mean_at_k"),
+    ("pass@1", "pass_at_1"),
+    ("pass@k", "pass_at_k"),
+    ("solved", "problems_solved"),
+    ("mean reward", "mean_reward"),
+    ("truncated", "truncated_fraction"),
     ("tokens/sample", "mean_completion_tokens"),
 ]
 

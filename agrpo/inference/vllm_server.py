@@ -58,25 +58,42 @@ DEDICATED_GPU_MEMORY = 0.85
 SHARED_GPU_MEMORY = 0.35
 
 
-def build_replica_launch(cfg: Any, port: int, device: str, gpus: list[int] | None = None,
-                         python: str = sys.executable, shares_gpu_with_trainer: bool = False,
-                         cpu_cores: list[int] | None = None) -> ReplicaLaunch:
+def build_replica_launch(
+    cfg: Any,
+    port: int,
+    device: str,
+    gpus: list[int] | None = None,
+    python: str = sys.executable,
+    shares_gpu_with_trainer: bool = False,
+    cpu_cores: list[int] | None = None,
+) -> ReplicaLaunch:
     """The command and environment of one replica on `port` (pure: no process, no socket). On CPU, `cpu_cores` are
     the cores its model worker's OpenMP threads are bound to (agrpo/cpus.py); None keeps vLLM's `auto`."""
     inference = cfg.inference
     dtype = inference.dtype if inference.dtype != "auto" else ("float32" if device == "cpu" else "bfloat16")
     argv = [
-        python, "-m", inference.server_module,
-        "--model", str(cfg.model.name_or_path),
-        "--host", inference.host,
-        "--port", str(port),
-        "--dtype", dtype,
-        "--max-model-len", str(inference.max_model_len),
+        python,
+        "-m",
+        inference.server_module,
+        "--model",
+        str(cfg.model.name_or_path),
+        "--host",
+        inference.host,
+        "--port",
+        str(port),
+        "--dtype",
+        dtype,
+        "--max-model-len",
+        str(inference.max_model_len),
         "--enable-lora",
-        "--max-lora-rank", str(served_lora_rank(cfg)),
-        "--max-loras", str(served_max_loras(cfg)),
-        "--logprobs-mode", "processed_logprobs",
-        "--seed", str(cfg.trainer.seed),
+        "--max-lora-rank",
+        str(served_lora_rank(cfg)),
+        "--max-loras",
+        str(served_max_loras(cfg)),
+        "--logprobs-mode",
+        "processed_logprobs",
+        "--seed",
+        str(cfg.trainer.seed),
     ]
     env = {**LORA_ENV, "VLLM_LOGGING_LEVEL": inference.log_level}
     if device == "cpu":
@@ -103,9 +120,17 @@ def build_replica_launch(cfg: Any, port: int, device: str, gpus: list[int] | Non
     return ReplicaLaunch(argv=argv, env=env, port=port, url=f"http://{inference.host}:{port}")
 
 
-def start_replica(model_path: str | Path, port: int, log_path: str | Path, lora_rank: int = 8, max_loras: int = 3,
-                  max_model_len: int = 512, startup_timeout_s: float = 600.0, extra_args: list[str] | None = None,
-                  cpu_cores: list[int] | None = None):
+def start_replica(
+    model_path: str | Path,
+    port: int,
+    log_path: str | Path,
+    lora_rank: int = 8,
+    max_loras: int = 3,
+    max_model_len: int = 512,
+    startup_timeout_s: float = 600.0,
+    extra_args: list[str] | None = None,
+    cpu_cores: list[int] | None = None,
+):
     """Start one CPU replica of `model_path` and wait for /health (tests and benchmarks). Returns a ManagedProcess
     with `.url` and `.stop()`."""
     from omegaconf import OmegaConf
@@ -120,8 +145,13 @@ def start_replica(model_path: str | Path, port: int, log_path: str | Path, lora_
     cfg.inference.max_loras = max_loras
     cfg.inference.extra_args = list(extra_args or [])
     launch = build_replica_launch(cfg, port, device="cpu", cpu_cores=cpu_cores)
-    process = ManagedProcess(name=f"vllm-{port}", argv=launch.argv, env=launch.env, log_path=Path(log_path),
-                             health_url=f"{launch.url}/health")
+    process = ManagedProcess(
+        name=f"vllm-{port}",
+        argv=launch.argv,
+        env=launch.env,
+        log_path=Path(log_path),
+        health_url=f"{launch.url}/health",
+    )
     process.start()
     process.wait_healthy(startup_timeout_s)
     process.url = launch.url

@@ -35,20 +35,24 @@ def trainer_processes(knobs: Any, trainer_gpus: list[int] | None) -> int:
     if trainer_gpus and knobs.num_processes > len(trainer_gpus):
         raise ConfigError(
             f"launcher.accelerate.num_processes={knobs.num_processes} is more than the trainer's {len(trainer_gpus)} "
-            f"GPU(s) {trainer_gpus}: lower it, or give the trainer more GPUs with trainer.gpus / inference.gpus")
+            f"GPU(s) {trainer_gpus}: lower it, or give the trainer more GPUs with trainer.gpus / inference.gpus"
+        )
     return knobs.num_processes
 
 
-def build_accelerate_plan(cfg: Any, local: Plan, main_process_port: int, layer_cls: str | None,
-                          python: str = sys.executable) -> tuple[Plan, dict[str, Any]]:
+def build_accelerate_plan(
+    cfg: Any, local: Plan, main_process_port: int, layer_cls: str | None, python: str = sys.executable
+) -> tuple[Plan, dict[str, Any]]:
     """Swap the local plan's trainer for an `accelerate launch` of the same trainer command (pure).
 
     Returns the plan and the accelerate config file's content, which the executor writes into the run dir.
     """
     knobs = cfg.launcher.accelerate
     if knobs.activation_checkpointing and cfg.trainer.gradient_checkpointing:
-        raise ConfigError("launcher.accelerate.activation_checkpointing and trainer.gradient_checkpointing both "
-                          "recompute activations: under FSDP keep only launcher.accelerate.activation_checkpointing=true")
+        raise ConfigError(
+            "launcher.accelerate.activation_checkpointing and trainer.gradient_checkpointing both "
+            "recompute activations: under FSDP keep only launcher.accelerate.activation_checkpointing=true"
+        )
     local_trainer = local.trainer
     on_cpu = local_trainer.gpus is None
     num_processes = trainer_processes(knobs, local_trainer.gpus)
@@ -60,25 +64,53 @@ def build_accelerate_plan(cfg: Any, local: Plan, main_process_port: int, layer_c
         # cores the replicas leave.
         env["ACCELERATE_USE_CPU"] = "true"
         env["OMP_NUM_THREADS"] = str(max(int(env.get("OMP_NUM_THREADS", "1")) // num_processes, 1))
-    argv = [python, *ACCELERATE_LAUNCH, "--config_file", config_path, "--num_processes", str(num_processes),
-            "--main_process_port", str(main_process_port), *knobs.extra_args,
-            *local_trainer.argv[1:]]  # "-m agrpo.trainer <config> --vllm-url URL --num-replicas R", as launched locally
+    argv = [
+        python,
+        *ACCELERATE_LAUNCH,
+        "--config_file",
+        config_path,
+        "--num_processes",
+        str(num_processes),
+        "--main_process_port",
+        str(main_process_port),
+        *knobs.extra_args,
+        *local_trainer.argv[1:],
+    ]  # "-m agrpo.trainer <config> --vllm-url URL --num-replicas R", as launched locally
     trainer = ProcessSpec(name="trainer", role="trainer", argv=argv, env=env, gpus=local_trainer.gpus)
-    notes = [*local.notes, gpu_assignment(local, num_processes),
-             f"accelerate config {config_path}:\n" + indent(yaml.safe_dump(accelerate_config, sort_keys=False).rstrip(), "    ")]
+    notes = [
+        *local.notes,
+        gpu_assignment(local, num_processes),
+        f"accelerate config {config_path}:\n"
+        + indent(yaml.safe_dump(accelerate_config, sort_keys=False).rstrip(), "    "),
+    ]
     if on_cpu:
-        notes.append("CPU machine: the trainer ranks run over gloo without FSDP sharding (docs/multi_gpu_and_sweeps.md)")
-    plan = Plan(launcher="accelerate", run_dir=local.run_dir, services=local.services, trainer=trainer,
-                vllm_url=local.vllm_url, notes=notes, files=dict(local.files))
+        notes.append(
+            "CPU machine: the trainer ranks run over gloo without FSDP sharding (docs/multi_gpu_and_sweeps.md)"
+        )
+    plan = Plan(
+        launcher="accelerate",
+        run_dir=local.run_dir,
+        services=local.services,
+        trainer=trainer,
+        vllm_url=local.vllm_url,
+        notes=notes,
+        files=dict(local.files),
+    )
     return plan, accelerate_config
 
 
 def gpu_assignment(local: Plan, num_processes: int) -> str:
     """One line: which GPUs the trainer ranks and each replica use."""
-    replicas = [f"{spec.name} -> {spec.gpus if spec.gpus is not None else 'CPU'}"
-                for spec in local.services if spec.role == "replica"]
-    trainer = f"trainer ranks 0..{num_processes - 1} -> GPUs {local.trainer.gpus}" if local.trainer.gpus else \
-        f"trainer ranks 0..{num_processes - 1} -> CPU"
+    replicas = [
+        f"{spec.name} -> {spec.gpus if spec.gpus is not None else 'CPU'}"
+        for spec in local.services
+        if spec.role == "replica"
+    ]
+    trainer = (
+        f"trainer ranks 0..{num_processes - 1} -> GPUs {local.trainer.gpus}"
+        if local.trainer.gpus
+        else f"trainer ranks 0..{num_processes - 1} -> CPU"
+    )
     return "GPU assignment: " + "; ".join([trainer, *replicas])
 
 

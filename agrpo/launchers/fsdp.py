@@ -27,8 +27,9 @@ def layer_cls_from_model_config(model_config: dict[str, Any]) -> str | None:
     return None
 
 
-def build_fsdp_config(knobs: Any, num_processes: int, main_process_port: int, layer_cls: str | None,
-                      on_cpu: bool) -> dict[str, Any]:
+def build_fsdp_config(
+    knobs: Any, num_processes: int, main_process_port: int, layer_cls: str | None, on_cpu: bool
+) -> dict[str, Any]:
     """The `accelerate launch --config_file` content for `num_processes` ranks on one machine.
 
     `knobs` is launcher.accelerate. `layer_cls` None leaves the wrap class to accelerate, which reads the model's

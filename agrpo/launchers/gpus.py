@@ -10,8 +10,9 @@ from __future__ import annotations
 from agrpo.errors import ConfigError
 
 
-def assign_gpus(num_gpus: int, replicas: int, gpus_per_replica: int, trainer_gpus: list[int] | None,
-                replica_gpus: list[int] | None) -> tuple[list[int] | None, list[list[int]] | None]:
+def assign_gpus(
+    num_gpus: int, replicas: int, gpus_per_replica: int, trainer_gpus: list[int] | None, replica_gpus: list[int] | None
+) -> tuple[list[int] | None, list[list[int]] | None]:
     """Return (trainer GPUs, GPUs of each replica); (None, None) on a CPU machine.
 
     Defaults: replicas take the last `replicas x gpus_per_replica` GPUs, the trainer the rest. With one GPU, trainer
@@ -36,8 +37,10 @@ def assign_gpus(num_gpus: int, replicas: int, gpus_per_replica: int, trainer_gpu
         trainer_gpus = [gpu for gpu in range(num_gpus) if gpu not in replica_gpus] or [0]
     for gpu in [*trainer_gpus, *replica_gpus]:
         if not 0 <= gpu < num_gpus:
-            raise ConfigError(f"GPU {gpu} does not exist on this machine ({num_gpus} GPUs): fix trainer.gpus / inference.gpus")
-    per_replica = [replica_gpus[i * gpus_per_replica:(i + 1) * gpus_per_replica] for i in range(replicas)]
+            raise ConfigError(
+                f"GPU {gpu} does not exist on this machine ({num_gpus} GPUs): fix trainer.gpus / inference.gpus"
+            )
+    per_replica = [replica_gpus[i * gpus_per_replica : (i + 1) * gpus_per_replica] for i in range(replicas)]
     return list(trainer_gpus), per_replica
 
 
@@ -66,7 +69,9 @@ def to_physical(gpus: list[int] | None, visible: list[str] | None) -> list[int |
     physical = []
     for gpu in gpus:
         if not 0 <= gpu < len(visible):
-            raise ConfigError(f"GPU {gpu} is not among the {len(visible)} GPU(s) CUDA_VISIBLE_DEVICES="
-                              f"{','.join(visible)} lets this run use: fix trainer.gpus / inference.gpus")
+            raise ConfigError(
+                f"GPU {gpu} is not among the {len(visible)} GPU(s) CUDA_VISIBLE_DEVICES="
+                f"{','.join(visible)} lets this run use: fix trainer.gpus / inference.gpus"
+            )
         physical.append(int(visible[gpu]) if visible[gpu].isdigit() else visible[gpu])
     return physical

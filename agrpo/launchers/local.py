@@ -51,9 +51,17 @@ def is_loopback_url(url: str) -> bool:
     return host == "localhost" or host.startswith("127.") or host == "::1"
 
 
-def build_local_plan(cfg: Any, run_dir: str, ports: list[int], device: str, num_gpus: int,
-                     cpu_ids: Sequence[int], python: str = sys.executable, admin_token: str = "",
-                     visible_gpus: list[str] | None = None) -> Plan:
+def build_local_plan(
+    cfg: Any,
+    run_dir: str,
+    ports: list[int],
+    device: str,
+    num_gpus: int,
+    cpu_ids: Sequence[int],
+    python: str = sys.executable,
+    admin_token: str = "",
+    visible_gpus: list[str] | None = None,
+) -> Plan:
     """The local plan (pure). `ports` must hold replicas + 1 free ports (the last one for the proxy); `cpu_ids` are
     the cores this process may use; `visible_gpus` is this process's CUDA_VISIBLE_DEVICES as a list (None: unset),
     through which the children's GPUs are named."""
@@ -64,20 +72,42 @@ def build_local_plan(cfg: Any, run_dir: str, ports: list[int], device: str, num_
     trainer_gpus = None
     starts_replicas = cfg.role == "all" and not upstreams
     pinned_replicas = inference.replicas if starts_replicas and device == "cpu" else 0
-    cpus = split_cpu_cores(cpu_ids, pinned_replicas, inference.cpu_cores_per_replica, cfg.trainer.cpu_threads,
-                           unpinned_replicas=sum(map(is_loopback_url, inference.urls)))
+    cpus = split_cpu_cores(
+        cpu_ids,
+        pinned_replicas,
+        inference.cpu_cores_per_replica,
+        cfg.trainer.cpu_threads,
+        unpinned_replicas=sum(map(is_loopback_url, inference.urls)),
+    )
     if starts_replicas:
-        trainer_gpus, replica_gpus = assign_gpus(num_gpus, inference.replicas, inference.gpus_per_replica,
-                                                 cfg.trainer.gpus, inference.gpus)
+        trainer_gpus, replica_gpus = assign_gpus(
+            num_gpus, inference.replicas, inference.gpus_per_replica, cfg.trainer.gpus, inference.gpus
+        )
         trainer_gpus = to_physical(trainer_gpus, visible_gpus)
         for index in range(inference.replicas):
             gpus = to_physical(replica_gpus[index], visible_gpus) if replica_gpus else None
             shared = bool(gpus and trainer_gpus and set(gpus) & set(trainer_gpus))
-            launch = build_replica_launch(cfg, ports[index], device, gpus, python, shares_gpu_with_trainer=shared,
-                                          cpu_cores=cpus.replica_cores[index] if cpus.replica_cores else None)
-            services.append(ProcessSpec(
-                name=f"vllm-{index}", role="replica", argv=launch.argv, env=launch.env, port=launch.port,
-                health_url=f"{launch.url}/health", log_path=str(logs / f"vllm-{index}.log"), gpus=gpus))
+            launch = build_replica_launch(
+                cfg,
+                ports[index],
+                device,
+                gpus,
+                python,
+                shares_gpu_with_trainer=shared,
+                cpu_cores=cpus.replica_cores[index] if cpus.replica_cores else None,
+            )
+            services.append(
+                ProcessSpec(
+                    name=f"vllm-{index}",
+                    role="replica",
+                    argv=launch.argv,
+                    env=launch.env,
+                    port=launch.port,
+                    health_url=f"{launch.url}/health",
+                    log_path=str(logs / f"vllm-{index}.log"),
+                    gpus=gpus,
+                )
+            )
             upstreams.append(launch.url)
     elif num_gpus > 0:  # replicas run elsewhere (e.g. inside a trainer Job): every GPU here is the trainer's
         trainer_gpus = to_physical(list(cfg.trainer.gpus) if cfg.trainer.gpus else list(range(num_gpus)), visible_gpus)
@@ -93,8 +123,17 @@ def build_local_plan(cfg: Any, run_dir: str, ports: list[int], device: str, num_
         argv += ["--admin-token-env", ADMIN_TOKEN_ENV]
         token_env = {ADMIN_TOKEN_ENV: admin_token}
         vllm_url = f"http://127.0.0.1:{proxy_port}"
-        services.append(ProcessSpec(name="proxy", role="proxy", argv=argv, port=proxy_port, env=token_env,
-                                    health_url=f"{vllm_url}/health", log_path=str(logs / "proxy.log")))
+        services.append(
+            ProcessSpec(
+                name="proxy",
+                role="proxy",
+                argv=argv,
+                port=proxy_port,
+                env=token_env,
+                health_url=f"{vllm_url}/health",
+                log_path=str(logs / "proxy.log"),
+            )
+        )
     trainer_env = {"CUDA_VISIBLE_DEVICES": ",".join(map(str, trainer_gpus))} if trainer_gpus else {}
     trainer_env.update(token_env)
     if device == "cpu":
@@ -102,9 +141,21 @@ def build_local_plan(cfg: Any, run_dir: str, ports: list[int], device: str, num_
         if cpus.trainer_cores:
             trainer_env[TRAINER_CPUS_ENV] = format_cores(cpus.trainer_cores)
     trainer = ProcessSpec(
-        name="trainer", role="trainer", env=trainer_env, gpus=trainer_gpus,
-        argv=[python, "-m", "agrpo.trainer", str(Path(run_dir) / RESOLVED_CONFIG), "--vllm-url", vllm_url,
-              "--num-replicas", str(max(len(upstreams), 1))])
+        name="trainer",
+        role="trainer",
+        env=trainer_env,
+        gpus=trainer_gpus,
+        argv=[
+            python,
+            "-m",
+            "agrpo.trainer",
+            str(Path(run_dir) / RESOLVED_CONFIG),
+            "--vllm-url",
+            vllm_url,
+            "--num-replicas",
+            str(max(len(upstreams), 1)),
+        ],
+    )
     notes = [f"device={device}, {num_gpus} GPU(s)"]
     return Plan(launcher="local", run_dir=run_dir, services=services, trainer=trainer, vllm_url=vllm_url, notes=notes)
 
@@ -143,9 +194,16 @@ def plan_on_this_machine(cfg: Any, run_dir: str, reservations: list[PortReservat
     device = resolve_device(cfg.inference.device, num_gpus > 0)
     reservation = reserve_ports(cfg.inference.replicas + 1, cfg.inference.base_port, cfg.inference.host)
     (reservations if reservations is not None else _HELD_FOR_PROCESS).append(reservation)
-    return build_local_plan(cfg, run_dir, reservation.ports, device, num_gpus, sorted(os.sched_getaffinity(0)),
-                            admin_token=secrets.token_urlsafe(32),
-                            visible_gpus=visible_devices(os.environ.get("CUDA_VISIBLE_DEVICES")))
+    return build_local_plan(
+        cfg,
+        run_dir,
+        reservation.ports,
+        device,
+        num_gpus,
+        sorted(os.sched_getaffinity(0)),
+        admin_token=secrets.token_urlsafe(32),
+        visible_gpus=visible_devices(os.environ.get("CUDA_VISIBLE_DEVICES")),
+    )
 
 
 def start_services(plan: Plan, startup_timeout_s: float, started: list[ManagedProcess]) -> list[ManagedProcess]:
@@ -201,14 +259,17 @@ class LocalLauncher(Launcher):
                 supervisor = ReplicaSupervisor(replicas, cfg.inference.max_restarts) if restart and replicas else None
                 code = wait_supervised(trainer, supervisor)
                 if code != 0:
-                    raise LaunchError(f"the trainer exited with code {code} (its output is above); the run directory "
-                                      f"{run_dir} keeps the checkpoints, adapters and replica logs written so far")
+                    raise LaunchError(
+                        f"the trainer exited with code {code} (its output is above); the run directory "
+                        f"{run_dir} keeps the checkpoints, adapters and replica logs written so far"
+                    )
                 return json.loads((run_dir / "metrics.json").read_text())
             except KeyboardInterrupt as stop:
                 guard.teardown()
                 name = getattr(stop, "signame", "SIGINT")
-                raise LaunchError(f"interrupted; every process was stopped (the launcher got {name}). Outputs so far "
-                                  f"are in {run_dir}") from None
+                raise LaunchError(
+                    f"interrupted; every process was stopped (the launcher got {name}). Outputs so far are in {run_dir}"
+                ) from None
             finally:
                 guard.teardown()
                 stop_all(list(reversed(started)), cfg.launcher.stop_timeout_s)

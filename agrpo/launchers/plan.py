@@ -10,8 +10,13 @@ import shlex
 from dataclasses import dataclass, field
 
 SAFE_ENV_VALUES = {
-    "VLLM_ALLOW_RUNTIME_LORA_UPDATING", "VLLM_SERVER_DEV_MODE", "VLLM_CPU_KVCACHE_SPACE", "CUDA_VISIBLE_DEVICES",
-    "HF_HUB_OFFLINE", "OMP_NUM_THREADS", "VLLM_LOGGING_LEVEL",
+    "VLLM_ALLOW_RUNTIME_LORA_UPDATING",
+    "VLLM_SERVER_DEV_MODE",
+    "VLLM_CPU_KVCACHE_SPACE",
+    "CUDA_VISIBLE_DEVICES",
+    "HF_HUB_OFFLINE",
+    "OMP_NUM_THREADS",
+    "VLLM_LOGGING_LEVEL",
 }
 
 
@@ -28,8 +33,11 @@ class ProcessSpec:
 
     def render(self) -> str:
         env = " ".join(f"{k}={v if k in SAFE_ENV_VALUES else '<set>'}" for k, v in sorted(self.env.items()))
-        lines = [f"[{self.role}] {self.name}" + (f"  port={self.port}" if self.port else "")
-                 + (f"  gpus={self.gpus}" if self.gpus is not None else "")]
+        lines = [
+            f"[{self.role}] {self.name}"
+            + (f"  port={self.port}" if self.port else "")
+            + (f"  gpus={self.gpus}" if self.gpus is not None else "")
+        ]
         if env:
             lines.append(f"  env: {env}")
         lines.append(f"  cmd: {shlex.join(self.argv)}")

@@ -95,8 +95,10 @@ def reserve_ports(count: int, start: int, host: str = "127.0.0.1", search: int =
         if len(reservation.ports) == count:
             return reservation
     reservation.release()
-    raise LaunchError(f"no {count} free ports between {start} and {start + search} on {host} (in use, or reserved "
-                      f"by other agrpo runs under {lock_dir()}): change inference.base_port")
+    raise LaunchError(
+        f"no {count} free ports between {start} and {start + search} on {host} (in use, or reserved "
+        f"by other agrpo runs under {lock_dir()}): change inference.base_port"
+    )
 
 
 def free_ports(count: int, start: int, host: str = "127.0.0.1", search: int = 1000) -> list[int]:
@@ -108,7 +110,9 @@ def free_ports(count: int, start: int, host: str = "127.0.0.1", search: int = 10
             found.append(port)
             if len(found) == count:
                 return found
-    raise LaunchError(f"no {count} free ports between {start} and {start + search} on {host}: change inference.base_port")
+    raise LaunchError(
+        f"no {count} free ports between {start} and {start + search} on {host}: change inference.base_port"
+    )
 
 
 def parse_listeners(proc_net_tcp: str) -> list[tuple[int, int]]:

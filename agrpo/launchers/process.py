@@ -43,8 +43,14 @@ def http_ok(url: str, timeout: float = 2.0) -> bool:
 
 
 class ManagedProcess:
-    def __init__(self, name: str, argv: list[str], env: dict[str, str] | None = None, log_path: Path | None = None,
-                 health_url: str | None = None):
+    def __init__(
+        self,
+        name: str,
+        argv: list[str],
+        env: dict[str, str] | None = None,
+        log_path: Path | None = None,
+        health_url: str | None = None,
+    ):
         self.name = name
         self.argv = argv
         self.env = env or {}
@@ -70,8 +76,14 @@ class ManagedProcess:
             self.log_path.parent.mkdir(parents=True, exist_ok=True)
             stdout = open(self.log_path, "ab")  # noqa: SIM115 - handed to the child, closed below
         try:
-            self.popen = subprocess.Popen(self.argv, env=env, stdout=stdout, stderr=subprocess.STDOUT if stdout else None,
-                                          stdin=subprocess.DEVNULL, start_new_session=True)
+            self.popen = subprocess.Popen(
+                self.argv,
+                env=env,
+                stdout=stdout,
+                stderr=subprocess.STDOUT if stdout else None,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+            )
         except OSError as error:
             raise LaunchError(f"{self.name} could not start ({self.argv[0]}): {error}") from None
         finally:
@@ -97,8 +109,10 @@ class ManagedProcess:
         if "Address already in use" not in log_tail:
             return ""
         port = urlparse(self.health_url).port if self.health_url else None
-        return (f" Port {port} was taken by another program after agrpo found it free: run again (the next free port "
-                "is picked), or move inference.base_port to a range nothing else uses.")
+        return (
+            f" Port {port} was taken by another program after agrpo found it free: run again (the next free port "
+            "is picked), or move inference.base_port to a range nothing else uses."
+        )
 
     def wait_healthy(self, timeout_s: float, poll_s: float = 1.0) -> None:
         """Block until `health_url` answers 200 from this child's own socket; raise LaunchError with the log tail if
@@ -118,8 +132,11 @@ class ManagedProcess:
                     return
                 impostor = True  # another process answers on our port; ours will fail to bind, or bind later
             time.sleep(poll_s)
-        other = (f" Another process, not {self.name}, answers on {self.health_url}: another run or program holds "
-                 "the port.") if impostor else ""
+        other = (
+            (f" Another process, not {self.name}, answers on {self.health_url}: another run or program holds the port.")
+            if impostor
+            else ""
+        )
         raise LaunchError(
             f"{self.name} was not healthy at {self.health_url} after {timeout_s:.0f} s "
             f"(inference.startup_timeout_s).{other} Last lines of {self.log_path}:\n"
@@ -207,8 +224,11 @@ class SignalGuard:
         if not self.told:
             self.told = True
             try:  # after SIGHUP the terminal may be gone
-                os.write(2, f"agrpo: {signal.Signals(signum).name} again: still stopping the run's processes, "
-                            "please wait (they are stopped, never abandoned)\n".encode())
+                os.write(
+                    2,
+                    f"agrpo: {signal.Signals(signum).name} again: still stopping the run's processes, "
+                    "please wait (they are stopped, never abandoned)\n".encode(),
+                )
             except OSError:
                 pass
 

@@ -55,4 +55,5 @@ def refuse_mixed_outputs(run_dir: Path, resume: Any) -> None:
         raise ConfigError(
             f"the run directory {run_dir} already holds an earlier run's outputs ({shown}); a new run there would mix "
             "its logs, adapters and checkpoints with them. Continue that run with trainer.resume=true, or start a "
-            "fresh one elsewhere by changing hydra.run.dir (or sync.output_dir)")
+            "fresh one elsewhere by changing hydra.run.dir (or sync.output_dir)"
+        )

@@ -44,19 +44,27 @@ class ReplicaSupervisor:
             used = self.restarts.get(replica.name, 0)
             if used >= self.max_restarts:
                 self.given_up.add(replica.name)
-                self.warn(f"{replica.name} died again after {used} restart(s) (inference.max_restarts="
-                          f"{self.max_restarts}); training goes on with the other replicas. Its log says why.")
+                self.warn(
+                    f"{replica.name} died again after {used} restart(s) (inference.max_restarts="
+                    f"{self.max_restarts}); training goes on with the other replicas. Its log says why."
+                )
                 continue
             self.restarts[replica.name] = used + 1
-            self.warn(f"{replica.name} died; restarting it ({used + 1} of {self.max_restarts}). The proxy "
-                      "re-admits it once it is healthy and holds the current adapters.")
+            self.warn(
+                f"{replica.name} died; restarting it ({used + 1} of {self.max_restarts}). The proxy "
+                "re-admits it once it is healthy and holds the current adapters."
+            )
             replica.start()
             restarted.append(replica.name)
         return restarted
 
 
-def wait_supervised(trainer: "Waitable", supervisor: ReplicaSupervisor | None, poll_s: float = 1.0,
-                    sleep: Callable[[float], None] | None = None) -> int:
+def wait_supervised(
+    trainer: "Waitable",
+    supervisor: ReplicaSupervisor | None,
+    poll_s: float = 1.0,
+    sleep: Callable[[float], None] | None = None,
+) -> int:
     """Wait for the trainer to exit, restarting dead replicas meanwhile; return the trainer's exit code."""
     import time
 

@@ -51,7 +51,7 @@ def proc_stat(pid: int) -> tuple[str, int, int, int] | None:
         return None
     # "pid (comm) state ppid pgrp session tty tpgid flags minflt cminflt majflt cmajflt utime stime cutime cstime
     # priority nice threads itrealvalue starttime ...": comm may hold spaces and ")", so split after the last ")"
-    fields = text[text.rfind(b")") + 2:].split()
+    fields = text[text.rfind(b")") + 2 :].split()
     if len(fields) < 20:
         return None
     return fields[0].decode(), int(fields[2]), int(fields[3]), int(fields[19])
@@ -140,9 +140,15 @@ class Watchdog:
         if self._popen is not None and self._popen.poll() is None:
             return
         # by file, isolated (-I): this module needs only the standard library, so the child need not find the package
-        self._popen = subprocess.Popen([sys.executable, "-I", os.path.abspath(__file__)], stdin=subprocess.PIPE,
-                                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, text=True,
-                                       start_new_session=True, close_fds=True)
+        self._popen = subprocess.Popen(
+            [sys.executable, "-I", os.path.abspath(__file__)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            text=True,
+            start_new_session=True,
+            close_fds=True,
+        )
 
     def _send(self, line: str) -> None:
         try:

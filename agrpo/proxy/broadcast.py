@@ -112,7 +112,10 @@ class LoadRetry:
 
 
 async def load_adapter(
-    replicas: Sequence[Replica], body: bytes, send: Send, retry: LoadRetry,
+    replicas: Sequence[Replica],
+    body: bytes,
+    send: Send,
+    retry: LoadRetry,
     clock: Callable[[], float] = time.monotonic,
 ) -> Outcome:
     """Load on every replica or on none: roll back the accepted ones on any failure."""
@@ -158,20 +161,21 @@ async def load_adapter(
     name = _adapter_name(body)
     details = "; ".join(
         f"{_name(r)} still found no adapter after {retry.deadline_s:g}s"
-        if p.error == "deadline" else f"{_name(r)} answered {p.summary()}"
+        if p.error == "deadline"
+        else f"{_name(r)} answered {p.summary()}"
         for r, p in culprits
     )
     message = f"adapter {name!r} was loaded on no replica: {details}"
     if accepted:
         undo_body = json.dumps({"lora_name": name}).encode()
-        undone = await asyncio.gather(
-            *(send(r, "POST", "/v1/unload_lora_adapter", undo_body) for r in accepted)
-        )
+        undone = await asyncio.gather(*(send(r, "POST", "/v1/unload_lora_adapter", undo_body) for r in accepted))
         stuck = [r for r, reply in zip(accepted, undone) if not reply.ok]
         message += f"; unloaded it again from replica(s) {_names(accepted)}"
         if stuck:
-            message += (f", but the unload FAILED on replica(s) {_names(stuck)}: "
-                        "their state is inconsistent until the adapter is unloaded")
+            message += (
+                f", but the unload FAILED on replica(s) {_names(stuck)}: "
+                "their state is inconsistent until the adapter is unloaded"
+            )
     return error_outcome(status, message, "AdapterLoadError")
 
 
@@ -179,9 +183,7 @@ async def unload_adapter(replicas: Sequence[Replica], body: bytes, send: Send) -
     """Unload everywhere; any replica that did not confirm makes the answer a failure."""
     if not replicas:
         return error_outcome(503, "no healthy replica to unload the adapter from")
-    all_replies = await asyncio.gather(
-        *(send(r, "POST", "/v1/unload_lora_adapter", body) for r in replicas)
-    )
+    all_replies = await asyncio.gather(*(send(r, "POST", "/v1/unload_lora_adapter", body) for r in replicas))
     up, replies = answered(replicas, all_replies)
     if not up:
         return _none_answered(replicas, all_replies, "the adapter unload")
@@ -198,7 +200,11 @@ async def unload_adapter(replicas: Sequence[Replica], body: bytes, send: Send) -
 
 
 async def everywhere_or_undo(
-    replicas: Sequence[Replica], path_qs: str, body: bytes, send: Send, undo_path_qs: str,
+    replicas: Sequence[Replica],
+    path_qs: str,
+    body: bytes,
+    send: Send,
+    undo_path_qs: str,
 ) -> Outcome:
     """Pause or resume all replicas; if some fail, send `undo_path_qs` to those that obeyed."""
     if not replicas:
@@ -224,7 +230,11 @@ async def everywhere_or_undo(
 
 
 async def everywhere(
-    replicas: Sequence[Replica], method: str, path_qs: str, body: bytes, send: Send,
+    replicas: Sequence[Replica],
+    method: str,
+    path_qs: str,
+    body: bytes,
+    send: Send,
 ) -> Outcome:
     """Send to all replicas (reset_prefix_cache, sleep, wake_up); report every failure."""
     if not replicas:
@@ -238,8 +248,9 @@ async def everywhere(
     if not failed:
         return _success(replies)
     details = "; ".join(f"{_name(r)} answered {p.summary()}" for r, p in failed)
-    return error_outcome(_failure_status(failed[0][1]),
-                         f"{path_qs} failed on some replicas: {details}", "BroadcastError")
+    return error_outcome(
+        _failure_status(failed[0][1]), f"{path_qs} failed on some replicas: {details}", "BroadcastError"
+    )
 
 
 def _adapter_name(body: bytes) -> str:

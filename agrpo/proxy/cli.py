@@ -18,8 +18,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m agrpo.proxy",
         description="Make N vLLM replicas look like one server: prefix- and group-affine "
-                    "routing of completions, all-or-nothing broadcast of adapter loads, "
-                    "pause and resume.",
+        "routing of completions, all-or-nothing broadcast of adapter loads, "
+        "pause and resume.",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
     hints = typing.get_type_hints(ProxySettings)
@@ -28,13 +28,13 @@ def build_parser() -> argparse.ArgumentParser:
         why = f.metadata.get("help", "")
         kind = hints[f.name]
         if f.name == "upstreams":
-            parser.add_argument(flag, dest=f.name, action="append", default=[], metavar="URL",
-                                help=why + " (repeat the flag)")
+            parser.add_argument(
+                flag, dest=f.name, action="append", default=[], metavar="URL", help=why + " (repeat the flag)"
+            )
             continue
         default = f.default if f.default is not MISSING else f.default_factory()
         if kind is bool:
-            parser.add_argument(flag, dest=f.name, action=argparse.BooleanOptionalAction,
-                                default=default, help=why)
+            parser.add_argument(flag, dest=f.name, action=argparse.BooleanOptionalAction, default=default, help=why)
         elif kind in (int, float, str):
             parser.add_argument(flag, dest=f.name, type=kind, default=default, help=why)
         else:  # Optional[str]
@@ -48,8 +48,7 @@ def settings_from_args(argv: list[str] | None = None) -> ProxySettings:
 
 
 def _fail(message: str, code: int) -> int:
-    print(f"agrpo.proxy: cannot start: {message}. See `python -m agrpo.proxy --help`.",
-          file=sys.stderr)
+    print(f"agrpo.proxy: cannot start: {message}. See `python -m agrpo.proxy --help`.", file=sys.stderr)
     return code
 
 
@@ -59,8 +58,7 @@ async def serve(settings: ProxySettings) -> None:
 
     server = ProxyServer(settings)
     await server.start()
-    print(f"agrpo.proxy listening on {server.url} in front of {len(server.replicas)} "
-          f"replica(s)", flush=True)
+    print(f"agrpo.proxy listening on {server.url} in front of {len(server.replicas)} replica(s)", flush=True)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -76,9 +74,10 @@ def main(argv: list[str] | None = None) -> int:
     problems = settings.problems()
     if problems:
         return _fail("; ".join(problems), 2)
-    logging.basicConfig(level=settings.log_level.upper() if isinstance(settings.log_level, str)
-                        else logging.INFO,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(
+        level=settings.log_level.upper() if isinstance(settings.log_level, str) else logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
     loop_factory = None
     if settings.use_uvloop:
         try:
@@ -94,8 +93,11 @@ def main(argv: list[str] | None = None) -> int:
         return _fail(str(err), 2)
     except OSError as err:
         if err.errno == errno.EADDRINUSE or "address already in use" in str(err).lower():
-            return _fail(f"port {settings.port} on {settings.host} is already in use; pick "
-                         "another with --port (0 picks any free port)", 1)
+            return _fail(
+                f"port {settings.port} on {settings.host} is already in use; pick "
+                "another with --port (0 picks any free port)",
+                1,
+            )
         return _fail(f"could not listen on {settings.host}:{settings.port}: {err}", 1)
     except KeyboardInterrupt:
         pass

@@ -34,8 +34,9 @@ class Control:
         self.settings = server.settings
         self.replicas = server.replicas
         self.metrics = server.metrics
-        self.retry = LoadRetry(self.settings.load_retry_deadline_s,
-                               self.settings.load_retry_initial_s, self.settings.load_retry_max_s)
+        self.retry = LoadRetry(
+            self.settings.load_retry_deadline_s, self.settings.load_retry_initial_s, self.settings.load_retry_max_s
+        )
         self.loaded: dict[str, bytes] = {}  # adapter name -> its load body, replayed on (re)admission
         self.unloaded: set[str] = set()  # routing state to forget at the next successful load
         self.paused_qs: str | None = None
@@ -43,7 +44,8 @@ class Control:
         self._lock = asyncio.Lock()
         self._probe_task: asyncio.Task | None = None
         self._broadcast_timeout = aiohttp.ClientTimeout(
-            total=self.settings.broadcast_timeout_s, connect=self.settings.connect_timeout_s)
+            total=self.settings.broadcast_timeout_s, connect=self.settings.connect_timeout_s
+        )
         self._probe_timeout = aiohttp.ClientTimeout(total=self.settings.health_timeout_s)
         self._headers = {"Content-Type": "application/json"}  # + the token where allowed
 
@@ -61,17 +63,27 @@ class Control:
         replica.consecutive_errors += 1
         replica.last_error = f"HTTP {status}"
         if replica.consecutive_errors >= self.settings.error_threshold and replica.healthy:
-            log.warning("replica %d (%s) marked unhealthy after %d errors", replica.index,
-                        replica.url, replica.consecutive_errors)
+            log.warning(
+                "replica %d (%s) marked unhealthy after %d errors",
+                replica.index,
+                replica.url,
+                replica.consecutive_errors,
+            )
             replica.healthy = False
 
     # ------------------------------------------------------------------ broadcast
     async def _send(self, replica: Replica, method: str, path_qs: str, body: bytes) -> Reply:
-        reply = await send_once(self.server.session, replica, method, path_qs, body,
-                                self._headers, self._broadcast_timeout)
+        reply = await send_once(
+            self.server.session, replica, method, path_qs, body, self._headers, self._broadcast_timeout
+        )
         if reply.status is None and replica.healthy:  # down: out of rotation until a probe re-admits it
-            log.warning("replica %d (%s) marked unhealthy: no answer to %s (%s)", replica.index, replica.url,
-                        path_qs, reply.error)
+            log.warning(
+                "replica %d (%s) marked unhealthy: no answer to %s (%s)",
+                replica.index,
+                replica.url,
+                path_qs,
+                reply.error,
+            )
             replica.healthy = False
             replica.last_error = reply.summary()
         return reply
@@ -103,22 +115,27 @@ class Control:
         self.metrics.observe_broadcast(path.rsplit("/", 1)[-1], outcome.ok, perf_counter() - started)
         if not outcome.ok:
             log.warning("%s -> %d: %s", path, outcome.status, outcome.body[:500])
-        return web.Response(status=outcome.status, body=outcome.body,
-                            content_type=outcome.content_type.split(";")[0])
+        return web.Response(status=outcome.status, body=outcome.body, content_type=outcome.content_type.split(";")[0])
 
     async def _apply(self, path: str, path_qs: str, body: bytes) -> Outcome:
         targets = self.replicas.healthy()
         if path == "/v1/load_lora_adapter":
             name = _lora_name(body)
             if name is None:
-                return broadcast.error_outcome(400, "load_lora_adapter needs a JSON body with "
-                                                    "a string 'lora_name'", "BadRequestError")
+                return broadcast.error_outcome(
+                    400, "load_lora_adapter needs a JSON body with a string 'lora_name'", "BadRequestError"
+                )
             outcome = await broadcast.load_adapter(targets, body, self._send, self.retry)
             if outcome.ok:
                 self.loaded[name] = body
                 forgotten = self.server.router.forget_adapters(self.unloaded | {name})
-                log.info("adapter %s loaded on %d replica(s); forgot %d routing entries of %s",
-                         name, len(targets), forgotten, sorted(self.unloaded) or "none")
+                log.info(
+                    "adapter %s loaded on %d replica(s); forgot %d routing entries of %s",
+                    name,
+                    len(targets),
+                    forgotten,
+                    sorted(self.unloaded) or "none",
+                )
                 self.unloaded.clear()
             return outcome
         if path == "/v1/unload_lora_adapter":
@@ -129,14 +146,14 @@ class Control:
                 self.unloaded.add(name)
             return outcome
         if path == "/pause":
-            outcome = await broadcast.everywhere_or_undo(targets, path_qs, body, self._send,
-                                                         "/resume")
+            outcome = await broadcast.everywhere_or_undo(targets, path_qs, body, self._send, "/resume")
             if outcome.ok:
                 self.paused_qs = path_qs
             return outcome
         if path == "/resume":
-            outcome = await broadcast.everywhere_or_undo(targets, path_qs, body, self._send,
-                                                         self.paused_qs or "/pause?mode=keep")
+            outcome = await broadcast.everywhere_or_undo(
+                targets, path_qs, body, self._send, self.paused_qs or "/pause?mode=keep"
+            )
             if outcome.ok:
                 self.paused_qs = None
             return outcome
@@ -148,12 +165,10 @@ class Control:
 
     async def probe(self, replica: Replica) -> bool:
         """GET /health; a replica coming back is re-synchronised before it takes traffic."""
-        reply = await send_once(self.server.session, replica, "GET", "/health", b"",
-                                self._headers, self._probe_timeout)
+        reply = await send_once(self.server.session, replica, "GET", "/health", b"", self._headers, self._probe_timeout)
         if not reply.ok:
             if replica.healthy:
-                log.warning("replica %d (%s) failed its health probe: %s", replica.index,
-                            replica.url, reply.summary())
+                log.warning("replica %d (%s) failed its health probe: %s", replica.index, replica.url, reply.summary())
             replica.healthy = False
             replica.last_error = reply.summary()
             return False
@@ -172,10 +187,10 @@ class Control:
         try:
             await asyncio.wait_for(self._catch_up(replica), self.settings.admit_timeout_s)
         except asyncio.TimeoutError:
-            replica.last_error = (f"re-admission did not finish within "
-                                  f"{self.settings.admit_timeout_s:g}s (--admit-timeout-s)")
-            log.warning("replica %d (%s) not re-admitted: %s", replica.index, replica.url,
-                        replica.last_error)
+            replica.last_error = (
+                f"re-admission did not finish within {self.settings.admit_timeout_s:g}s (--admit-timeout-s)"
+            )
+            log.warning("replica %d (%s) not re-admitted: %s", replica.index, replica.url, replica.last_error)
         finally:
             replica.admitting = False
 
@@ -188,8 +203,7 @@ class Control:
                 reply = await self._send(replica, "POST", "/v1/load_lora_adapter", body)
                 if not reply.ok and b"already been loaded" not in reply.body:
                     replica.last_error = f"replaying adapter {name}: {reply.summary()}"
-                    log.warning("replica %d not re-admitted: %s", replica.index,
-                                replica.last_error)
+                    log.warning("replica %d not re-admitted: %s", replica.index, replica.last_error)
                     return
             wanted = paused_qs
             if wanted != paused_by_us:
@@ -234,8 +248,7 @@ class Control:
         healthy = len(self.replicas.healthy())
         needed = self.settings.health_quorum or total
         ok = total > 0 and healthy >= needed
-        body = {"status": "ok" if ok else "unhealthy", "healthy": healthy, "replicas": total,
-                "needed": needed}
+        body = {"status": "ok" if ok else "unhealthy", "healthy": healthy, "replicas": total, "needed": needed}
         return web.json_response(body, status=200 if ok else 503)
 
     # ------------------------------------------------------------------ stats
@@ -244,8 +257,9 @@ class Control:
 
     async def prometheus(self, request: web.Request) -> web.Response:
         text = self.metrics.prometheus(self.replicas, self.server.router.tracked)
-        return web.Response(text=text, content_type="text/plain", charset="utf-8",
-                            headers={"X-Content-Type-Options": "nosniff"})
+        return web.Response(
+            text=text, content_type="text/plain", charset="utf-8", headers={"X-Content-Type-Options": "nosniff"}
+        )
 
     # ------------------------------------------------------------------ replicas
     async def add_replica(self, request: web.Request) -> web.Response:
@@ -282,8 +296,7 @@ async def _url_from(request: web.Request):
     try:
         url = json.loads(await request.read())["url"]
     except (ValueError, KeyError, TypeError, RecursionError):
-        return json_error(400, 'expected a JSON body like {"url": "http://host:port"}',
-                          "BadRequestError")
+        return json_error(400, 'expected a JSON body like {"url": "http://host:port"}', "BadRequestError")
     problems = url_problems(url) if isinstance(url, str) else [f"{url!r} is not a string"]
     if problems:
         return json_error(400, f"not a replica URL: {'; '.join(problems)}", "BadRequestError")

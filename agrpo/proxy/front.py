@@ -16,8 +16,7 @@ from time import perf_counter
 
 from agrpo.proxy.upstream import TRANSPORT_ERRORS
 
-_ROUTED = {b"/v1/completions": "/v1/completions",
-           b"/v1/chat/completions": "/v1/chat/completions"}
+_ROUTED = {b"/v1/completions": "/v1/completions", b"/v1/chat/completions": "/v1/chat/completions"}
 _MAX_HEAD = 65536
 IDLE_CLOSE_S = 75.0  # like aiohttp's keep-alive: a connection silent this long is closed
 _REASONS = {s.value: s.phrase.encode() for s in HTTPStatus}
@@ -164,11 +163,10 @@ class FrontProtocol(asyncio.Protocol):
         if len(buffer) < end + 4 + length:
             return
         self._pending = None
-        raw = bytes(buffer[end + 4: end + 4 + length])
+        raw = bytes(buffer[end + 4 : end + 4 + length])
         del buffer[: end + 4 + length]
         self.busy = True
-        self._task = asyncio.get_running_loop().create_task(
-            self._serve(path, headers, raw, length))
+        self._task = asyncio.get_running_loop().create_task(self._serve(path, headers, raw, length))
 
     def _lean_request(self, head: bytes):
         """(path, content length, raw header pairs) when the lean path may serve it, else None.
@@ -189,7 +187,7 @@ class FrontProtocol(asyncio.Protocol):
             return None
         length = None
         headers = []
-        for line in head[line_end + 2:].split(b"\r\n") if line_end >= 0 else ():
+        for line in head[line_end + 2 :].split(b"\r\n") if line_end >= 0 else ():
             name, sep, value = line.partition(b":")
             if not sep or not _TOKEN.fullmatch(name):
                 return None  # obs-fold, malformed or spaced names: aiohttp decides

@@ -5,8 +5,26 @@ from bisect import bisect_left
 from agrpo.proxy.routing import AFFINITY, COLD, SPILL
 
 # seconds; fine at the low end, where the proxy's own overhead lives
-LATENCY_BUCKETS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0,
-                   2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0)
+LATENCY_BUCKETS = (
+    0.0005,
+    0.001,
+    0.002,
+    0.005,
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.25,
+    0.5,
+    1.0,
+    2.5,
+    5.0,
+    10.0,
+    30.0,
+    60.0,
+    120.0,
+    300.0,
+)
 
 
 def label(value) -> str:
@@ -104,22 +122,31 @@ class Metrics:
             ("failed", self.failed, "Routed requests answered with a proxy-made error."),
             ("rejected", self.rejected, "Malformed or oversized request bodies."),
             ("stream_cuts", self.stream_cuts, "Streams a replica cut short (client got an error)."),
-            ("body_budget_refused", self.budget.refused if self.budget else 0,
-             "Requests refused (503) while --max-inflight-body-bytes were held."),
+            (
+                "body_budget_refused",
+                self.budget.refused if self.budget else 0,
+                "Requests refused (503) while --max-inflight-body-bytes were held.",
+            ),
         ):
-            lines += [f"# HELP agrpo_proxy_{name}_total {doc}",
-                      f"# TYPE agrpo_proxy_{name}_total counter",
-                      f"agrpo_proxy_{name}_total {value}"]
-        lines += ["# HELP agrpo_proxy_broadcasts_total Broadcast operations by outcome.",
-                  "# TYPE agrpo_proxy_broadcasts_total counter"]
+            lines += [
+                f"# HELP agrpo_proxy_{name}_total {doc}",
+                f"# TYPE agrpo_proxy_{name}_total counter",
+                f"agrpo_proxy_{name}_total {value}",
+            ]
+        lines += [
+            "# HELP agrpo_proxy_broadcasts_total Broadcast operations by outcome.",
+            "# TYPE agrpo_proxy_broadcasts_total counter",
+        ]
         for op, count in self.broadcasts.items():
             failed = self.broadcast_failures.get(op, 0)
             op = label(op)
             lines.append(f'agrpo_proxy_broadcasts_total{{op="{op}",ok="true"}} {count - failed}')
             lines.append(f'agrpo_proxy_broadcasts_total{{op="{op}",ok="false"}} {failed}')
-        lines += ["# HELP agrpo_proxy_tracked_routing_entries Routing entries held in the LRU.",
-                  "# TYPE agrpo_proxy_tracked_routing_entries gauge",
-                  f"agrpo_proxy_tracked_routing_entries {tracked}"]
+        lines += [
+            "# HELP agrpo_proxy_tracked_routing_entries Routing entries held in the LRU.",
+            "# TYPE agrpo_proxy_tracked_routing_entries gauge",
+            f"agrpo_proxy_tracked_routing_entries {tracked}",
+        ]
         for name, attr, doc in (
             ("replica_healthy", "healthy", "1 when the replica takes traffic."),
             ("replica_inflight", "inflight", "Requests in flight on the replica."),
@@ -129,14 +156,19 @@ class Metrics:
             kind = "counter" if name.endswith("_total") else "gauge"
             lines += [f"# HELP agrpo_proxy_{name} {doc}", f"# TYPE agrpo_proxy_{name} {kind}"]
             for r in replicas:
-                lines.append(f'agrpo_proxy_{name}{{replica="{r.index}",url="{label(r.url)}"}} '
-                             f"{float(getattr(r, attr))}")
-        lines += ["# HELP agrpo_proxy_routed_seconds Client-visible latency of routed requests.",
-                  "# TYPE agrpo_proxy_routed_seconds histogram"]
+                lines.append(
+                    f'agrpo_proxy_{name}{{replica="{r.index}",url="{label(r.url)}"}} {float(getattr(r, attr))}'
+                )
+        lines += [
+            "# HELP agrpo_proxy_routed_seconds Client-visible latency of routed requests.",
+            "# TYPE agrpo_proxy_routed_seconds histogram",
+        ]
         for kind, hist in self.routed_seconds.items():
             lines += hist.prometheus("agrpo_proxy_routed_seconds", f'kind="{label(kind)}"')
-        lines += ["# HELP agrpo_proxy_broadcast_seconds Latency of broadcast operations.",
-                  "# TYPE agrpo_proxy_broadcast_seconds histogram"]
+        lines += [
+            "# HELP agrpo_proxy_broadcast_seconds Latency of broadcast operations.",
+            "# TYPE agrpo_proxy_broadcast_seconds histogram",
+        ]
         for op, hist in self.broadcast_seconds.items():
             lines += hist.prometheus("agrpo_proxy_broadcast_seconds", f'op="{label(op)}"')
         return "\n".join(lines) + "\n"

@@ -83,8 +83,7 @@ class Connection(asyncio.Protocol):
             self._done = True
             self._wake_body()
             return
-        self._fail(UpstreamClosed("the replica closed the connection"
-                                  + (f" ({exc})" if exc else "")))
+        self._fail(UpstreamClosed("the replica closed the connection" + (f" ({exc})" if exc else "")))
 
     def data_received(self, data):
         self._got_bytes = True
@@ -114,8 +113,13 @@ class Connection(asyncio.Protocol):
         return self._got_bytes
 
     def reusable(self) -> bool:
-        return (not self.closed and self._done and self._error is None and self._keep_alive
-                and time.monotonic() - self.idle_since < IDLE_REUSE_S)
+        return (
+            not self.closed
+            and self._done
+            and self._error is None
+            and self._keep_alive
+            and time.monotonic() - self.idle_since < IDLE_REUSE_S
+        )
 
     def abort(self, error: BaseException) -> None:
         self._fail(error)
@@ -200,15 +204,14 @@ class Connection(asyncio.Protocol):
                     self.abort(UpstreamClosed("the replica sent a malformed chunk"))
                     return
                 if size == 0:  # last chunk, then optional trailers and an empty line
-                    if not (buf.startswith(b"\r\n", line_end + 2)
-                            or buf.find(b"\r\n\r\n", line_end) >= 0):
+                    if not (buf.startswith(b"\r\n", line_end + 2) or buf.find(b"\r\n\r\n", line_end) >= 0):
                         break
                     del buf[:]
                     self._done = True
                     break
                 if len(buf) < line_end + 2 + size + 2:
                     break
-                self._body.append(bytes(buf[line_end + 2: line_end + 2 + size]))
+                self._body.append(bytes(buf[line_end + 2 : line_end + 2 + size]))
                 del buf[: line_end + 2 + size + 2]
         self._wake_body()
 
@@ -269,8 +272,8 @@ class Pool:
             self._ssl = ssl_module.create_default_context()
         loop = asyncio.get_running_loop()
         _, conn = await asyncio.wait_for(
-            loop.create_connection(Connection, host, port, ssl=self._ssl if secure else None),
-            self.connect_timeout_s)
+            loop.create_connection(Connection, host, port, ssl=self._ssl if secure else None), self.connect_timeout_s
+        )
         return conn, False
 
     def release(self, base_url: str, conn: Connection, keep_alive: bool) -> None:
@@ -314,10 +317,12 @@ class Exchange:
         self._timer = asyncio.get_running_loop().call_later(self.timeout_s, self._expire)
         url = self.replica.url
         auth = self.replica.authorization
-        head = (f"{method} {path_qs} HTTP/1.1\r\nHost: {self.pool.host_header(url)}\r\n"
-                .encode("utf-8", "surrogateescape") + head_lines
-                + (f"Authorization: {auth}\r\n".encode() if auth else b"")
-                + b"Content-Length: %d\r\n\r\n" % len(body))
+        head = (
+            f"{method} {path_qs} HTTP/1.1\r\nHost: {self.pool.host_header(url)}\r\n".encode("utf-8", "surrogateescape")
+            + head_lines
+            + (f"Authorization: {auth}\r\n".encode() if auth else b"")
+            + b"Content-Length: %d\r\n\r\n" % len(body)
+        )
         for attempt in range(2):
             conn, reused = await self.pool.acquire(url)
             self.conn = conn

@@ -39,8 +39,9 @@ def error_headers(replica: Replica | None, extra: dict | None = None) -> list:
 
 def cut_event(problem: str) -> bytes:
     """The SSE event a client gets when a replica's stream was cut short."""
-    event = json.dumps({"error": {"message": f"the replica's stream was cut short: {problem}",
-                                  "type": "UpstreamError", "code": 502}})
+    event = json.dumps(
+        {"error": {"message": f"the replica's stream was cut short: {problem}", "type": "UpstreamError", "code": 502}}
+    )
     return f"event: error\ndata: {event}\n\n".encode()
 
 
@@ -89,8 +90,7 @@ class RoutedPath:
         self.control = server.control
         self.timeout_s = server.settings.total_timeout_s
 
-    async def handle(self, sink, method: str, path_qs: str, raw_headers, raw: bytes,
-                     started: float) -> None:
+    async def handle(self, sink, method: str, path_qs: str, raw_headers, raw: bytes, started: float) -> None:
         try:
             await self._route(sink, method, path_qs, raw_headers, raw, started)
         except TRANSPORT_ERRORS:
@@ -148,15 +148,17 @@ class RoutedPath:
                     last_error = self.control.transport_failed(replica, err)
                     continue
                 metrics.observe_routed(kind, perf_counter() - started)
-                await sink.respond(upstream.status, response_headers(upstream.headers, replica),
-                                   body)
+                await sink.respond(upstream.status, response_headers(upstream.headers, replica), body)
                 return
             finally:
                 exchange.finish()
                 replica.end(decision.work)
         metrics.failed += 1
-        await sink.respond(502, error_headers(replica), error_body(
-            502, f"no replica could serve the request: {last_error}", "UpstreamError"))
+        await sink.respond(
+            502,
+            error_headers(replica),
+            error_body(502, f"no replica could serve the request: {last_error}", "UpstreamError"),
+        )
 
     async def stream(self, sink, exchange, upstream, replica: Replica, kind, started) -> None:
         """Pass server-sent events through as they arrive; nothing is buffered.

@@ -40,8 +40,15 @@ from agrpo.proxy.upstream import (
 log = logging.getLogger("agrpo.proxy")
 
 ROUTED_PATHS = ("/v1/completions", "/v1/chat/completions")
-BROADCAST_PATHS = ("/v1/load_lora_adapter", "/v1/unload_lora_adapter", "/pause", "/resume",
-                   "/reset_prefix_cache", "/sleep", "/wake_up")
+BROADCAST_PATHS = (
+    "/v1/load_lora_adapter",
+    "/v1/unload_lora_adapter",
+    "/pause",
+    "/resume",
+    "/reset_prefix_cache",
+    "/sleep",
+    "/wake_up",
+)
 # passed to one replica without the admin token: reads, and POSTs that change nothing
 OPEN_METHODS = ("GET", "HEAD", "OPTIONS")
 OPEN_POSTS = ("/tokenize", "/detokenize")
@@ -68,8 +75,7 @@ class ProxyServer:
         self.pool = Pool(settings.connect_timeout_s)
         self.url: str | None = None
         self.session: aiohttp.ClientSession | None = None
-        self.timeout = aiohttp.ClientTimeout(total=settings.total_timeout_s,
-                                             connect=settings.connect_timeout_s)
+        self.timeout = aiohttp.ClientTimeout(total=settings.total_timeout_s, connect=settings.connect_timeout_s)
         self.control = Control(self)
         self.routed = RoutedPath(self)
         self._runner: web.AppRunner | None = None
@@ -81,8 +87,7 @@ class ProxyServer:
     def add_replica(self, url: str, healthy: bool = True) -> Replica:
         """A new replica; it gets the upstream token only if its host may receive it."""
         replica = self.replicas.add(url, healthy=healthy)
-        if self.authorization and may_receive_token(url_host(url), self._token_hosts,
-                                                    self._token_patterns):
+        if self.authorization and may_receive_token(url_host(url), self._token_hosts, self._token_patterns):
             replica.authorization = self.authorization
         return replica
 
@@ -108,19 +113,19 @@ class ProxyServer:
             connector=aiohttp.TCPConnector(limit=0, keepalive_timeout=60, ttl_dns_cache=300),
             auto_decompress=False,
         )
-        self._runner = web.AppRunner(self.build_app(), access_log=None, handle_signals=False,
-                                     shutdown_timeout=self.settings.shutdown_timeout_s)
+        self._runner = web.AppRunner(
+            self.build_app(), access_log=None, handle_signals=False, shutdown_timeout=self.settings.shutdown_timeout_s
+        )
         try:
             await self._runner.setup()
             if self.settings.lean_front:  # routed requests skip aiohttp's server (front.py)
                 self._listener = await asyncio.get_running_loop().create_server(
-                    lambda: FrontProtocol(self), self.settings.host, self.settings.port,
-                    backlog=2048)
+                    lambda: FrontProtocol(self), self.settings.host, self.settings.port, backlog=2048
+                )
                 host, port = self._listener.sockets[0].getsockname()[:2]
                 self._sweeper = asyncio.get_running_loop().create_task(close_idle_forever(self))
             else:
-                site = web.TCPSite(self._runner, self.settings.host, self.settings.port,
-                                   backlog=2048)
+                site = web.TCPSite(self._runner, self.settings.host, self.settings.port, backlog=2048)
                 await site.start()
                 host, port = self._runner.addresses[0][:2]
         except BaseException:
@@ -129,9 +134,12 @@ class ProxyServer:
             raise
         self.url = f"http://{host}:{port}" if ":" not in host else f"http://[{host}]:{port}"
         if not is_loopback(self.settings.host) and not self.admin.enabled:
-            log.warning("listening on %s (beyond loopback) without an admin token: anyone who "
-                        "can reach it may add or remove replicas, load adapters and pause "
-                        "generation; set --admin-token-env", self.settings.host)
+            log.warning(
+                "listening on %s (beyond loopback) without an admin token: anyone who "
+                "can reach it may add or remove replicas, load adapters and pause "
+                "generation; set --admin-token-env",
+                self.settings.host,
+            )
         await self.control.probe_all()
         self.control.start_probing()
         log.info("proxy on %s in front of %d replica(s)", self.url, len(self.replicas))
@@ -147,8 +155,9 @@ class ProxyServer:
             self._sweeper = None
         if self._listener is not None:
             self._listener.close()  # no new connections; requests in flight may finish
-            await asyncio.gather(*(front.close(self.settings.shutdown_timeout_s)
-                                   for front in list(self.front_connections)))
+            await asyncio.gather(
+                *(front.close(self.settings.shutdown_timeout_s) for front in list(self.front_connections))
+            )
             self._listener = None
         if self._runner is not None:
             await self._runner.cleanup()
@@ -170,23 +179,33 @@ class ProxyServer:
         """401 unless the request carries the admin token (None: it may go on)."""
         if self.admin.allows(request.headers.get("Authorization")):
             return None
-        return json_error(401, f"{request.method} {request.path} changes the proxy's state and "
-                               "needs 'Authorization: Bearer <admin token>' (the token in the "
-                               "variable named by --admin-token-env)", "Unauthorized",
-                          extra_headers={"WWW-Authenticate": "Bearer"})
+        return json_error(
+            401,
+            f"{request.method} {request.path} changes the proxy's state and "
+            "needs 'Authorization: Bearer <admin token>' (the token in the "
+            "variable named by --admin-token-env)",
+            "Unauthorized",
+            extra_headers={"WWW-Authenticate": "Bearer"},
+        )
 
     @staticmethod
     def _absolute_form(request: web.Request) -> web.Response:
-        return json_error(400, "the request target must be a path (origin form, '/v1/...'), "
-                               f"not {request.raw_path[:100]!r}", "BadRequestError")
+        return json_error(
+            400,
+            f"the request target must be a path (origin form, '/v1/...'), not {request.raw_path[:100]!r}",
+            "BadRequestError",
+        )
 
     async def read_body(self, request: web.Request):
         """(body, bytes reserved) or an error response: 413 over --max-body-bytes, 503 while
         all requests together hold --max-inflight-body-bytes."""
         limit = self.settings.max_body_bytes
         length = request.content_length
-        too_large = json_error(413, f"request body exceeds {limit} bytes (--max-body-bytes)",
-                               "RequestTooLarge") if length is not None and length > limit else None
+        too_large = (
+            json_error(413, f"request body exceeds {limit} bytes (--max-body-bytes)", "RequestTooLarge")
+            if length is not None and length > limit
+            else None
+        )
         if too_large is not None:
             return too_large
         if length is not None:
@@ -197,16 +216,14 @@ class ProxyServer:
             except BaseException as err:
                 self.budget.release(length)
                 if isinstance(err, web.HTTPRequestEntityTooLarge):
-                    return json_error(413, f"request body exceeds {limit} bytes "
-                                           "(--max-body-bytes)", "RequestTooLarge")
+                    return json_error(413, f"request body exceeds {limit} bytes (--max-body-bytes)", "RequestTooLarge")
                 raise
         held, parts = 0, []  # chunked upload: take budget as it arrives
         try:
             async for chunk in request.content.iter_any():
                 if held + len(chunk) > limit:
                     self.budget.release(held)
-                    return json_error(413, f"request body exceeds {limit} bytes "
-                                           "(--max-body-bytes)", "RequestTooLarge")
+                    return json_error(413, f"request body exceeds {limit} bytes (--max-body-bytes)", "RequestTooLarge")
                 if not self.budget.reserve(len(chunk)):
                     self.budget.release(held)
                     return self._over_budget()
@@ -218,10 +235,14 @@ class ProxyServer:
         return b"".join(parts), held
 
     def _over_budget(self) -> web.Response:
-        return json_error(503, "the proxy holds its limit of request bytes in flight "
-                               f"({self.settings.max_inflight_body_bytes} bytes, "
-                               "--max-inflight-body-bytes); retry shortly", "Overloaded",
-                          extra_headers={"Retry-After": "1"})
+        return json_error(
+            503,
+            "the proxy holds its limit of request bytes in flight "
+            f"({self.settings.max_inflight_body_bytes} bytes, "
+            "--max-inflight-body-bytes); retry shortly",
+            "Overloaded",
+            extra_headers={"Retry-After": "1"},
+        )
 
     # ------------------------------------------------------------------ routed
     async def _routed(self, request: web.Request) -> web.StreamResponse:
@@ -236,8 +257,7 @@ class ProxyServer:
         raw, held = body
         sink = AiohttpSink(request)
         try:
-            await self.routed.handle(sink, request.method, request.raw_path,
-                                     request.raw_headers, raw, started)
+            await self.routed.handle(sink, request.method, request.raw_path, request.raw_headers, raw, started)
         finally:
             self.budget.release(held)
         return sink.response
@@ -282,8 +302,7 @@ class ProxyServer:
             finally:
                 exchange.finish()
             body = self._rewrite(request.path, upstream.status, body)
-            return web.Response(body=body, status=upstream.status,
-                                headers=response_headers(upstream.headers, replica))
+            return web.Response(body=body, status=upstream.status, headers=response_headers(upstream.headers, replica))
         return json_error(502, f"no replica answered: {last_error}", "UpstreamError", replica)
 
     async def _server_info(self, request: web.Request) -> web.StreamResponse:
@@ -294,7 +313,7 @@ class ProxyServer:
         if not healthy:
             return []
         self._next_any = (self._next_any + 1) % len(healthy)
-        return healthy[self._next_any:] + healthy[: self._next_any]
+        return healthy[self._next_any :] + healthy[: self._next_any]
 
     @staticmethod
     def _rewrite(path: str, status: int, body: bytes) -> bytes:
@@ -328,4 +347,3 @@ def _authorization(token_env: str | None) -> str | None:
     if not token:
         raise ValueError(f"--token-env {token_env}: that environment variable is empty or unset")
     return f"Bearer {token}"
-

@@ -13,7 +13,6 @@ from typing import Optional
 from urllib.parse import urlsplit
 
 
-
 # The env var a launcher puts the proxy's admin token in (proxy and trainer only; --admin-token-env names it).
 ADMIN_TOKEN_ENV = "AGRPO_PROXY_ADMIN_TOKEN"
 
@@ -42,27 +41,19 @@ class ProxySettings:
     text_chars_per_token: int = _knob(
         4, "characters per token assumed for text prompts (their block size and load estimate)"
     )
-    default_max_tokens: int = _knob(
-        1024, "completion tokens assumed when a request omits max_tokens (load estimate)"
-    )
-    spill_factor: float = _knob(
-        1.5, "leave the affinity replica only when its work exceeds this x the mean work ..."
-    )
+    default_max_tokens: int = _knob(1024, "completion tokens assumed when a request omits max_tokens (load estimate)")
+    spill_factor: float = _knob(1.5, "leave the affinity replica only when its work exceeds this x the mean work ...")
     spill_slack_requests: float = _knob(
         8.0, "... plus this many copies of the request's own work (one GRPO group's worth)"
     )
     template_fanout: int = _knob(
         64, "a prompt continued by more distinct prompts than this is a shared template, not affinity"
     )
-    lru_size: int = _knob(
-        262144, "routing entries remembered (prompts + continuation anchors); bounds memory"
-    )
+    lru_size: int = _knob(262144, "routing entries remembered (prompts + continuation anchors); bounds memory")
 
     # --- robustness
     connect_timeout_s: float = _knob(5.0, "a replica that does not accept a connection by then is down")
-    total_timeout_s: float = _knob(
-        900.0, "longest a routed request may take, so a hung replica never hangs the client"
-    )
+    total_timeout_s: float = _knob(900.0, "longest a routed request may take, so a hung replica never hangs the client")
     broadcast_timeout_s: float = _knob(
         600.0, "longest one replica may take to answer a broadcast (load, pause, resume...)"
     )
@@ -76,9 +67,7 @@ class ProxySettings:
     error_threshold: int = _knob(
         3, "consecutive 5xx answers that mark a replica unhealthy (connection errors: at once)"
     )
-    health_quorum: int = _knob(
-        0, "healthy replicas /health needs for 200; 0 means all of them (no degraded mode)"
-    )
+    health_quorum: int = _knob(0, "healthy replicas /health needs for 200; 0 means all of them (no degraded mode)")
     shutdown_timeout_s: float = _knob(5.0, "on stop, in-flight requests get this long to finish")
     max_body_bytes: int = _knob(64 * 1024 * 1024, "larger request bodies get 413")
     log_level: str = _knob("info", "logging level of the agrpo.proxy logger")
@@ -86,24 +75,29 @@ class ProxySettings:
 
     # --- trust (issue 12): who may change state, who gets the upstream token, what memory
     admin_token_env: Optional[str] = _knob(
-        None, "env var holding the token that replica, adapter, pause/resume and other admin "
-              "calls must send as 'Authorization: Bearer' (unset: admin calls are open)"
+        None,
+        "env var holding the token that replica, adapter, pause/resume and other admin "
+        "calls must send as 'Authorization: Bearer' (unset: admin calls are open)",
     )
     token_hosts: str = _knob(
-        "*.hf.jobs", "comma-separated host patterns (fnmatch) that may receive the --token-env "
-                     "token besides the hosts of the --upstream URLs given at start"
+        "*.hf.jobs",
+        "comma-separated host patterns (fnmatch) that may receive the --token-env "
+        "token besides the hosts of the --upstream URLs given at start",
     )
     max_inflight_body_bytes: int = _knob(
-        256 * 1024 * 1024, "request bytes held at once over all requests; beyond it new "
-                           "requests get 503 (bounds memory under many large bodies)"
+        256 * 1024 * 1024,
+        "request bytes held at once over all requests; beyond it new "
+        "requests get 503 (bounds memory under many large bodies)",
     )
     lean_front: bool = _knob(
-        True, "serve routed requests with the proxy's own HTTP/1.1 front instead of aiohttp's "
-              "server (about half the CPU per request; anything unusual still goes to aiohttp)"
+        True,
+        "serve routed requests with the proxy's own HTTP/1.1 front instead of aiohttp's "
+        "server (about half the CPU per request; anything unusual still goes to aiohttp)",
     )
     admit_timeout_s: float = _knob(
-        120.0, "longest a replica's re-admission (replaying adapters and pause) may take; it "
-               "stays out and is retried at the next probe"
+        120.0,
+        "longest a replica's re-admission (replaying adapters and pause) may take; it "
+        "stays out and is retried at the next probe",
     )
 
     def problems(self) -> list[str]:
@@ -117,27 +111,42 @@ class ProxySettings:
             found.append("the same --upstream URL is given twice")
         if not 0 <= self.port <= 65535:
             found.append(f"--port {self.port} is not a TCP port (0-65535)")
-        for name in ("block_size", "text_chars_per_token", "default_max_tokens", "lru_size",
-                     "error_threshold", "template_fanout", "max_body_bytes",
-                     "max_inflight_body_bytes"):
+        for name in (
+            "block_size",
+            "text_chars_per_token",
+            "default_max_tokens",
+            "lru_size",
+            "error_threshold",
+            "template_fanout",
+            "max_body_bytes",
+            "max_inflight_body_bytes",
+        ):
             if getattr(self, name) < 1:
                 found.append(f"--{flag_name(name)} must be at least 1")
-        for name in ("connect_timeout_s", "total_timeout_s", "broadcast_timeout_s",
-                     "load_retry_initial_s", "load_retry_max_s", "health_interval_s",
-                     "health_timeout_s", "shutdown_timeout_s", "admit_timeout_s"):
+        for name in (
+            "connect_timeout_s",
+            "total_timeout_s",
+            "broadcast_timeout_s",
+            "load_retry_initial_s",
+            "load_retry_max_s",
+            "health_interval_s",
+            "health_timeout_s",
+            "shutdown_timeout_s",
+            "admit_timeout_s",
+        ):
             if getattr(self, name) <= 0:
                 found.append(f"--{flag_name(name)} must be positive")
         if self.max_inflight_body_bytes < self.max_body_bytes:
-            found.append("--max-inflight-body-bytes must be at least --max-body-bytes (else the "
-                         "largest allowed body could never be accepted)")
+            found.append(
+                "--max-inflight-body-bytes must be at least --max-body-bytes (else the "
+                "largest allowed body could never be accepted)"
+            )
         if self.spill_factor < 1:
             found.append("--spill-factor below 1 would spill from a replica under the mean load")
         if self.spill_slack_requests < 0 or self.load_retry_deadline_s < 0 or self.health_quorum < 0:
-            found.append("--spill-slack-requests, --load-retry-deadline-s and --health-quorum "
-                         "cannot be negative")
+            found.append("--spill-slack-requests, --load-retry-deadline-s and --health-quorum cannot be negative")
         if self.health_quorum > len(self.upstreams) > 0:
-            found.append(f"--health-quorum {self.health_quorum} exceeds the "
-                         f"{len(self.upstreams)} replicas given")
+            found.append(f"--health-quorum {self.health_quorum} exceeds the {len(self.upstreams)} replicas given")
         return found
 
 
@@ -161,8 +170,7 @@ def url_problems(url: str) -> list[str]:
         shown = f"{parts.scheme}://***@{parts.netloc.rsplit('@', 1)[1]}"  # never echo a password
         return [f"replica URL {shown!r} must not carry credentials (user:password@)"]
     if parts.path not in ("", "/") or "?" in url or "#" in url:
-        return [f"replica URL {url!r} must not have a path, query or fragment "
-                "(only scheme://host:port)"]
+        return [f"replica URL {url!r} must not have a path, query or fragment (only scheme://host:port)"]
     host = parts.netloc.rsplit(":", 1)[0] if not parts.netloc.endswith("]") else parts.netloc
     if not _HOSTNAME.fullmatch(host):
         return [f"replica URL {url!r} has an invalid host"]

@@ -10,8 +10,7 @@ from agrpo.proxy.settings import ProxySettings
 class ProxyThread:
     """Handle of a proxy running in a daemon thread: `.url`, `.server`, `.stop()`."""
 
-    def __init__(self, server: ProxyServer, loop: asyncio.AbstractEventLoop,
-                 thread: threading.Thread):
+    def __init__(self, server: ProxyServer, loop: asyncio.AbstractEventLoop, thread: threading.Thread):
         self.server = server
         self.url: str = server.url
         self._loop = loop

@@ -21,8 +21,7 @@ class AdminGuard:
             return cls(None)
         token = os.environ.get(variable, "").strip()
         if not token:
-            raise ValueError(f"--admin-token-env {variable}: that environment variable is empty "
-                             "or unset")
+            raise ValueError(f"--admin-token-env {variable}: that environment variable is empty or unset")
         return cls(token)
 
     @property

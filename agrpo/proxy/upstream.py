@@ -10,15 +10,39 @@ from agrpo.proxy.broadcast import Reply
 from agrpo.proxy.replicas import Replica
 
 # never forwarded upstream: hop-by-hop, recomputed, or the client's own credentials
-_DROP_UPSTREAM = frozenset((
-    "host", "authorization", "content-length", "connection", "keep-alive", "proxy-authorization",
-    "proxy-connection", "te", "trailer", "trailers", "transfer-encoding", "upgrade", "expect",
-))
+_DROP_UPSTREAM = frozenset(
+    (
+        "host",
+        "authorization",
+        "content-length",
+        "connection",
+        "keep-alive",
+        "proxy-authorization",
+        "proxy-connection",
+        "te",
+        "trailer",
+        "trailers",
+        "transfer-encoding",
+        "upgrade",
+        "expect",
+    )
+)
 # never copied back to the client: hop-by-hop or set by our own server
-_DROP_DOWNSTREAM = frozenset((
-    "connection", "keep-alive", "proxy-authenticate", "te", "trailer", "trailers",
-    "transfer-encoding", "upgrade", "content-length", "date", "server",
-))
+_DROP_DOWNSTREAM = frozenset(
+    (
+        "connection",
+        "keep-alive",
+        "proxy-authenticate",
+        "te",
+        "trailer",
+        "trailers",
+        "transfer-encoding",
+        "upgrade",
+        "content-length",
+        "date",
+        "server",
+    )
+)
 TRANSPORT_ERRORS = (aiohttp.ClientError, asyncio.TimeoutError, OSError)  # incl. UpstreamClosed
 REPLICA_HEADER = "X-Agrpo-Replica"
 
@@ -29,8 +53,7 @@ _DROP_UPSTREAM_RAW = frozenset(name.encode() for name in _DROP_UPSTREAM)
 def forwarded_head_lines(raw_headers) -> bytes:
     """The client's raw headers as request-head lines, minus hop-by-hop ones and its
     Authorization (bytes as received: nothing decoded or re-encoded)."""
-    return b"".join(k + b": " + v + b"\r\n" for k, v in raw_headers
-                    if k.lower() not in _DROP_UPSTREAM_RAW)
+    return b"".join(k + b": " + v + b"\r\n" for k, v in raw_headers if k.lower() not in _DROP_UPSTREAM_RAW)
 
 
 def response_headers(pairs, replica: Replica | None) -> list[tuple[str, str]]:
@@ -46,14 +69,20 @@ def error_body(status: int, message: str, kind: str = "ProxyError") -> bytes:
     return json.dumps({"error": {"message": message, "type": kind, "code": status}}).encode()
 
 
-def json_error(status: int, message: str, kind: str = "ProxyError",
-               replica: Replica | None = None, extra_headers: dict | None = None) -> web.Response:
+def json_error(
+    status: int,
+    message: str,
+    kind: str = "ProxyError",
+    replica: Replica | None = None,
+    extra_headers: dict | None = None,
+) -> web.Response:
     """An error in vLLM's shape, so clients that print vLLM errors print ours too."""
     headers = dict(extra_headers or {})
     if replica is not None:
         headers[REPLICA_HEADER] = str(replica.index)
-    return web.Response(status=status, body=error_body(status, message, kind),
-                        content_type="application/json", headers=headers or None)
+    return web.Response(
+        status=status, body=error_body(status, message, kind), content_type="application/json", headers=headers or None
+    )
 
 
 def describe_error(err: BaseException) -> str:
@@ -63,8 +92,9 @@ def describe_error(err: BaseException) -> str:
     return f"{type(err).__name__}: {text}"
 
 
-async def send_once(session: aiohttp.ClientSession, replica: Replica, method: str,
-                    path_qs: str, body: bytes, headers: dict, timeout) -> Reply:
+async def send_once(
+    session: aiohttp.ClientSession, replica: Replica, method: str, path_qs: str, body: bytes, headers: dict, timeout
+) -> Reply:
     """One buffered request to one replica; transport failures become `Reply(None, ...)`.
 
     The upstream token is added here only for replicas allowed to receive it.
@@ -72,10 +102,10 @@ async def send_once(session: aiohttp.ClientSession, replica: Replica, method: st
     if replica.authorization:
         headers = {**headers, "Authorization": replica.authorization}
     try:
-        async with session.request(method, replica.target(path_qs), data=body or None,
-                                   headers=headers, timeout=timeout) as response:
+        async with session.request(
+            method, replica.target(path_qs), data=body or None, headers=headers, timeout=timeout
+        ) as response:
             payload = await response.read()
-            return Reply(response.status, payload,
-                         response.headers.get("Content-Type", "application/octet-stream"))
+            return Reply(response.status, payload, response.headers.get("Content-Type", "application/octet-stream"))
     except TRANSPORT_ERRORS as err:
         return Reply(None, b"", error=describe_error(err))

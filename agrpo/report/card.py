@@ -29,8 +29,10 @@ def lora_module_name(repo_id: str) -> str:
 def redact(value: Any) -> Any:
     """The config with any credential-like key's value replaced."""
     if isinstance(value, Mapping):
-        return {k: "<redacted>" if _SECRET_KEY.search(str(k)) and isinstance(v, str) and v else redact(v)
-                for k, v in value.items()}
+        return {
+            k: "<redacted>" if _SECRET_KEY.search(str(k)) and isinstance(v, str) and v else redact(v)
+            for k, v in value.items()
+        }
     if isinstance(value, list):
         return [redact(v) for v in value]
     return value
@@ -84,12 +86,17 @@ def training_section(run: Mapping[str, Any]) -> list[str]:
         ("recipe / run name", f"`{_get(config, 'run_name', '-')}`"),
         ("data", _dataset(config)),
         ("reward terms", _reward_terms(config)),
-        ("LoRA", f"r={_get(config, 'lora.r')}, alpha={_get(config, 'lora.alpha')}, "
-                 f"targets {', '.join(_get(config, 'lora.target_modules', []) or [])}"),
+        (
+            "LoRA",
+            f"r={_get(config, 'lora.r')}, alpha={_get(config, 'lora.alpha')}, "
+            f"targets {', '.join(_get(config, 'lora.target_modules', []) or [])}",
+        ),
         ("steps", _get(config, "trainer.max_steps")),
         ("learning rate", _get(config, "trainer.learning_rate")),
-        ("samples per step x generations per prompt",
-         f"{_get(config, 'trainer.per_device_train_batch_size')} x {_get(config, 'trainer.num_generations')}"),
+        (
+            "samples per step x generations per prompt",
+            f"{_get(config, 'trainer.per_device_train_batch_size')} x {_get(config, 'trainer.num_generations')}",
+        ),
         ("max completion tokens", _get(config, "trainer.max_completion_length")),
         ("max staleness (async)", _get(config, "trainer.max_staleness")),
         ("vLLM replicas", _get(config, "inference.replicas")),
@@ -99,8 +106,16 @@ def training_section(run: Mapping[str, Any]) -> list[str]:
         lines += ["```bash", str(run["command"]), "```", ""]
     lines += ["| setting | value |", "|---|---|"] + [f"| {key} | {value} |" for key, value in rows]
     if config:
-        lines += ["", "<details><summary>Resolved config (config.yaml)</summary>", "", "```yaml",
-                  yaml.safe_dump(redact(config), sort_keys=False).rstrip(), "```", "", "</details>"]
+        lines += [
+            "",
+            "<details><summary>Resolved config (config.yaml)</summary>",
+            "",
+            "```yaml",
+            yaml.safe_dump(redact(config), sort_keys=False).rstrip(),
+            "```",
+            "",
+            "</details>",
+        ]
     return lines
 
 
@@ -113,9 +128,13 @@ def results_section(run: Mapping[str, Any]) -> list[str]:
     if run.get("curves"):
         lines += [f"![Training curves]({run['curves']})", ""]
     metrics = run.get("metrics") or {}
-    shown = [("optimizer steps", "global_step"), ("mean reward, first 5 steps", "reward_first"),
-             ("mean reward, last 5 steps", "reward_last"), ("mean step time (s)", "step_s_mean"),
-             ("wall time (s)", "wall_time_s")]
+    shown = [
+        ("optimizer steps", "global_step"),
+        ("mean reward, first 5 steps", "reward_first"),
+        ("mean reward, last 5 steps", "reward_last"),
+        ("mean step time (s)", "step_s_mean"),
+        ("wall time (s)", "wall_time_s"),
+    ]
     rows = [(label, metrics[key]) for label, key in shown if metrics.get(key) is not None]
     if rows:
         lines += ["| final metric | value |", "|---|---|"] + [f"| {k} | {_number(v)} |" for k, v in rows] + [""]
@@ -123,8 +142,11 @@ def results_section(run: Mapping[str, Any]) -> list[str]:
     if evals:
         lines += ["### Evaluation (`agrpo eval`)", "", markdown_table(evals, eval_labels(evals)), ""]
         first = evals[0]
-        lines += [f"Sampling: temperature {first.get('temperature')}, max_tokens {first.get('max_tokens')}; "
-                  "mean@k is the share of correct samples per problem, pass@k the share of problems with one.", ""]
+        lines += [
+            f"Sampling: temperature {first.get('temperature')}, max_tokens {first.get('max_tokens')}; "
+            "mean@k is the share of correct samples per problem, pass@k the share of problems with one.",
+            "",
+        ]
     if len(lines) == 2:
         lines += ["No metrics were recorded for this run.", ""]
     return lines
@@ -139,19 +161,26 @@ def usage_section(run: Mapping[str, Any]) -> list[str]:
     if not run.get("base_model_on_hub"):
         lines += [f"The base model was a local folder (`{base}`): replace it below with where you keep that model.", ""]
     if _get(config, "model.chat_template"):
-        lines += [f"Trained with the `{_get(config, 'model.chat_template')}` chat template, saved with the adapter "
-                  "(chat_template.jinja): give it to vLLM with `--chat-template` if the base model's own differs.", ""]
+        lines += [
+            f"Trained with the `{_get(config, 'model.chat_template')}` chat template, saved with the adapter "
+            "(chat_template.jinja): give it to vLLM with `--chat-template` if the base model's own differs.",
+            "",
+        ]
     max_tokens = _get(config, "trainer.max_completion_length") or 256
     request = {"model": name, "messages": [{"role": "user", "content": "Hello!"}], "max_tokens": max_tokens}
     lines += [
-        "### vLLM (OpenAI-compatible server)", "",
+        "### vLLM (OpenAI-compatible server)",
+        "",
         "```bash",
         f"vllm serve {base} --enable-lora --max-lora-rank {rank} --lora-modules {name}={repo_id}",
         "curl http://localhost:8000/v1/chat/completions -H 'Content-Type: application/json' \\",
         f"  -d '{json.dumps(request)}'",
-        "```", "",
-        f"The adapter is served under the name `{name}`; requests for `{base}` get the base model.", "",
-        "### peft + transformers", "",
+        "```",
+        "",
+        f"The adapter is served under the name `{name}`; requests for `{base}` get the base model.",
+        "",
+        "### peft + transformers",
+        "",
         "```python",
         "from peft import PeftModel",
         "from transformers import AutoModelForCausalLM, AutoTokenizer",
@@ -160,11 +189,12 @@ def usage_section(run: Mapping[str, Any]) -> list[str]:
         f'model = PeftModel.from_pretrained(base, "{repo_id}")',
         f'tokenizer = AutoTokenizer.from_pretrained("{repo_id}")  # the chat template it was trained with',
         'messages = [{"role": "user", "content": "Hello!"}]',
-        "inputs = tokenizer.apply_chat_template(messages, add_generation_prompt=True, return_tensors=\"pt\", "
+        'inputs = tokenizer.apply_chat_template(messages, add_generation_prompt=True, return_tensors="pt", '
         "return_dict=True)",
         f"output = model.generate(**inputs, max_new_tokens={max_tokens})",
         'print(tokenizer.decode(output[0][inputs["input_ids"].shape[1]:], skip_special_tokens=True))',
-        "```", "",
+        "```",
+        "",
     ]
     return lines
 
@@ -178,10 +208,13 @@ def build_card(run: Mapping[str, Any]) -> str:
     """
     base, repo_id = run["base_model"], run["repo_id"]
     base_link = f"[{base}](https://huggingface.co/{base})" if run.get("base_model_on_hub") else f"`{base}`"
-    intro = [f"# {lora_module_name(repo_id)}", "",
-             f"A LoRA adapter of {base_link}, trained with GRPO by agrpo (TRL's "
-             "AsyncGRPOTrainer: vLLM generates while the trainer learns, and only the adapter travels between them).",
-             ""]
+    intro = [
+        f"# {lora_module_name(repo_id)}",
+        "",
+        f"A LoRA adapter of {base_link}, trained with GRPO by agrpo (TRL's "
+        "AsyncGRPOTrainer: vLLM generates while the trainer learns, and only the adapter travels between them).",
+        "",
+    ]
     body = intro + training_section(run) + [""] + results_section(run) + usage_section(run)
     return front_matter(run) + "\n" + "\n".join(body).rstrip() + "\n"
 

@@ -43,8 +43,10 @@ def logger_problems(report_to: Iterable[str], installed: Callable[[str], bool] =
     if NO_SINK in names and len(names) > 1:
         problems.append(f"logger.report_to={names} mixes 'none' with sinks: use [] or 'none' alone to log nowhere")
     if "all" in names:
-        problems.append("logger.report_to=[all] would start every installed integration: name the sinks you want, "
-                        f"e.g. [tensorboard,wandb] (known: {', '.join(SINKS)})")
+        problems.append(
+            "logger.report_to=[all] would start every installed integration: name the sinks you want, "
+            f"e.g. [tensorboard,wandb] (known: {', '.join(SINKS)})"
+        )
     for name in names:
         if name in (NO_SINK, "all"):
             continue
@@ -53,6 +55,8 @@ def logger_problems(report_to: Iterable[str], installed: Callable[[str], bool] =
             continue
         modules, requirement = SINKS[name]
         if not any(installed(module) for module in modules):
-            problems.append(f"logger.report_to includes {name!r} but the {requirement.split()[0]} package is not "
-                            f"installed: pip install {requirement}")
+            problems.append(
+                f"logger.report_to includes {name!r} but the {requirement.split()[0]} package is not "
+                f"installed: pip install {requirement}"
+            )
     return problems

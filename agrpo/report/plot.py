@@ -86,8 +86,14 @@ def plot_histories(runs: list[tuple[str, list[dict[str, Any]]]], out_png: str | 
             if key == "reward":
                 std_steps, stds = series(history, "reward_std")
                 if std_steps == steps:
-                    ax.fill_between(steps, [v - s for v, s in zip(values, stds)],
-                                    [v + s for v, s in zip(values, stds)], color=color, alpha=0.15, linewidth=0)
+                    ax.fill_between(
+                        steps,
+                        [v - s for v, s in zip(values, stds)],
+                        [v + s for v, s in zip(values, stds)],
+                        color=color,
+                        alpha=0.15,
+                        linewidth=0,
+                    )
         ax.set_title(panel)
         ax.set_ylabel(ylabel)
         ax.grid(True, alpha=0.3)
@@ -110,8 +116,9 @@ def plot_histories(runs: list[tuple[str, list[dict[str, Any]]]], out_png: str | 
     return out
 
 
-def plot_runs(run_dirs: list[str | Path], out_png: str | Path, labels: list[str] | None = None,
-              title: str | None = None) -> Path:
+def plot_runs(
+    run_dirs: list[str | Path], out_png: str | Path, labels: list[str] | None = None, title: str | None = None
+) -> Path:
     """Overlay the runs in `run_dirs` into one PNG (labels: the shortest distinguishing path tails)."""
     dirs = [Path(d) for d in run_dirs]
     if not dirs:
@@ -122,15 +129,20 @@ def plot_runs(run_dirs: list[str | Path], out_png: str | Path, labels: list[str]
 
 def plot_run_dir(run_dir: str | Path) -> Path:
     """The end-of-run picture: `<run_dir>/training_curves.png`."""
-    return plot_runs([run_dir], Path(run_dir) / CURVES_PNG, labels=[Path(run_dir).name],
-                     title=f"agrpo run {Path(run_dir).name}")
+    return plot_runs(
+        [run_dir], Path(run_dir) / CURVES_PNG, labels=[Path(run_dir).name], title=f"agrpo run {Path(run_dir).name}"
+    )
 
 
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="agrpo plot", description=__doc__.splitlines()[0].strip("`"))
     parser.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", help="run directories holding log_history.json")
-    parser.add_argument("-o", "--output", help=f"PNG to write (default: <RUN_DIR>/{CURVES_PNG} for one run, "
-                                               "runs_comparison.png in the working directory for several)")
+    parser.add_argument(
+        "-o",
+        "--output",
+        help=f"PNG to write (default: <RUN_DIR>/{CURVES_PNG} for one run, "
+        "runs_comparison.png in the working directory for several)",
+    )
     args = parser.parse_args(argv)
     out = args.output or (Path(args.run_dirs[0]) / CURVES_PNG if len(args.run_dirs) == 1 else "runs_comparison.png")
     try:

@@ -33,8 +33,14 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--private", action="store_true", help="create the repo private (an existing repo is kept)")
     parser.add_argument("--dry-run", action="store_true", help="print the card and the files, upload nothing")
     parser.add_argument("--base-model", help="the base model's Hub id, when the run loaded it from a local folder")
-    parser.add_argument("--eval", action="append", default=[], type=Path, metavar="PATH",
-                        help="an eval_summary.json (or its folder) from `agrpo eval`, e.g. of the base model")
+    parser.add_argument(
+        "--eval",
+        action="append",
+        default=[],
+        type=Path,
+        metavar="PATH",
+        help="an eval_summary.json (or its folder) from `agrpo eval`, e.g. of the base model",
+    )
     return parser.parse_args(argv)
 
 
@@ -75,8 +81,11 @@ def recipe_files(run_dir: Path) -> dict[str, str]:
     if not path.is_file():
         return {}
     recorded = yaml.safe_load(path.read_text()) or {}
-    roots = [Path(p.removeprefix("file://")) for p in ((recorded.get("hydra") or {}).get("searchpath") or [])
-             if str(p).startswith("file://") and "agrpo-recipe-" in str(p)]
+    roots = [
+        Path(p.removeprefix("file://"))
+        for p in ((recorded.get("hydra") or {}).get("searchpath") or [])
+        if str(p).startswith("file://") and "agrpo-recipe-" in str(p)
+    ]
     found = {}
     for root in roots:
         for link in (root / "recipe").glob("*.y*ml"):
@@ -109,12 +118,16 @@ def gather_run(run_dir: Path, repo_id: str, base_model: str | None, extra_evals:
 
     adapter = run_dir / FINAL_ADAPTER
     if not (adapter / "adapter_model.safetensors").is_file() or not (adapter / "adapter_config.json").is_file():
-        raise ConfigError(f"{adapter} holds no peft adapter (adapter_model.safetensors + adapter_config.json): "
-                          "push a run directory whose training finished (it writes final_adapter/ at the end)")
+        raise ConfigError(
+            f"{adapter} holds no peft adapter (adapter_model.safetensors + adapter_config.json): "
+            "push a run directory whose training finished (it writes final_adapter/ at the end)"
+        )
     config_path = run_dir / "config.yaml"
     config = OmegaConf.to_container(OmegaConf.load(config_path)) if config_path.is_file() else {}
     adapter_config = _read_json(adapter / "adapter_config.json") or {}
-    base = base_model or (config.get("model") or {}).get("name_or_path") or adapter_config.get("base_model_name_or_path")
+    base = (
+        base_model or (config.get("model") or {}).get("name_or_path") or adapter_config.get("base_model_name_or_path")
+    )
     if not base:
         raise ConfigError(f"{run_dir} does not say which base model it trained: pass --base-model OWNER/NAME")
     curves = run_dir / CURVES
@@ -147,8 +160,10 @@ def hub_token() -> str:
         raise ConfigError("HF_HUB_OFFLINE=1 is set: pushing needs the Hub; unset it (or use --dry-run)")
     token = huggingface_hub.get_token()
     if not token:
-        raise ConfigError("no Hugging Face token: run `hf auth login` or set HF_TOKEN to a token with write access "
-                          "(https://huggingface.co/settings/tokens); --dry-run shows the card without one")
+        raise ConfigError(
+            "no Hugging Face token: run `hf auth login` or set HF_TOKEN to a token with write access "
+            "(https://huggingface.co/settings/tokens); --dry-run shows the card without one"
+        )
     return token
 
 
@@ -166,8 +181,12 @@ def push(run: dict[str, Any], files: dict[str, Path], private: bool) -> str:
         card = build_card({**run, "repo_id": url.repo_id})
         operations = [CommitOperationAdd(path_in_repo=name, path_or_fileobj=str(path)) for name, path in files.items()]
         operations.append(CommitOperationAdd(path_in_repo="README.md", path_or_fileobj=card.encode()))
-        api.create_commit(url.repo_id, operations, repo_type="model",
-                          commit_message=f"agrpo push: LoRA adapter of {run['base_model']}")
+        api.create_commit(
+            url.repo_id,
+            operations,
+            repo_type="model",
+            commit_message=f"agrpo push: LoRA adapter of {run['base_model']}",
+        )
     except HfHubHTTPError as error:
         raise LaunchError(f"the Hub refused the push to {run['repo_id']}: {error}") from None
     except OSError as error:  # connection refused, DNS, ...
@@ -183,8 +202,10 @@ def main(argv: list[str]) -> int:
         if args.dry_run:
             print(build_card(run))
             owner = "" if "/" in args.repo_id else " (under your account: the card then names OWNER/NAME)"
-            print(f"agrpo push: dry run, nothing uploaded. Would create {args.repo_id}{owner} "
-                  f"({'private' if args.private else 'public'}) with: README.md, {', '.join(files)}")
+            print(
+                f"agrpo push: dry run, nothing uploaded. Would create {args.repo_id}{owner} "
+                f"({'private' if args.private else 'public'}) with: README.md, {', '.join(files)}"
+            )
             return 0
         url = push(run, files, args.private)
     except AgrpoError as error:

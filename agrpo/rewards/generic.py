@@ -37,8 +37,10 @@ def column_values(columns: dict[str, Any], column: str, n: int, reward: str) -> 
     """The named column's value per completion; a missing column names the columns that did arrive."""
     if column not in columns:
         arrived = sorted(k for k in columns if k not in ("prompts", "completion_ids"))
-        raise KeyError(f"reward {reward} reads column {column!r}, but the dataset rows hold {arrived}: set the "
-                       f"term's `column:` or rename a column with data.columns")
+        raise KeyError(
+            f"reward {reward} reads column {column!r}, but the dataset rows hold {arrived}: set the "
+            f"term's `column:` or rename a column with data.columns"
+        )
     values = columns[column]
     if isinstance(values, (str, int, float)) or values is None:  # one value for a hand-written call
         return [values] * n
@@ -77,8 +79,9 @@ def _golds(gold: Any) -> list[Any]:
     return list(gold) if isinstance(gold, (list, tuple)) else [gold]
 
 
-def exact_match(completions: list[Any], column: str = "answer", extract: str = "auto", case_sensitive: bool = False,
-                **columns: Any) -> list[float | None]:
+def exact_match(
+    completions: list[Any], column: str = "answer", extract: str = "auto", case_sensitive: bool = False, **columns: Any
+) -> list[float | None]:
     """1.0 when the extracted answer equals the row's gold (or one of a list of golds) after `normalize`."""
     golds = column_values(columns, column, len(completions), "exact_match")
     scores: list[float | None] = []
@@ -92,9 +95,15 @@ def exact_match(completions: list[Any], column: str = "answer", extract: str = "
     return scores
 
 
-def regex_match(completions: list[Any], regex: str | None = None, column: str | None = None,
-                extract: str = "full", fullmatch: bool = False, ignore_case: bool = False,
-                **columns: Any) -> list[float | None]:
+def regex_match(
+    completions: list[Any],
+    regex: str | None = None,
+    column: str | None = None,
+    extract: str = "full",
+    fullmatch: bool = False,
+    ignore_case: bool = False,
+    **columns: Any,
+) -> list[float | None]:
     """1.0 when the (extracted) completion matches a regex: `regex` for every row, or each row's own in `column`.
 
     With `regex` alone it is a format term (e.g. ``"^<think>.+</think>"``); searched anywhere unless `fullmatch`.
@@ -135,8 +144,14 @@ def _answer_number(text: str, extract: str) -> float | None:
     return number
 
 
-def numeric_match(completions: list[Any], column: str = "answer", rel_tol: float = 0.0, abs_tol: float = 1e-6,
-                  extract: str = "auto", **columns: Any) -> list[float | None]:
+def numeric_match(
+    completions: list[Any],
+    column: str = "answer",
+    rel_tol: float = 0.0,
+    abs_tol: float = 1e-6,
+    extract: str = "auto",
+    **columns: Any,
+) -> list[float | None]:
     """1.0 when the completion's answer is a number within `abs_tol` or `rel_tol` of the row's numeric gold."""
     golds = column_values(columns, column, len(completions), "numeric_match")
     scores: list[float | None] = []
@@ -155,8 +170,10 @@ def math_equivalent(completions: list[Any], column: str = "answer", **columns: A
     r"""1.0 when the final answer (``\boxed{}``, ``#### x`` or stated) equals the gold: numerically for plain numbers,
     by math-verify for anything else (``\frac{1}{2}`` = 0.5). The math recipes' logic (agrpo.rewards.math)."""
     golds = column_values(columns, column, len(completions), "math_equivalent")
-    return [None if gold is None else gsm8k_score(visible_text(c), str(gold))
-            for c, gold in zip(completions, golds, strict=True)]
+    return [
+        None if gold is None else gsm8k_score(visible_text(c), str(gold))
+        for c, gold in zip(completions, golds, strict=True)
+    ]
 
 
 def _length(completion: Any, ids: Sequence[int] | None, unit: str) -> int:
@@ -168,8 +185,14 @@ def _length(completion: Any, ids: Sequence[int] | None, unit: str) -> int:
     return len(text) if unit == "chars" else len(text.split())
 
 
-def length_within(completions: list[Any], completion_ids: list[Any] | None = None, max_len: int | None = None,
-                  min_len: int = 0, unit: str = "tokens", **columns: Any) -> list[float]:
+def length_within(
+    completions: list[Any],
+    completion_ids: list[Any] | None = None,
+    max_len: int | None = None,
+    min_len: int = 0,
+    unit: str = "tokens",
+    **columns: Any,
+) -> list[float]:
     """1.0 when the completion's length (tokens, chars or words) lies in [min_len, max_len], else 0.0.
 
     A length term: a small positive weight pays for staying in range, a negative one on `min_len` alone penalises
@@ -205,6 +228,8 @@ def missing_columns(funcs: list[Any], column_names: Sequence[str]) -> list[str]:
             continue
         column = term.get("column", _DEFAULT_COLUMN.get(name))
         if column is not None and column not in column_names:
-            problems.append(f"reward.funcs[{index}] ({name}) reads column {column!r}, but the dataset's columns are "
-                            f"{sorted(column_names)}: set its `column:` or rename a column with data.columns")
+            problems.append(
+                f"reward.funcs[{index}] ({name}) reads column {column!r}, but the dataset's columns are "
+                f"{sorted(column_names)}: set its `column:` or rename a column with data.columns"
+            )
     return problems

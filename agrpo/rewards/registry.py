@@ -107,7 +107,9 @@ def build_reward_funcs(funcs_cfg: Any) -> list[WeightedReward]:
     rewards = []
     for index, term in enumerate(terms or []):
         if not isinstance(term, dict) or "_target_" not in term:
-            raise ConfigError(f"reward.funcs[{index}] must be a mapping with `_target_` (a dotted callable), got {term!r}")
+            raise ConfigError(
+                f"reward.funcs[{index}] must be a mapping with `_target_` (a dotted callable), got {term!r}"
+            )
         term = dict(term)
         target = term.pop("_target_")
         weight = term.pop("weight", 1.0)
@@ -118,8 +120,10 @@ def build_reward_funcs(funcs_cfg: Any) -> list[WeightedReward]:
             raise ConfigError(f"reward.funcs[{index}]._target_={target!r} cannot be imported: {error}") from None
         unknown = unknown_options(func, term)
         if unknown:
-            raise ConfigError(f"reward.funcs[{index}] ({target}) takes no option {unknown}; its options are "
-                              f"{sorted(options_of(func))}")
+            raise ConfigError(
+                f"reward.funcs[{index}] ({target}) takes no option {unknown}; its options are "
+                f"{sorted(options_of(func))}"
+            )
         if term:
             bound = functools.partial(func, **term)
             if inspect.isfunction(func):

@@ -30,7 +30,9 @@ def path_in_bucket(path: str, mount_path: str) -> str:
     """The bucket path of a file or folder under the mount ('' for the mount itself)."""
     rel = os.path.relpath(os.path.abspath(path), os.path.abspath(mount_path))
     if rel.startswith(".."):
-        raise ValueError(f"{path} is not under the bucket mount {mount_path}: set sync.output_dir under sync.mount_path")
+        raise ValueError(
+            f"{path} is not under the bucket mount {mount_path}: set sync.output_dir under sync.mount_path"
+        )
     return "" if rel == "." else rel.replace(os.sep, "/")
 
 
@@ -66,7 +68,16 @@ class BucketStore(AdapterStore):
             raise FileNotFoundError(f"{adapter_dir} was not published (no adapter_config.json)")
         prefix = path_in_bucket(adapter_dir, self.mount_path)
         start = time.monotonic()
-        polls = wait_until_listed(self.storage, prefix, {f"{prefix}/{name}": size for name, size in expected.items()},
-                                  timeout_s, self.poll_interval_s)
-        log.info("%s listed by the bucket after %.2f s (%d listing(s))", os.path.basename(adapter_dir),
-                 time.monotonic() - start, polls)
+        polls = wait_until_listed(
+            self.storage,
+            prefix,
+            {f"{prefix}/{name}": size for name, size in expected.items()},
+            timeout_s,
+            self.poll_interval_s,
+        )
+        log.info(
+            "%s listed by the bucket after %.2f s (%d listing(s))",
+            os.path.basename(adapter_dir),
+            time.monotonic() - start,
+            polls,
+        )

@@ -59,8 +59,9 @@ def inspect_run(listing: dict[str, int]) -> RunState:
                 published = max(published, int(version.group(1)))
     latest = max(complete) if complete else -1
     incomplete = [seen[n] for n in sorted(seen) if n > latest and n not in complete]
-    return RunState(checkpoint=complete.get(latest), published_version=published, stale=sorted(entries),
-                    incomplete=incomplete)
+    return RunState(
+        checkpoint=complete.get(latest), published_version=published, stale=sorted(entries), incomplete=incomplete
+    )
 
 
 def read_run_state(storage: BucketStorage) -> RunState:
@@ -68,8 +69,9 @@ def read_run_state(storage: BucketStorage) -> RunState:
     checkpoint = state.checkpoint
     if checkpoint is not None:
         try:
-            state.checkpoint_version = int(json.loads(storage.read_text(f"{checkpoint}/{ROLLOUT_STATE}"))
-                                           .get("model_version", 0))
+            state.checkpoint_version = int(
+                json.loads(storage.read_text(f"{checkpoint}/{ROLLOUT_STATE}")).get("model_version", 0)
+            )
         except FileNotFoundError:
             state.checkpoint_version = 0
     return state
@@ -86,8 +88,11 @@ def raise_version_floor(storage: BucketStorage, checkpoint: str, published_versi
         log.warning("%s has no %s: the data position restarts at prompt 0", checkpoint, ROLLOUT_STATE)
     if published_version <= int(saved.get("model_version", 0)):
         return
-    log.info("adapter versions continue after v%d (published before the restart), not v%d (checkpoint)",
-             published_version, int(saved.get("model_version", 0)))
+    log.info(
+        "adapter versions continue after v%d (published before the restart), not v%d (checkpoint)",
+        published_version,
+        int(saved.get("model_version", 0)),
+    )
     saved["model_version"] = published_version
     storage.write_text(path, json.dumps(saved))
 
@@ -109,8 +114,15 @@ def prepare_resume(storage: BucketStorage, checkpoint: str | None = None) -> Run
     return state
 
 
-RESUME_FLAGS = {"false": "false", "no": "false", "0": "false", "true": "true", "yes": "true", "1": "true",
-                "auto": "auto"}
+RESUME_FLAGS = {
+    "false": "false",
+    "no": "false",
+    "0": "false",
+    "true": "true",
+    "yes": "true",
+    "1": "true",
+    "auto": "auto",
+}
 
 
 def resume_mode(value: Any) -> tuple[str, str | None]:
@@ -141,15 +153,19 @@ def checkpoint_to_resume(resume: Any, output_dir: str) -> str | None:
     if mode == "path":
         checkpoint = Path(path).expanduser().resolve()
         if not (checkpoint / COMPLETE_MARKER).is_file():
-            raise ConfigError(f"trainer.resume={path!r} is not a complete checkpoint folder (no {COMPLETE_MARKER}); "
-                              f"give a checkpoint-N folder, or trainer.resume=auto for the latest one in {output_dir}")
+            raise ConfigError(
+                f"trainer.resume={path!r} is not a complete checkpoint folder (no {COMPLETE_MARKER}); "
+                f"give a checkpoint-N folder, or trainer.resume=auto for the latest one in {output_dir}"
+            )
         if checkpoint.parent == Path(output_dir).resolve():
             prepare_resume(LocalDirStorage(output_dir), checkpoint=checkpoint.name)
         return str(checkpoint)
     state = prepare_resume(LocalDirStorage(output_dir))
     if state.checkpoint is None:
         if mode == "true":
-            raise ConfigError(f"trainer.resume=true but {output_dir} holds no complete checkpoint-N; use "
-                              "trainer.resume=auto to start from scratch when there is none")
+            raise ConfigError(
+                f"trainer.resume=true but {output_dir} holds no complete checkpoint-N; use "
+                "trainer.resume=auto to start from scratch when there is none"
+            )
         return None
     return str(Path(output_dir) / state.checkpoint)

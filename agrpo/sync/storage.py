@@ -112,9 +112,15 @@ def missing_files(expected: dict[str, int], listed: dict[str, int]) -> list[str]
     return sorted(path for path, size in expected.items() if listed.get(path) != size)
 
 
-def wait_until_listed(storage: BucketStorage, prefix: str, expected: dict[str, int], timeout_s: float,
-                      poll_interval_s: float, clock: Callable[[], float] = time.monotonic,
-                      sleep: Callable[[float], None] = time.sleep) -> int:
+def wait_until_listed(
+    storage: BucketStorage,
+    prefix: str,
+    expected: dict[str, int],
+    timeout_s: float,
+    poll_interval_s: float,
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], None] = time.sleep,
+) -> int:
     """Poll `storage`'s listing of `prefix` until every expected file is there whole; return the number of polls.
 
     Raises TimeoutError naming the files still missing after `timeout_s`.
@@ -127,6 +133,7 @@ def wait_until_listed(storage: BucketStorage, prefix: str, expected: dict[str, i
         if not missing:
             return polls
         if clock() >= deadline:
-            raise TimeoutError(f"after {timeout_s:.0f} s the bucket listing still lacks {missing} "
-                               f"(polled {polls} times)")
+            raise TimeoutError(
+                f"after {timeout_s:.0f} s the bucket listing still lacks {missing} (polled {polls} times)"
+            )
         sleep(poll_interval_s)

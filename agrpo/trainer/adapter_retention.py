@@ -33,9 +33,14 @@ ABORT_MARGIN_S = 30.0
 class AdapterRetention:
     """Decides when the folder of a published adapter version may really be deleted."""
 
-    def __init__(self, lora_dir: str, lora_name: str, retain_s: float,
-                 clock: Callable[[], float] = time.monotonic,
-                 delete: Callable[[str], None] = lambda path: shutil.rmtree(path, ignore_errors=True)):
+    def __init__(
+        self,
+        lora_dir: str,
+        lora_name: str,
+        retain_s: float,
+        clock: Callable[[], float] = time.monotonic,
+        delete: Callable[[str], None] = lambda path: shutil.rmtree(path, ignore_errors=True),
+    ):
         self.lora_dir = os.path.abspath(lora_dir)
         self.retain_s = retain_s
         self.clock = clock

@@ -29,10 +29,14 @@ SAMPLES_TRAINED = "batch/samples_per_step"
 REPLICAS_KNOB = "add replicas (inference.replicas)"
 GENERATION_KNOBS = f"{REPLICAS_KNOB} or requests in flight (trainer.max_inflight_tasks)"
 SYNC_KNOB = "sync less often (trainer.weight_sync_steps)"
-STALE_KNOBS = ("lower trainer.max_inflight_tasks (fewer requests in flight, so fewer finish too late) or raise "
-               "trainer.max_staleness (accept older samples)")
-TRAINER_KNOBS = ("speed up steps: packed batches (trainer.token_budget), trainer.gradient_checkpointing=false if "
-                 "memory allows, more trainer GPUs")
+STALE_KNOBS = (
+    "lower trainer.max_inflight_tasks (fewer requests in flight, so fewer finish too late) or raise "
+    "trainer.max_staleness (accept older samples)"
+)
+TRAINER_KNOBS = (
+    "speed up steps: packed batches (trainer.token_budget), trainer.gradient_checkpointing=false if "
+    "memory allows, more trainer GPUs"
+)
 
 
 @dataclass(frozen=True)
@@ -73,8 +77,10 @@ def diagnose(window: list[dict[str, Any]]) -> Verdict | None:
     share = stale_share(window)
     wasteful = share is not None and share >= STALE_SHARE_WORTH_FIXING
     wait_share, sync_share = wait / step, sync / step
-    facts = (f"step {step:.2f} s, trainer waited {wait_share:.0%} of it for rollouts, weight sync {sync_share:.0%}, "
-             f"rollout queue {queue:.0f}")
+    facts = (
+        f"step {step:.2f} s, trainer waited {wait_share:.0%} of it for rollouts, weight sync {sync_share:.0%}, "
+        f"rollout queue {queue:.0f}"
+    )
     if share is not None and dropped > 0:
         facts += f", {share:.0%} of generated samples dropped as stale ({dropped:.0f} of {dropped + trained:.0f})"
     sync_note = f"; {SYNC_KNOB}" if sync_share >= SYNC_SHARE_WORTH_MENTIONING else ""

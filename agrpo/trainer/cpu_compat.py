@@ -46,8 +46,20 @@ def _require(module_name: str, attribute: str):
     return module
 
 
-def varlen_causal_attention(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale=None,
-                            causal=True, window_size=(-1, -1), softcap=0.0, **_unused):
+def varlen_causal_attention(
+    q,
+    k,
+    v,
+    cu_seqlens_q,
+    cu_seqlens_k,
+    max_seqlen_q,
+    max_seqlen_k,
+    softmax_scale=None,
+    causal=True,
+    window_size=(-1, -1),
+    softcap=0.0,
+    **_unused,
+):
     """CPU stand-in for `flash_attn_varlen_func`: q is (total_q, heads, dim), k/v are (total_k, kv_heads, dim).
 
     Segment i attends from q[cu_q[i]:cu_q[i+1]] to k[cu_k[i]:cu_k[i+1]], causal with the bottom-right alignment that

@@ -85,10 +85,12 @@ def summary_line(figures: dict[str, float]) -> str:
     if "proxy/routed" in figures:
         healthy = int(figures.get("proxy/healthy_replicas", 0))
         total = sum(1 for key in figures if key.endswith("/healthy") and key.startswith("proxy/replica"))
-        parts.append(f"proxy routed {int(figures['proxy/routed'])} requests (affinity "
-                     f"{figures['proxy/affinity_share']:.1%}, cold {figures['proxy/cold_share']:.1%}, spilled "
-                     f"{int(figures['proxy/spilled'])}, retried {int(figures['proxy/retried'])}), replicas healthy "
-                     f"{healthy}/{total}")
+        parts.append(
+            f"proxy routed {int(figures['proxy/routed'])} requests (affinity "
+            f"{figures['proxy/affinity_share']:.1%}, cold {figures['proxy/cold_share']:.1%}, spilled "
+            f"{int(figures['proxy/spilled'])}, retried {int(figures['proxy/retried'])}), replicas healthy "
+            f"{healthy}/{total}"
+        )
         if "proxy/load_imbalance" in figures:
             parts.append(f"load imbalance {figures['proxy/load_imbalance']:.2f}")
     if "serving/prefix_cache_hit_rate" in figures:
@@ -105,8 +107,9 @@ def _get(url: str, timeout_s: float, headers: dict[str, str] | None = None) -> b
 class ServingCollector:
     """Reads the proxy's stats (when the trainer talks to a proxy) and every replica's prefix-cache counters."""
 
-    def __init__(self, base_url: str, via_proxy: bool, timeout_s: float = 2.0,
-                 get: Callable[[str, float], bytes] | None = None):
+    def __init__(
+        self, base_url: str, via_proxy: bool, timeout_s: float = 2.0, get: Callable[[str, float], bytes] | None = None
+    ):
         self.base_url = base_url.rstrip("/")
         self.via_proxy = via_proxy
         self.timeout_s = timeout_s
@@ -120,8 +123,9 @@ class ServingCollector:
             if self.via_proxy:
                 stats = json.loads(self.get(f"{self.base_url}/proxy/stats", self.timeout_s))
                 figures.update(proxy_figures(stats))
-                replica_urls = [r["url"].rstrip("/") for r in sorted(stats.get("replicas", []),
-                                                                      key=lambda r: r["index"])]
+                replica_urls = [
+                    r["url"].rstrip("/") for r in sorted(stats.get("replicas", []), key=lambda r: r["index"])
+                ]
         except Exception as error:  # noqa: BLE001 - figures are best effort; training goes on
             log.debug("proxy stats unavailable: %s", error)
         samples: list[tuple[float, float] | None] = []

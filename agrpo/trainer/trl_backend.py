@@ -84,7 +84,9 @@ def build_grpo_args(cfg: Any, vllm_url: str, num_replicas: int, use_gpu: bool):
         max_staleness=trainer.max_staleness,
         weight_sync_steps=trainer.weight_sync_steps,
         max_inflight_tasks=scaled_inflight(trainer, num_replicas),
-        queue_maxsize=trainer.queue_maxsize if trainer.queue_maxsize > 0 else 2 * scaled_inflight(trainer, num_replicas),
+        queue_maxsize=trainer.queue_maxsize
+        if trainer.queue_maxsize > 0
+        else 2 * scaled_inflight(trainer, num_replicas),
         token_budget=trainer.token_budget,
         gradient_checkpointing=trainer.gradient_checkpointing,
         bf16=bf16,
@@ -102,7 +104,11 @@ def build_grpo_args(cfg: Any, vllm_url: str, num_replicas: int, use_gpu: bool):
         disable_tqdm=not cfg.logger.progress_bar,
         use_cpu=not use_gpu,
     )
-    extra = OmegaConf.to_container(trainer.extra, resolve=True) if OmegaConf.is_config(trainer.extra) else dict(trainer.extra)
+    extra = (
+        OmegaConf.to_container(trainer.extra, resolve=True)
+        if OmegaConf.is_config(trainer.extra)
+        else dict(trainer.extra)
+    )
     known = {f.name for f in dataclasses.fields(AsyncGRPOConfig)}
     unknown = sorted(set(extra) - known)
     if unknown:
@@ -176,8 +182,10 @@ def resolve_chat_template(name_or_path: str) -> str:
         return Path(name_or_path).expanduser().read_text()
     known = Path(chat_template_utils.__file__).parent / "chat_templates" / f"{name_or_path}.jinja"
     if not known.is_file():
-        raise ConfigError(f"model.chat_template={name_or_path!r} is neither a .jinja file nor one of TRL's templates "
-                          f"({', '.join(sorted(p.stem for p in known.parent.glob('*.jinja'))[:8])}, ...)")
+        raise ConfigError(
+            f"model.chat_template={name_or_path!r} is neither a .jinja file nor one of TRL's templates "
+            f"({', '.join(sorted(p.stem for p in known.parent.glob('*.jinja'))[:8])}, ...)"
+        )
     return known.read_text()
 
 
@@ -293,8 +301,9 @@ def run_training(cfg: Any, vllm_url: str, num_replicas: int) -> dict[str, Any]:
     bottleneck = BottleneckCallback(cfg.logger.bottleneck_every_steps)
     if cfg.logger.bottleneck_every_steps > 0:
         trainer.add_callback(bottleneck)
-    resume_from = checkpoint_to_resume(cfg.trainer.resume, args.output_dir) if trainer.accelerator.is_main_process \
-        else None
+    resume_from = (
+        checkpoint_to_resume(cfg.trainer.resume, args.output_dir) if trainer.accelerator.is_main_process else None
+    )
     resume_from = broadcast_from_main(trainer.accelerator, resume_from)
     if resume_from is not None:
         log.info("Resuming from %s", resume_from)

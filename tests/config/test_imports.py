@@ -29,8 +29,10 @@ def test_importing_the_config_loads_no_http_server():
 def test_config_layer_needs_only_the_proxy_settings_module():
     """With the proxy package's __init__ out of the way (what lazy exports give), nothing heavy is left: the config,
     its validation and the CLI module import only agrpo.proxy.settings from the proxy."""
-    stub = ("import sys, types, agrpo\n"
-            "package = types.ModuleType('agrpo.proxy'); package.__path__ = [agrpo.__path__[0] + '/proxy']\n"
-            "sys.modules['agrpo.proxy'] = package\n"
-            "import agrpo.config, agrpo.config.validate, agrpo.config.environment, agrpo.cli")
+    stub = (
+        "import sys, types, agrpo\n"
+        "package = types.ModuleType('agrpo.proxy'); package.__path__ = [agrpo.__path__[0] + '/proxy']\n"
+        "sys.modules['agrpo.proxy'] = package\n"
+        "import agrpo.config, agrpo.config.validate, agrpo.config.environment, agrpo.cli"
+    )
     assert loaded_after(stub) == []

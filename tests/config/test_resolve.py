@@ -50,9 +50,24 @@ def test_resolved_config_has_nothing_left_to_derive():
 
 
 def test_values_the_user_set_are_not_derived():
-    cfg = composed(["+recipe=smoke", "trainer.max_inflight_tasks=7", "trainer.queue_maxsize=9", "trainer.bf16=false",
-                    "inference.max_lora_rank=64", "inference.device=cpu", "inference.dtype=bfloat16"])
+    cfg = composed(
+        [
+            "+recipe=smoke",
+            "trainer.max_inflight_tasks=7",
+            "trainer.queue_maxsize=9",
+            "trainer.bf16=false",
+            "inference.max_lora_rank=64",
+            "inference.device=cpu",
+            "inference.dtype=bfloat16",
+        ]
+    )
     derived = derived_values(cfg, cuda_available=True)
-    assert not {"trainer.max_inflight_tasks", "trainer.queue_maxsize", "trainer.bf16", "inference.max_lora_rank",
-                "inference.device", "inference.dtype"} & set(derived)
+    assert not {
+        "trainer.max_inflight_tasks",
+        "trainer.queue_maxsize",
+        "trainer.bf16",
+        "inference.max_lora_rank",
+        "inference.device",
+        "inference.dtype",
+    } & set(derived)
     assert resolve(cfg, cuda_available=True).trainer.queue_maxsize == 9

@@ -32,44 +32,54 @@ def cuda_available() -> bool:
     return torch.cuda.is_available()
 
 
-@pytest.mark.parametrize(("overrides", "fragments"), [
-    # struct mode: `+` adds keys the schema does not have
-    (["+trainer.bogus=1"], ["trainer.bogus is not a config key"]),
-    (["+bogus=1"], ["bogus is not a config key"]),
-    (["+trainer.learning_rat=1e-5"], ["did you mean trainer.learning_rate?"]),
-    # numeric ranges
-    (["trainer.learning_rate=-1e-5"], ["trainer.learning_rate=-1e-05 must be > 0"]),
-    (["trainer.per_device_train_batch_size=-4"], ["trainer.per_device_train_batch_size=-4 must be >= 1"]),
-    (["trainer.gradient_accumulation_steps=0"], ["trainer.gradient_accumulation_steps=0"]),
-    (["lora.r=0"], ["lora.r=0 must be >= 1"]),
-    (["lora.dropout=1.5"], ["lora.dropout=1.5"]),
-    (["trainer.top_p=2"], ["trainer.top_p=2.0 must be in (0, 1]"]),
-    (["trainer.top_p=0"], ["trainer.top_p=0.0"]),
-    (["trainer.temperature=0"], ["trainer.temperature=0.0 must be > 0"]),
-    (["trainer.max_inflight_tasks=0"], ["trainer.max_inflight_tasks=0"]),
-    (["inference.gpu_memory_utilization=1.5"], ["inference.gpu_memory_utilization=1.5"]),
-    (["inference.base_port=70000"], ["inference.base_port=70000"]),
-    (["eval.k=0"], ["eval.k=0"]),
-    (["logger.level=LOUD"], ["logger.level='LOUD'"]),
-    # the proxy's own checks, as proxy.* keys
-    (["proxy.spill_factor=0.5"], ["proxy.spill_factor below 1"]),
-    (["proxy.block_size=0"], ["proxy.block_size must be at least 1"]),
-    (["proxy.health_quorum=3"], ["proxy.health_quorum 3 exceeds the 1 replicas"]),
-    # names of real options
-    (["launcher.name=nosuch"], ["launcher.name='nosuch'", "launcher=accelerate", "launcher=hf_jobs", "launcher=local"]),
-    (["sync.kind=ftp"], ["sync.kind='ftp'", "sync=bucket", "sync=shared_dir"]),
-    (["logger.report_to=[tensorbored]"], ["logger.report_to has 'tensorbored'", "tensorboard", "wandb"]),
-    # code a config names must import and be callable
-    (["reward.funcs=[{_target_:agrpo.rewards.smoke.lowercase_fractio,weight:1.0}]"],
-     ["reward.funcs[0]._target_='agrpo.rewards.smoke.lowercase_fractio' cannot be imported",
-      "did you mean agrpo.rewards.smoke.lowercase_fraction?"]),
-    (["reward.funcs=[{_target_:nosuchpkg.reward}]"], ["reward.funcs[0]._target_", "no module named 'nosuchpkg'"]),
-    (["reward.funcs=[{_target_:agrpo.data.smoke.WORDS}]"], ["agrpo.data.smoke.WORDS' is a tuple, not a callable"]),
-    (["data.loader=agrpo.data.nosuch.load"], ["data.loader='agrpo.data.nosuch.load'", "agrpo.data has: ", "smoke"]),
-    # files and packages on this machine
-    (["data.path=/nonexistent/train.jsonl"], ["data.path='/nonexistent/train.jsonl' does not exist"]),
-    (["+trainer.extra.learning_rate=1.0"], ["trainer.extra sets ['learning_rate']", "trainer.learning_rate"]),
-])
+@pytest.mark.parametrize(
+    ("overrides", "fragments"),
+    [
+        # struct mode: `+` adds keys the schema does not have
+        (["+trainer.bogus=1"], ["trainer.bogus is not a config key"]),
+        (["+bogus=1"], ["bogus is not a config key"]),
+        (["+trainer.learning_rat=1e-5"], ["did you mean trainer.learning_rate?"]),
+        # numeric ranges
+        (["trainer.learning_rate=-1e-5"], ["trainer.learning_rate=-1e-05 must be > 0"]),
+        (["trainer.per_device_train_batch_size=-4"], ["trainer.per_device_train_batch_size=-4 must be >= 1"]),
+        (["trainer.gradient_accumulation_steps=0"], ["trainer.gradient_accumulation_steps=0"]),
+        (["lora.r=0"], ["lora.r=0 must be >= 1"]),
+        (["lora.dropout=1.5"], ["lora.dropout=1.5"]),
+        (["trainer.top_p=2"], ["trainer.top_p=2.0 must be in (0, 1]"]),
+        (["trainer.top_p=0"], ["trainer.top_p=0.0"]),
+        (["trainer.temperature=0"], ["trainer.temperature=0.0 must be > 0"]),
+        (["trainer.max_inflight_tasks=0"], ["trainer.max_inflight_tasks=0"]),
+        (["inference.gpu_memory_utilization=1.5"], ["inference.gpu_memory_utilization=1.5"]),
+        (["inference.base_port=70000"], ["inference.base_port=70000"]),
+        (["eval.k=0"], ["eval.k=0"]),
+        (["logger.level=LOUD"], ["logger.level='LOUD'"]),
+        # the proxy's own checks, as proxy.* keys
+        (["proxy.spill_factor=0.5"], ["proxy.spill_factor below 1"]),
+        (["proxy.block_size=0"], ["proxy.block_size must be at least 1"]),
+        (["proxy.health_quorum=3"], ["proxy.health_quorum 3 exceeds the 1 replicas"]),
+        # names of real options
+        (
+            ["launcher.name=nosuch"],
+            ["launcher.name='nosuch'", "launcher=accelerate", "launcher=hf_jobs", "launcher=local"],
+        ),
+        (["sync.kind=ftp"], ["sync.kind='ftp'", "sync=bucket", "sync=shared_dir"]),
+        (["logger.report_to=[tensorbored]"], ["logger.report_to has 'tensorbored'", "tensorboard", "wandb"]),
+        # code a config names must import and be callable
+        (
+            ["reward.funcs=[{_target_:agrpo.rewards.smoke.lowercase_fractio,weight:1.0}]"],
+            [
+                "reward.funcs[0]._target_='agrpo.rewards.smoke.lowercase_fractio' cannot be imported",
+                "did you mean agrpo.rewards.smoke.lowercase_fraction?",
+            ],
+        ),
+        (["reward.funcs=[{_target_:nosuchpkg.reward}]"], ["reward.funcs[0]._target_", "no module named 'nosuchpkg'"]),
+        (["reward.funcs=[{_target_:agrpo.data.smoke.WORDS}]"], ["agrpo.data.smoke.WORDS' is a tuple, not a callable"]),
+        (["data.loader=agrpo.data.nosuch.load"], ["data.loader='agrpo.data.nosuch.load'", "agrpo.data has: ", "smoke"]),
+        # files and packages on this machine
+        (["data.path=/nonexistent/train.jsonl"], ["data.path='/nonexistent/train.jsonl' does not exist"]),
+        (["+trainer.extra.learning_rate=1.0"], ["trainer.extra sets ['learning_rate']", "trainer.learning_rate"]),
+    ],
+)
 def test_bad_value_is_reported_with_its_key(overrides, fragments):
     message = problems_of(*overrides)
     assert message.startswith("invalid config (1 problem)"), message
@@ -138,9 +148,14 @@ BAD_COMMAND_LINES = [
 def test_cli_fails_before_anything_starts(override, key, dry_run, tmp_path):
     run_dir = tmp_path / "run"
     argv = [sys.executable, "-m", "agrpo", "+recipe=smoke", override, f"hydra.run.dir={run_dir}"]
-    result = subprocess.run([*argv, *(["launcher.dry_run=true"] if dry_run else [])], cwd=tmp_path,
-                            capture_output=True, text=True, timeout=120,
-                            env={**os.environ, "HF_HUB_OFFLINE": "1", "AGRPO_CACHE": str(tmp_path / "cache")})
+    result = subprocess.run(
+        [*argv, *(["launcher.dry_run=true"] if dry_run else [])],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "HF_HUB_OFFLINE": "1", "AGRPO_CACHE": str(tmp_path / "cache")},
+    )
     assert result.returncode == 2, result.stderr
     assert key in result.stderr and "Traceback" not in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1  # one paragraph
@@ -148,18 +163,22 @@ def test_cli_fails_before_anything_starts(override, key, dry_run, tmp_path):
     assert not (run_dir / "logs").exists() and not (tmp_path / "cache").exists()  # no replica, no model built
 
 
-@pytest.mark.parametrize(("path", "fragment"), [
-    ("None/gsm8k/train.jsonl", "built from data_dir, which is not set"),
-    ("/nonexistent/train.jsonl", "does not exist"),
-])
+@pytest.mark.parametrize(
+    ("path", "fragment"),
+    [
+        ("None/gsm8k/train.jsonl", "built from data_dir, which is not set"),
+        ("/nonexistent/train.jsonl", "does not exist"),
+    ],
+)
 def test_data_loading_names_data_path_and_data_dir(path, fragment):
     """The trainer's own loading (a config that skipped validation) fails with the same keys, not a traceback."""
     from omegaconf import OmegaConf
 
     from agrpo.data.loading import load_train_dataset
 
-    data_cfg = OmegaConf.create({"loader": "agrpo.data.math.load_math", "path": path, "shuffle": False,
-                                 "max_prompts": None})
+    data_cfg = OmegaConf.create(
+        {"loader": "agrpo.data.math.load_math", "path": path, "shuffle": False, "max_prompts": None}
+    )
     with pytest.raises(ConfigError, match=fragment) as error:
         load_train_dataset(data_cfg, seed=0)
     assert "AGRPO_DATA_DIR" in str(error.value) and "data.path" in str(error.value)
@@ -169,10 +188,12 @@ def test_a_reward_given_as_a_file_path_validates_as_the_trainer_loads_it(tmp_pat
     """`_target_: path/to/file.py:function` is how a user's own reward is named without a package (docs/your_task.md):
     validation must accept what the trainer accepts, and name the file when it is missing."""
     (tmp_path / "mine.py").write_text("def score(completions, **kwargs):\n    return [1.0] * len(completions)\n")
-    good = compose_run_config(["+recipe=smoke", f"reward.funcs=[{{_target_: '{tmp_path}/mine.py:score'}}]"],
-                              output_dir=str(tmp_path / "run"))
+    good = compose_run_config(
+        ["+recipe=smoke", f"reward.funcs=[{{_target_: '{tmp_path}/mine.py:score'}}]"], output_dir=str(tmp_path / "run")
+    )
     validate(good)
-    bad = compose_run_config(["+recipe=smoke", f"reward.funcs=[{{_target_: '{tmp_path}/gone.py:score'}}]"],
-                             output_dir=str(tmp_path / "run"))
+    bad = compose_run_config(
+        ["+recipe=smoke", f"reward.funcs=[{{_target_: '{tmp_path}/gone.py:score'}}]"], output_dir=str(tmp_path / "run")
+    )
     with pytest.raises(ConfigError, match=r"reward.funcs\[0\]._target_=.*gone.py:score.*cannot be loaded"):
         validate(bad)

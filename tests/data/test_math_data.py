@@ -45,8 +45,9 @@ def test_gsm8k_local_copy(split: str, rows: int) -> None:
     assert gsm8k_accuracy([f"#### {a}" for a in dataset["answer"]], answer=[r["answer"] for r in raw]) == [1.0] * rows
 
 
-@pytest.mark.parametrize(("relative", "rows"), [("sanity/train.jsonl", 1460), ("sanity/aime_2024.jsonl", 30),
-                                                ("sanity/aime_2025.jsonl", 30)])
+@pytest.mark.parametrize(
+    ("relative", "rows"), [("sanity/train.jsonl", 1460), ("sanity/aime_2024.jsonl", 30), ("sanity/aime_2025.jsonl", 30)]
+)
 def test_math_local_copies_keep_their_gold_answers(relative: str, rows: int) -> None:
     path = _local(relative)
     dataset = load_math_dataset(path, system_prompt="You are a careful mathematician.")
@@ -56,9 +57,10 @@ def test_math_local_copies_keep_their_gold_answers(relative: str, rows: int) -> 
     assert dataset[0]["prompt"][0] == {"role": "system", "content": "You are a careful mathematician."}
     assert dataset[0]["prompt"][1]["content"].endswith(r"within \boxed{}.")
     if rows == 30:  # AIME golds like "025" stay strings, and still score a model's "25"
-        assert math_accuracy([r"\boxed{" + str(int(a)) + "}" for a in dataset["answer"]], answer=dataset["answer"]) == [
-            1.0
-        ] * rows
+        assert (
+            math_accuracy([r"\boxed{" + str(int(a)) + "}" for a in dataset["answer"]], answer=dataset["answer"])
+            == [1.0] * rows
+        )
 
 
 @pytest.fixture
@@ -132,8 +134,13 @@ def test_prompt_helpers() -> None:
 def test_config_loader_entry() -> None:
     path = _local("gsm8k/test.jsonl")
     cfg = SimpleNamespace(
-        name="openai/gsm8k", path=str(path), config_name="main", split="test", columns={},
-        system_prompt=None, instruction="Put your final answer after ####.",
+        name="openai/gsm8k",
+        path=str(path),
+        config_name="main",
+        split="test",
+        columns={},
+        system_prompt=None,
+        instruction="Put your final answer after ####.",
     )
     dataset = load_math(cfg, seed=0)
     assert len(dataset) == 1319

@@ -25,7 +25,8 @@ def test_loader_returns_chat_prompts_capped():
 
 
 def test_loader_without_prompt_column_is_rejected():
-    data_cfg = OmegaConf.create({"loader": "agrpo.data.smoke.smoke_prompts_as_text", "shuffle": False,
-                                 "max_prompts": None})
+    data_cfg = OmegaConf.create(
+        {"loader": "agrpo.data.smoke.smoke_prompts_as_text", "shuffle": False, "max_prompts": None}
+    )
     with pytest.raises(ConfigError, match="cannot be imported"):
         load_train_dataset(data_cfg, seed=0)

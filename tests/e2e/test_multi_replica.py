@@ -27,8 +27,14 @@ ENGINE_FAILURES = ("No adapter found", "EngineDeadError", "EngineCore encountere
 def two_replica_run(tmp_path_factory):
     run_dir = tmp_path_factory.mktemp("multi") / "run"
     argv = [sys.executable, "-m", "agrpo", "+recipe=smoke", "inference.replicas=2", f"hydra.run.dir={run_dir}"]
-    result = subprocess.run(argv, capture_output=True, text=True, timeout=1500,
-                            env={**os.environ, "HF_HUB_OFFLINE": "1"}, start_new_session=True)
+    result = subprocess.run(
+        argv,
+        capture_output=True,
+        text=True,
+        timeout=1500,
+        env={**os.environ, "HF_HUB_OFFLINE": "1"},
+        start_new_session=True,
+    )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-5000:]
     return run_dir
 
@@ -52,13 +58,16 @@ def before_shutdown(log_text: str) -> str:
 
 
 def test_both_replicas_stayed_healthy_and_served(two_replica_run):
-    logs = {index: before_shutdown((two_replica_run / "logs" / f"vllm-{index}.log").read_text(errors="replace"))
-            for index in (0, 1)}
+    logs = {
+        index: before_shutdown((two_replica_run / "logs" / f"vllm-{index}.log").read_text(errors="replace"))
+        for index in (0, 1)
+    }
     for index, text in logs.items():
         for failure in ENGINE_FAILURES:
             assert failure not in text, f"replica {index}: {failure!r} in its log"
-    history = [entry for entry in json.loads((two_replica_run / "log_history.json").read_text())
-               if "proxy/routed" in entry]
+    history = [
+        entry for entry in json.loads((two_replica_run / "log_history.json").read_text()) if "proxy/routed" in entry
+    ]
     assert len(history) >= 55, "the proxy's figures are logged every step"
     assert all(entry["proxy/healthy_replicas"] == 2 for entry in history), "a replica was marked unhealthy"
     last = history[-1]
@@ -70,8 +79,9 @@ def test_both_replicas_stayed_healthy_and_served(two_replica_run):
 
 
 def test_every_adapter_version_reached_both_replicas(two_replica_run):
-    versions = [loaded_versions((two_replica_run / "logs" / f"vllm-{i}.log").read_text(errors="replace"))
-                for i in (0, 1)]
+    versions = [
+        loaded_versions((two_replica_run / "logs" / f"vllm-{i}.log").read_text(errors="replace")) for i in (0, 1)
+    ]
     # v1 is published before the first step and one version per step after it.
     assert versions[0] == versions[1] == set(range(1, 62))
     # Unloaded versions keep their files for TRL's request timeout (+30 s), longer than this whole run.
@@ -86,8 +96,15 @@ def test_serving_figures_reached_tensorboard_and_the_summary(two_replica_run):
     accumulator = EventAccumulator(str(events[0]))
     accumulator.Reload()
     tags = set(accumulator.Tags()["scalars"])
-    expected = {"train/proxy/routed", "train/proxy/affinity_share", "train/proxy/cold_share", "train/proxy/spilled",
-                "train/proxy/replica0/healthy", "train/proxy/replica1/routed", "train/serving/prefix_cache_hit_rate"}
+    expected = {
+        "train/proxy/routed",
+        "train/proxy/affinity_share",
+        "train/proxy/cold_share",
+        "train/proxy/spilled",
+        "train/proxy/replica0/healthy",
+        "train/proxy/replica1/routed",
+        "train/serving/prefix_cache_hit_rate",
+    }
     assert expected <= tags, expected - tags
     serving = json.loads((two_replica_run / "metrics.json").read_text())["serving"]
     # G=8 completions share a prompt: routing by prefix keeps 7 of 8 on the replica that holds it.
@@ -122,6 +139,7 @@ def replica_healthy(proxy_url: str, index: int) -> bool:
         return False
     return any(r["index"] == index and r["healthy"] for r in replicas)
 
+
 def wait_for(predicate, timeout_s: float, what: str, poll_s: float = 0.5):
     import time
 
@@ -151,8 +169,13 @@ def run_with_a_killed_replica(tmp_path_factory):
     argv = [sys.executable, "-m", "agrpo", "+recipe=smoke", "inference.replicas=2", f"hydra.run.dir={run_dir}"]
     output = run_dir.parent / "launcher.out"
     with open(output, "wb") as sink:
-        launcher = subprocess.Popen(argv, stdout=sink, stderr=subprocess.STDOUT, start_new_session=True,
-                                    env={**os.environ, "HF_HUB_OFFLINE": "1"})
+        launcher = subprocess.Popen(
+            argv,
+            stdout=sink,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            env={**os.environ, "HF_HUB_OFFLINE": "1"},
+        )
     trainer_group = None
     try:
         replica_log, proxy_log = run_dir / "logs" / "vllm-1.log", run_dir / "logs" / "proxy.log"
@@ -160,8 +183,11 @@ def run_with_a_killed_replica(tmp_path_factory):
         pid = int(re.search(r"\(APIServer pid=(\d+)\)", read(replica_log)).group(1))
         killed_at = len(read(replica_log))
         os.killpg(os.getpgid(pid), signal.SIGKILL)
-        wait_for(lambda: re.search(r"adapter trl-policy-v(?:[6-9]|\d\d) loaded on 1 replica", read(proxy_log)), 600,
-                 "training to go on with replica 0 alone")
+        wait_for(
+            lambda: re.search(r"adapter trl-policy-v(?:[6-9]|\d\d) loaded on 1 replica", read(proxy_log)),
+            600,
+            "training to go on with replica 0 alone",
+        )
         trainer_group = os.getpgid(trainer_pid(run_dir))
         os.killpg(trainer_group, signal.SIGSTOP)
         proxy_url = "http://127.0.0.1:" + re.search(r"\[proxy\] proxy\s+port=(\d+)", read(output)).group(1)
@@ -195,8 +221,12 @@ def test_the_restarted_replica_was_readmitted_with_the_current_adapters(run_with
     assert history[-1]["proxy/replica1/routed"] > history[back]["proxy/replica1/routed"], "it took traffic again"
     # Its second life: the proxy replayed the adapters loaded at that moment (the current policy and the one before
     # it, max_staleness=1) before admitting it, then every later version reached it as usual.
-    second = [int(v) for v in re.findall(r"Loaded new LoRA adapter: name 'trl-policy-v(\d+)'",
-                                         run_with_a_killed_replica["second_life"])]
+    second = [
+        int(v)
+        for v in re.findall(
+            r"Loaded new LoRA adapter: name 'trl-policy-v(\d+)'", run_with_a_killed_replica["second_life"]
+        )
+    ]
     last = KILLED_RUN_STEPS + 1
     assert second and second[-1] == last, second
     assert second == list(range(second[0], last + 1)), second

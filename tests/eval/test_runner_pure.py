@@ -90,7 +90,9 @@ def test_cli_takes_a_recipe_file_and_reports_config_errors(tmp_path, capsys):
     from agrpo.eval.cli import main
 
     recipe = tmp_path / "mine.yaml"
-    recipe.write_text("# @package _global_\ndefaults:\n  - /recipe/gsm8k_cpu\ndata:\n  path: /x/train.jsonl\neval:\n"
-                      f"  path: null\n  output_dir: {tmp_path / 'out'}\n")
+    recipe.write_text(
+        "# @package _global_\ndefaults:\n  - /recipe/gsm8k_cpu\ndata:\n  path: /x/train.jsonl\neval:\n"
+        f"  path: null\n  output_dir: {tmp_path / 'out'}\n"
+    )
     assert main([f"+recipe={recipe}"]) == 2
     assert "eval.path" in capsys.readouterr().err

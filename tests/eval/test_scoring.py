@@ -57,10 +57,15 @@ def test_pass_at_k_rejects_impossible_counts(n, c, k):
 def result(index: int, correct: list[bool], rewards=None, truncated=None) -> ProblemResult:
     n = len(correct)
     return ProblemResult(
-        index=index, problem=f"p{index}", answer="1", completions=["x"] * n,
+        index=index,
+        problem=f"p{index}",
+        answer="1",
+        completions=["x"] * n,
         rewards=rewards if rewards is not None else [float(c) for c in correct],
-        term_scores={"acc": [float(c) for c in correct]}, correct=correct,
-        truncated=truncated or [False] * n, completion_tokens=[10] * n,
+        term_scores={"acc": [float(c) for c in correct]},
+        correct=correct,
+        truncated=truncated or [False] * n,
+        completion_tokens=[10] * n,
     )
 
 
@@ -99,7 +104,10 @@ def test_total_rewards_sum_terms_and_keep_none_only_when_all_none():
 
 def test_term_names_are_unique():
     assert term_names(["zero_if_truncated", "boxed_format", "zero_if_truncated"]) == [
-        "zero_if_truncated", "boxed_format", "zero_if_truncated#2"]
+        "zero_if_truncated",
+        "boxed_format",
+        "zero_if_truncated#2",
+    ]
 
 
 def test_is_correct_threshold_and_none():

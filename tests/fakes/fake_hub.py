@@ -54,10 +54,16 @@ class FakeJob:
     def to_json(self) -> dict[str, Any]:
         spec = self.spec
         return {
-            "id": self.id, "createdAt": self.created_at, "dockerImage": spec.get("dockerImage"),
-            "command": spec.get("command"), "arguments": spec.get("arguments", []),
-            "environment": spec.get("environment", {}), "secrets": {k: None for k in spec.get("secrets", {})},
-            "flavor": spec.get("flavor"), "labels": spec.get("labels"), "volumes": spec.get("volumes"),
+            "id": self.id,
+            "createdAt": self.created_at,
+            "dockerImage": spec.get("dockerImage"),
+            "command": spec.get("command"),
+            "arguments": spec.get("arguments", []),
+            "environment": spec.get("environment", {}),
+            "secrets": {k: None for k in spec.get("secrets", {})},
+            "flavor": spec.get("flavor"),
+            "labels": spec.get("labels"),
+            "volumes": spec.get("volumes"),
             "status": {"stage": self.stage, "message": self.message},
             "owner": {"id": "u1", "name": self.namespace, "type": "user"},
             "expose": spec.get("expose"),
@@ -109,8 +115,9 @@ class FakeHub:
     # --- server side
     def _new_job(self, namespace: str, spec: dict[str, Any]) -> FakeJob:
         job_id = f"{len(self.jobs) + 1:024x}"
-        job = FakeJob(id=job_id, namespace=namespace, spec=spec,
-                      created_at=f"2026-01-01T00:00:{len(self.jobs):02d}.000Z")
+        job = FakeJob(
+            id=job_id, namespace=namespace, spec=spec, created_at=f"2026-01-01T00:00:{len(self.jobs):02d}.000Z"
+        )
         self.jobs[job_id] = job
         return job
 
@@ -127,8 +134,15 @@ class FakeHub:
             if self.hidden_polls.get(rel, 0) > 0:
                 self.hidden_polls[rel] -= 1
                 continue
-            items.append({"type": "file", "path": rel, "size": path.stat().st_size, "xetHash": "0" * 64,
-                          "mtime": "2026-01-01T00:00:00.000Z"})
+            items.append(
+                {
+                    "type": "file",
+                    "path": rel,
+                    "size": path.stat().st_size,
+                    "xetHash": "0" * 64,
+                    "mtime": "2026-01-01T00:00:00.000Z",
+                }
+            )
         return items
 
 
@@ -211,9 +225,11 @@ def _handler(hub: FakeHub):
                 return self._send(200, job.to_json())
             if not rest:
                 wanted = [v for k, v in r.query if k == "label"]
-                found = [j.to_json() for j in hub.jobs.values()
-                         if all((j.spec.get("labels") or {}).get(w.split("=", 1)[0]) == w.split("=", 1)[1]
-                                for w in wanted)]
+                found = [
+                    j.to_json()
+                    for j in hub.jobs.values()
+                    if all((j.spec.get("labels") or {}).get(w.split("=", 1)[0]) == w.split("=", 1)[1] for w in wanted)
+                ]
                 return self._send(200, found)
             job = hub.jobs.get(rest[0])
             if job is None:
@@ -223,8 +239,10 @@ def _handler(hub: FakeHub):
                     job.stage = "CANCELED"
                 return self._send(200, {})
             if rest[1:] == ["logs"]:
-                events = "".join("data: " + json.dumps({"data": line, "timestamp": "2026-01-01T00:00:00Z"}) + "\n\n"
-                                 for line in job.logs)
+                events = "".join(
+                    "data: " + json.dumps({"data": line, "timestamp": "2026-01-01T00:00:00Z"}) + "\n\n"
+                    for line in job.logs
+                )
                 if job.stage_after_logs:
                     job.stage = job.stage_after_logs
                 return self._send(200, events.encode(), content_type="text/event-stream")

@@ -15,8 +15,11 @@ def served(url: str) -> set[str]:
 def test_unloads_the_prefixed_adapters_and_keeps_the_rest(vllm_server, random_adapter_dir):
     names = ["trl-policy-v901", "trl-policy-v902", "kept-adapter"]
     for name in names:
-        requests.post(f"{vllm_server.url}/v1/load_lora_adapter", json={"lora_name": name, "lora_path":
-                      str(random_adapter_dir)}, timeout=120).raise_for_status()
+        requests.post(
+            f"{vllm_server.url}/v1/load_lora_adapter",
+            json={"lora_name": name, "lora_path": str(random_adapter_dir)},
+            timeout=120,
+        ).raise_for_status()
     try:
         assert sorted(unload_adapters(vllm_server.url)) == ["trl-policy-v901", "trl-policy-v902"]
         assert "kept-adapter" in served(vllm_server.url)

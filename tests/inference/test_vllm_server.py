@@ -42,8 +42,15 @@ def test_gpu_replica_pins_its_gpus_and_memory_share():
 
 
 def test_explicit_engine_values_and_extra_args_pass_through():
-    cfg = compose_run_config(["+recipe=smoke", "inference.max_loras=9", "inference.max_lora_rank=64",
-                              "inference.extra_args=[--enforce-eager]"], output_dir="/tmp/x")
+    cfg = compose_run_config(
+        [
+            "+recipe=smoke",
+            "inference.max_loras=9",
+            "inference.max_lora_rank=64",
+            "inference.extra_args=[--enforce-eager]",
+        ],
+        output_dir="/tmp/x",
+    )
     argv = build_replica_launch(cfg, 1, device="cpu").argv
     assert (flag(argv, "--max-loras"), flag(argv, "--max-lora-rank"), argv[-1]) == ("9", "64", "--enforce-eager")
 

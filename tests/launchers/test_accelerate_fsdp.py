@@ -17,8 +17,17 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 
 def tiny(tied: bool) -> Qwen2ForCausalLM:
     torch.manual_seed(0)
-    return Qwen2ForCausalLM(Qwen2Config(vocab_size=300, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                                        num_attention_heads=2, num_key_value_heads=1, tie_word_embeddings=tied))
+    return Qwen2ForCausalLM(
+        Qwen2Config(
+            vocab_size=300,
+            hidden_size=64,
+            intermediate_size=128,
+            num_hidden_layers=2,
+            num_attention_heads=2,
+            num_key_value_heads=1,
+            tie_word_embeddings=tied,
+        )
+    )
 
 
 def test_untie_gives_the_head_its_own_copy_and_changes_no_output():
@@ -66,12 +75,25 @@ def test_fsdp2_on_cpu_refuses_a_tied_head_and_trains_after_untie(tmp_path):
     from agrpo.launchers.ports import free_ports
 
     port = free_ports(1, 29600)[0]
-    result = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
-                             "--master_port", str(port), str(Path(__file__).parent / "fsdp_untie_worker.py")],
-                            capture_output=True, text=True, timeout=300, env=env, cwd=tmp_path)
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--nproc_per_node",
+            "2",
+            "--master_port",
+            str(port),
+            str(Path(__file__).parent / "fsdp_untie_worker.py"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+        cwd=tmp_path,
+    )
     assert result.returncode == 0, "\n".join(line for line in result.stderr.splitlines() if "arn" not in line)[:4000]
     lines = result.stdout.splitlines()
     assert sum("tied: refused" in line and "shared" in line for line in lines) == 2
     losses = {line for line in lines if line.startswith("untied: loss")}
     assert len(losses) == 1  # both ranks computed the same loss on the sharded model
-

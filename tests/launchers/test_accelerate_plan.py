@@ -21,8 +21,15 @@ def plans_for(*overrides, num_gpus=4, device="cuda", cpu_count=2, layer_cls="Qwe
 
 
 def test_fsdp2_config_from_our_config():
-    cfg = compose_run_config(["+recipe=smoke", "launcher=accelerate", "launcher.accelerate.reshard_after_forward=false",
-                              "launcher.accelerate.activation_checkpointing=true"], output_dir="/x")
+    cfg = compose_run_config(
+        [
+            "+recipe=smoke",
+            "launcher=accelerate",
+            "launcher.accelerate.reshard_after_forward=false",
+            "launcher.accelerate.activation_checkpointing=true",
+        ],
+        output_dir="/x",
+    )
     config = build_fsdp_config(cfg.launcher.accelerate, 3, 29501, "Qwen2DecoderLayer", on_cpu=False)
     assert config["distributed_type"] == "FSDP" and config["num_processes"] == 3
     assert config["main_process_port"] == 29501 and config["mixed_precision"] == "bf16"
@@ -37,11 +44,17 @@ def test_fsdp2_config_from_our_config():
 
 def test_explicit_layer_class_wins_and_none_leaves_it_to_accelerate():
     cfg = compose_run_config(["+recipe=smoke", "launcher.accelerate.transformer_layer_cls=MyLayer"], output_dir="/x")
-    assert build_fsdp_config(cfg.launcher.accelerate, 2, 1, "Qwen2DecoderLayer", False)["fsdp_config"][
-        "fsdp_transformer_layer_cls_to_wrap"] == "MyLayer"
+    assert (
+        build_fsdp_config(cfg.launcher.accelerate, 2, 1, "Qwen2DecoderLayer", False)["fsdp_config"][
+            "fsdp_transformer_layer_cls_to_wrap"
+        ]
+        == "MyLayer"
+    )
     cfg = compose_run_config(["+recipe=smoke"], output_dir="/x")
-    assert "fsdp_transformer_layer_cls_to_wrap" not in build_fsdp_config(cfg.launcher.accelerate, 2, 1, None,
-                                                                         False)["fsdp_config"]
+    assert (
+        "fsdp_transformer_layer_cls_to_wrap"
+        not in build_fsdp_config(cfg.launcher.accelerate, 2, 1, None, False)["fsdp_config"]
+    )
 
 
 def test_layer_class_comes_from_the_model_architecture():
@@ -57,9 +70,23 @@ def test_gpu_plan_keeps_replicas_and_runs_one_rank_per_trainer_gpu():
     assert plan.services[0].gpus == [3]
     assert plan.trainer.gpus == [0, 1, 2] and plan.trainer.env["CUDA_VISIBLE_DEVICES"] == "0,1,2"
     assert plan.trainer.argv == [
-        "py", "-m", "accelerate.commands.launch", "--config_file", "/runs/r1/accelerate_fsdp.yaml",
-        "--num_processes", "3", "--main_process_port", "29501",
-        "-m", "agrpo.trainer", "/runs/r1/config.yaml", "--vllm-url", "http://127.0.0.1:8100", "--num-replicas", "1"]
+        "py",
+        "-m",
+        "accelerate.commands.launch",
+        "--config_file",
+        "/runs/r1/accelerate_fsdp.yaml",
+        "--num_processes",
+        "3",
+        "--main_process_port",
+        "29501",
+        "-m",
+        "agrpo.trainer",
+        "/runs/r1/config.yaml",
+        "--vllm-url",
+        "http://127.0.0.1:8100",
+        "--num-replicas",
+        "1",
+    ]
     assert config["num_processes"] == 3
     assert "ACCELERATE_USE_CPU" not in plan.trainer.env
     rendered = plan.render()
@@ -103,8 +130,20 @@ def test_extra_args_go_to_accelerate_not_the_trainer():
 
 def test_dry_run_prints_accelerate_and_vllm_commands_and_gpu_assignment(tmp_path):
     result = subprocess.run(
-        [sys.executable, "-m", "agrpo", "+recipe=smoke", "launcher=accelerate", "launcher.dry_run=true",
-         "launcher.accelerate.num_processes=2"], cwd=tmp_path, capture_output=True, text=True, timeout=180)
+        [
+            sys.executable,
+            "-m",
+            "agrpo",
+            "+recipe=smoke",
+            "launcher=accelerate",
+            "launcher.dry_run=true",
+            "launcher.accelerate.num_processes=2",
+        ],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
     assert result.returncode == 0, result.stderr
     out = result.stdout
     assert "agrpo plan (accelerate)" in out and "GPU assignment:" in out

@@ -14,10 +14,20 @@ import torch
 
 
 def run_agrpo(run_dir: Path, *overrides: str, timeout: int = 900) -> subprocess.CompletedProcess:
-    argv = [sys.executable, "-m", "agrpo", "+recipe=smoke", "launcher=accelerate", f"hydra.run.dir={run_dir}",
-            "trainer.max_steps=2", "trainer.per_device_train_batch_size=8", *overrides]
-    return subprocess.run(argv, capture_output=True, text=True, timeout=timeout,
-                          env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    argv = [
+        sys.executable,
+        "-m",
+        "agrpo",
+        "+recipe=smoke",
+        "launcher=accelerate",
+        f"hydra.run.dir={run_dir}",
+        "trainer.max_steps=2",
+        "trainer.per_device_train_batch_size=8",
+        *overrides,
+    ]
+    return subprocess.run(
+        argv, capture_output=True, text=True, timeout=timeout, env={**os.environ, "HF_HUB_OFFLINE": "1"}
+    )
 
 
 def assert_trained(run_dir: Path, result: subprocess.CompletedProcess, steps: int) -> None:
@@ -35,9 +45,14 @@ def test_two_cpu_ranks_train_two_steps(vllm_server, tiny_model_dir, clean_adapte
     """Two trainer processes under `accelerate launch` (gloo, DDP on CPU): rank 0 generates and publishes, both
     train on their half of each step's 16 samples, the final adapter is gathered and written once."""
     run_dir = tmp_path / "run"
-    result = run_agrpo(run_dir, "role=trainer", f"inference.urls=[{vllm_server.url}]",
-                       f"model.name_or_path={tiny_model_dir}", "model.builder=null",
-                       "launcher.accelerate.num_processes=2")
+    result = run_agrpo(
+        run_dir,
+        "role=trainer",
+        f"inference.urls=[{vllm_server.url}]",
+        f"model.name_or_path={tiny_model_dir}",
+        "model.builder=null",
+        "launcher.accelerate.num_processes=2",
+    )
     assert_trained(run_dir, result, steps=2)
     from safetensors.torch import load_file
 

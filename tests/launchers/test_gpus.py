@@ -8,14 +8,17 @@ from agrpo.launchers.gpus import to_physical, visible_devices
 from agrpo.launchers.local import build_local_plan
 
 
-@pytest.mark.parametrize(("value", "expected"), [
-    (None, None),
-    ("", []),
-    ("2,3", ["2", "3"]),
-    (" 4 , 6", ["4", "6"]),
-    ("1,-1,3", ["1"]),  # CUDA stops at the first invalid entry
-    ("GPU-8f3c,GPU-aa01", ["GPU-8f3c", "GPU-aa01"]),
-])
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        (None, None),
+        ("", []),
+        ("2,3", ["2", "3"]),
+        (" 4 , 6", ["4", "6"]),
+        ("1,-1,3", ["1"]),  # CUDA stops at the first invalid entry
+        ("GPU-8f3c,GPU-aa01", ["GPU-8f3c", "GPU-aa01"]),
+    ],
+)
 def test_visible_devices(value, expected):
     assert visible_devices(value) == expected
 

@@ -39,9 +39,11 @@ def test_status_lists_every_job_of_the_run(hub, capsys):
     out = capsys.readouterr().out.splitlines()
     assert out[0].split() == ["JOB", "ID", "ROLE", "STAGE", "FLAVOR", "NAME", "/", "URL"]
     rows = [line.split()[:5] for line in out[1:]]
-    assert rows == [[hub.r0.id, "replica", "RUNNING", "h200", "run1-vllm-0"],
-                    [hub.r1.id, "replica", "ERROR", "h200", "run1-vllm-1"],
-                    [hub.t.id, "trainer", "RUNNING", "h200", "run1-trainer"]]
+    assert rows == [
+        [hub.r0.id, "replica", "RUNNING", "h200", "run1-vllm-0"],
+        [hub.r1.id, "replica", "ERROR", "h200", "run1-vllm-1"],
+        [hub.t.id, "trainer", "RUNNING", "h200", "run1-trainer"],
+    ]
     assert hub.calls("GET", "/api/whoami-v2") == []  # --namespace given: no lookup
 
 

@@ -22,15 +22,28 @@ from agrpo.launchers.hf_jobs.executor import JobsRun
 from agrpo.launchers.hf_jobs.planner import GPU_EXTRAS, build_jobs_plan
 from agrpo.launchers.plan import SAFE_ENV_VALUES
 
-USER = ["+recipe=gsm8k", "launcher=hf_jobs", "sync=bucket", "inference.replicas=2", "launcher.hf_jobs.run_id=run1",
-        "launcher.hf_jobs.namespace=alice"]
+USER = [
+    "+recipe=gsm8k",
+    "launcher=hf_jobs",
+    "sync=bucket",
+    "inference.replicas=2",
+    "launcher.hf_jobs.run_id=run1",
+    "launcher.hf_jobs.namespace=alice",
+]
 REPO = Path(__file__).resolve().parents[2]
 PINNED = "launcher.hf_jobs.install='agrpo==0.1.0'"  # most tests skip the wheel build; one builds it for real
 
 
 def make_plan(hub, *extra):
-    cfg = compose_run_config([*USER, "launcher.hf_jobs.poll_interval_s=0.01", "launcher.hf_jobs.ready_timeout_s=1",
-                              f"launcher.hf_jobs.replica_url='{hub.replica_url_template()}'", *extra])
+    cfg = compose_run_config(
+        [
+            *USER,
+            "launcher.hf_jobs.poll_interval_s=0.01",
+            "launcher.hf_jobs.ready_timeout_s=1",
+            f"launcher.hf_jobs.replica_url='{hub.replica_url_template()}'",
+            *extra,
+        ]
+    )
     return build_jobs_plan(cfg, launch_id="L1")
 
 
@@ -60,13 +73,36 @@ def test_golden_job_creation_bodies_for_a_two_replica_run(monkeypatch):
     replica0, replica1, trainer = hub.created()
     ids = list(hub.jobs)
     assert replica0 == {
-        "command": ["vllm", "serve", "Qwen/Qwen2.5-0.5B-Instruct", "--host", "0.0.0.0", "--port", "8000", "--dtype",
-                    "bfloat16", "--max-model-len", "1024",
-                    "--enable-lora", "--max-lora-rank", "8", "--max-loras", "6", "--logprobs-mode",
-                    "processed_logprobs", "--seed", "42", "--gpu-memory-utilization", "0.85"],
+        "command": [
+            "vllm",
+            "serve",
+            "Qwen/Qwen2.5-0.5B-Instruct",
+            "--host",
+            "0.0.0.0",
+            "--port",
+            "8000",
+            "--dtype",
+            "bfloat16",
+            "--max-model-len",
+            "1024",
+            "--enable-lora",
+            "--max-lora-rank",
+            "8",
+            "--max-loras",
+            "6",
+            "--logprobs-mode",
+            "processed_logprobs",
+            "--seed",
+            "42",
+            "--gpu-memory-utilization",
+            "0.85",
+        ],
         "arguments": [],
-        "environment": {"VLLM_ALLOW_RUNTIME_LORA_UPDATING": "1", "VLLM_SERVER_DEV_MODE": "1",
-                        "VLLM_LOGGING_LEVEL": "INFO"},
+        "environment": {
+            "VLLM_ALLOW_RUNTIME_LORA_UPDATING": "1",
+            "VLLM_SERVER_DEV_MODE": "1",
+            "VLLM_LOGGING_LEVEL": "INFO",
+        },
         "flavor": "h200",
         "secrets": {"HF_TOKEN": FAKE_TOKEN},
         "timeoutSeconds": 21600,
@@ -76,8 +112,16 @@ def test_golden_job_creation_bodies_for_a_two_replica_run(monkeypatch):
         "dockerImage": "vllm/vllm-openai:v0.31.0",
     }
     assert replica1["labels"]["name"] == "run1-vllm-1" and replica1["command"] == replica0["command"]
-    assert trainer["command"][3:] == ["agrpo-install", "agrpo==0.1.0", GPU_EXTRAS, "--", "python3", "-m",
-                                      "agrpo.launchers.hf_jobs.trainer", "/bucket/run1/config.yaml"]
+    assert trainer["command"][3:] == [
+        "agrpo-install",
+        "agrpo==0.1.0",
+        GPU_EXTRAS,
+        "--",
+        "python3",
+        "-m",
+        "agrpo.launchers.hf_jobs.trainer",
+        "/bucket/run1/config.yaml",
+    ]
     assert {k: v for k, v in trainer.items() if k != "command"} == {
         "arguments": [],
         "environment": {"AGRPO_LAUNCH_ID": "L1"},
@@ -103,8 +147,13 @@ def test_golden_job_creation_bodies_for_a_two_replica_run(monkeypatch):
     assert printed == ["step 1 reward 0.1", "step 2 reward 0.3"]
     assert sorted(hub.cancelled()) == sorted(ids[:2])
     assert [hub.jobs[i].stage for i in ids] == ["CANCELED", "CANCELED", "COMPLETED"]
-    assert summary == {"run_id": "run1", "namespace": "alice", "trainer_job": ids[2], "replica_jobs": ids[:2],
-                       "run_dir": "/bucket/run1"}
+    assert summary == {
+        "run_id": "run1",
+        "namespace": "alice",
+        "trainer_job": ids[2],
+        "replica_jobs": ids[:2],
+        "run_dir": "/bucket/run1",
+    }
 
 
 def test_an_existing_bucket_is_reused(monkeypatch):
@@ -125,8 +174,10 @@ def test_a_replica_that_never_gets_healthy_cancels_everything_and_says_which(mon
     ids = list(hub.jobs)
     assert isinstance(error, LaunchError)
     message = str(error)
-    assert f"replica run1-vllm-1 (Job {ids[1]}) was not healthy after 1 s (last: stage RUNNING, /health HTTP 503)" \
+    assert (
+        f"replica run1-vllm-1 (Job {ids[1]}) was not healthy after 1 s (last: stage RUNNING, /health HTTP 503)"
         in message
+    )
     assert "Every Job of run run1 was cancelled" in message and "CUDA out of memory" in message
     assert len(hub.created()) == 2  # no trainer was launched
     assert sorted(hub.cancelled()) == sorted(ids)
@@ -141,8 +192,10 @@ def test_a_replica_whose_job_errors_cancels_everything_with_its_status_message(m
     with FakeHub(on_create=first_fails) as hub:
         error, _ = launch(hub, monkeypatch, "launcher.hf_jobs.ready_timeout_s=30")
     ids = list(hub.jobs)
-    assert str(error).startswith(f"replica run1-vllm-0 (Job {ids[0]}) ended with stage ERROR before it was healthy: "
-                                 "image pull failed. Every Job of run run1 was cancelled")
+    assert str(error).startswith(
+        f"replica run1-vllm-0 (Job {ids[0]}) ended with stage ERROR before it was healthy: "
+        "image pull failed. Every Job of run run1 was cancelled"
+    )
     assert hub.cancelled() == [ids[1]]  # the errored one is already over
     assert len(hub.created()) == 2
 
@@ -155,9 +208,11 @@ def test_a_failed_trainer_cancels_the_replicas_and_says_how_to_resume(monkeypatc
     with FakeHub(on_create=trainer_fails) as hub:
         error, printed = launch(hub, monkeypatch)
     ids = list(hub.jobs)
-    assert str(error) == (f"the trainer Job {ids[2]} ended with stage ERROR: exit code 1. Its checkpoints stay in "
-                          "the bucket alice/agrpo-runs under /bucket/run1; relaunch with "
-                          "launcher.hf_jobs.run_id=run1 to resume")
+    assert str(error) == (
+        f"the trainer Job {ids[2]} ended with stage ERROR: exit code 1. Its checkpoints stay in "
+        "the bucket alice/agrpo-runs under /bucket/run1; relaunch with "
+        "launcher.hf_jobs.run_id=run1 to resume"
+    )
     assert printed == ["Traceback ..."]
     assert sorted(hub.cancelled()) == sorted(ids[:2])
 
@@ -181,8 +236,9 @@ def test_a_requeued_trainer_is_followed_until_its_last_attempt(monkeypatch):
 
         thread = threading.Thread(target=platform_requeues, daemon=True)
         thread.start()
-        summary, printed = launch(hub, monkeypatch, "launcher.hf_jobs.trainer_attempts=2",
-                                  "launcher.hf_jobs.requeue_grace_s=30")
+        summary, printed = launch(
+            hub, monkeypatch, "launcher.hf_jobs.trainer_attempts=2", "launcher.hf_jobs.requeue_grace_s=30"
+        )
         thread.join(5)
     assert printed == ["attempt 1 preempted", "attempt 2 done"]
     assert summary["trainer_job"] == list(hub.jobs)[2]
@@ -222,11 +278,13 @@ def test_a_missing_secret_stops_the_launch_before_any_job_exists(monkeypatch):
 def rendered_lines_of(body: dict) -> list[str]:
     """What the dry run prints for a Job with this creation body (every field the executor submits)."""
     labels = {k: v for k, v in body["labels"].items() if k != "name"}
-    lines = [f"[{labels['agrpo-role']}] {body['labels']['name']}",
-             f"  image: {body['dockerImage']}  flavor: {body['flavor']} (~$5.00/h)",
-             f"  cmd: {shlex.join(body['command'])}",
-             f"  secrets: {' '.join(body['secrets'])} (values never shown)",
-             f"  labels: {' '.join(f'{k}={v}' for k, v in sorted(labels.items()))}"]
+    lines = [
+        f"[{labels['agrpo-role']}] {body['labels']['name']}",
+        f"  image: {body['dockerImage']}  flavor: {body['flavor']} (~$5.00/h)",
+        f"  cmd: {shlex.join(body['command'])}",
+        f"  secrets: {' '.join(body['secrets'])} (values never shown)",
+        f"  labels: {' '.join(f'{k}={v}' for k, v in sorted(labels.items()))}",
+    ]
     timeout = f"  timeout: {body['timeoutSeconds']} s"
     lines.append(timeout + (f"  attempts: {body['attempts']}" if body.get("attempts") else ""))
     for volume in body["volumes"]:
@@ -257,7 +315,11 @@ def test_the_executor_submits_exactly_the_jobs_the_dry_run_printed_and_uploads_t
             for line in rendered_lines_of(body):
                 assert any(printed.startswith(line.rstrip()) for printed in block.splitlines()), (line, block)
             assert (body["command"], body["environment"], body["dockerImage"], body["flavor"]) == (
-                spec.command, spec.env, spec.image, spec.flavor)
+                spec.command,
+                spec.env,
+                spec.image,
+                spec.flavor,
+            )
             assert sorted(body["secrets"]) == sorted(spec.secrets)
             assert {k: v for k, v in body["labels"].items() if k != "name"} == spec.labels
         uploaded = hub.uploads["alice/agrpo-runs"]

@@ -48,8 +48,13 @@ def test_two_replica_plan_serves_the_local_vllm_flags_with_the_images_vllm_serve
 
 def test_module_entrypoint_stays_available_for_images_without_the_vllm_command():
     plan = build_jobs_plan(jobs_cfg("launcher.hf_jobs.replica_vllm_serve=false"))
-    assert plan.replicas[0].command[:5] == ["python3", "-m", "vllm.entrypoints.openai.api_server", "--model",
-                                            "Qwen/Qwen2.5-0.5B-Instruct"]
+    assert plan.replicas[0].command[:5] == [
+        "python3",
+        "-m",
+        "vllm.entrypoints.openai.api_server",
+        "--model",
+        "Qwen/Qwen2.5-0.5B-Instruct",
+    ]
 
 
 def test_trainer_job_installs_the_uploaded_wheel_without_moving_the_images_vllm_and_runs_the_uploaded_config():
@@ -57,15 +62,31 @@ def test_trainer_job_installs_the_uploaded_wheel_without_moving_the_images_vllm_
     wheel = plan.wheel
     assert wheel.filename.startswith("agrpo-") and wheel.filename.endswith("-py3-none-any.whl")
     assert wheel.path_in_bucket == f"run1/.agrpo/{wheel.filename}"
-    assert wheel.argv("/tmp/w")[1:] == ["-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-w", "/tmp/w",
-                                        "/tmp/w/src"]
+    assert wheel.argv("/tmp/w")[1:] == [
+        "-m",
+        "pip",
+        "wheel",
+        "--no-deps",
+        "--no-build-isolation",
+        "-w",
+        "/tmp/w",
+        "/tmp/w/src",
+    ]
     command = plan.trainer.command
     assert command[:2] == ["bash", "-c"]
     script = command[2]
     assert 'pip freeze 2>/dev/null | grep -iE "^(vllm|torch|transformers)=="' in script
     assert '--constraint "$pins"' in script and "$(seq 3)" in script and 'exec "$@"' in script
-    assert command[3:] == ["agrpo-install", f"/bucket/run1/.agrpo/{wheel.filename}", GPU_EXTRAS, "--",
-                           "python3", "-m", "agrpo.launchers.hf_jobs.trainer", "/bucket/run1/config.yaml"]
+    assert command[3:] == [
+        "agrpo-install",
+        f"/bucket/run1/.agrpo/{wheel.filename}",
+        GPU_EXTRAS,
+        "--",
+        "python3",
+        "-m",
+        "agrpo.launchers.hf_jobs.trainer",
+        "/bucket/run1/config.yaml",
+    ]
     assert plan.config.path_in_bucket == "run1/config.yaml"
     assert plan.trainer.env == {"AGRPO_LAUNCH_ID": "L1"} and plan.trainer.secrets == ["HF_TOKEN"]
     assert "agrpo" not in [a for a in command if " " not in a][4:6]  # never a bare index name
@@ -78,9 +99,11 @@ def test_the_install_script_runs_under_bash_and_execs_the_trainer_after_pip(tmp_
     plan = build_jobs_plan(jobs_cfg("launcher.hf_jobs.namespace=alice", "launcher.hf_jobs.install_attempts=2"))
     log = tmp_path / "calls"
     fake_python = tmp_path / "python3"
-    fake_python.write_text(f'#!/bin/bash\necho "$*" >> {log}\n'
-                           'if [ "$3" = freeze ]; then echo vllm==0.31.0; echo torch==2.9.0; echo requests==2.0; fi\n'
-                           f'if [ "$3" = install ]; then cat "$6" >> {log}; fi\n')
+    fake_python.write_text(
+        f'#!/bin/bash\necho "$*" >> {log}\n'
+        'if [ "$3" = freeze ]; then echo vllm==0.31.0; echo torch==2.9.0; echo requests==2.0; fi\n'
+        f'if [ "$3" = install ]; then cat "$6" >> {log}; fi\n'
+    )
     fake_python.chmod(0o755)
     command = [str(fake_python) if a == "python3" else a for a in plan.trainer.command]
     done = subprocess.run(command, capture_output=True, text=True, timeout=30, cwd=tmp_path)
@@ -89,8 +112,11 @@ def test_the_install_script_runs_under_bash_and_execs_the_trainer_after_pip(tmp_
     assert calls[0] == "-m pip freeze"
     assert calls[1].startswith("-m pip install --no-cache-dir --constraint /tmp/")
     assert calls[1].endswith(f"/bucket/run1/.agrpo/{plan.wheel.filename} {GPU_EXTRAS}")
-    assert calls[2:] == ["vllm==0.31.0", "torch==2.9.0",  # the image's versions pinned, nothing else
-                         "-m agrpo.launchers.hf_jobs.trainer /bucket/run1/config.yaml"]
+    assert calls[2:] == [
+        "vllm==0.31.0",
+        "torch==2.9.0",  # the image's versions pinned, nothing else
+        "-m agrpo.launchers.hf_jobs.trainer /bucket/run1/config.yaml",
+    ]
 
 
 def test_the_install_is_retried_with_growing_waits_and_the_trainer_runs_only_after_it_succeeds(tmp_path):
@@ -105,7 +131,8 @@ def test_the_install_is_retried_with_growing_waits_and_the_trainer_runs_only_aft
     (bin_dir / "python3").write_text(
         f'#!/bin/bash\necho "$*" >> {log}\n'
         f'if [ "$3" = install ] && [ ! -e {tmp_path}/failed_once -o -e {tmp_path}/always_fail ]; then\n'
-        f'  touch {tmp_path}/failed_once; exit 1\nfi\n')
+        f"  touch {tmp_path}/failed_once; exit 1\nfi\n"
+    )
     for tool in ("sleep", "python3"):
         (bin_dir / tool).chmod(0o755)
     env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}"}
@@ -114,7 +141,12 @@ def test_the_install_is_retried_with_growing_waits_and_the_trainer_runs_only_aft
     calls = log.read_text().splitlines()
     assert done.returncode == 0, done.stderr
     assert [c.split()[2] if c.startswith("-m pip") else c for c in calls] == [
-        "freeze", "install", "sleep 15", "install", "-m agrpo.launchers.hf_jobs.trainer /bucket/run1/config.yaml"]
+        "freeze",
+        "install",
+        "sleep 15",
+        "install",
+        "-m agrpo.launchers.hf_jobs.trainer /bucket/run1/config.yaml",
+    ]
     assert "pip install failed (attempt 1 of 3)" in done.stderr
     log.unlink()
     (tmp_path / "always_fail").touch()
@@ -126,12 +158,14 @@ def test_the_install_is_retried_with_growing_waits_and_the_trainer_runs_only_aft
 
 
 def test_pinned_requirement_and_prebuilt_image_replace_the_wheel():
-    pinned = build_jobs_plan(jobs_cfg("launcher.hf_jobs.install='agrpo==0.1.0'",
-                                      "launcher.hf_jobs.trainer_flavor=cpu-upgrade"))
+    pinned = build_jobs_plan(
+        jobs_cfg("launcher.hf_jobs.install='agrpo==0.1.0'", "launcher.hf_jobs.trainer_flavor=cpu-upgrade")
+    )
     assert pinned.wheel is None
     assert pinned.trainer.command[3:6] == ["agrpo-install", "agrpo==0.1.0", "--"]  # no kernels on a CPU flavor
-    prebuilt = build_jobs_plan(jobs_cfg("launcher.hf_jobs.trainer_image=me/agrpo-trainer:1",
-                                        "launcher.hf_jobs.trainer_image_has_agrpo=true"))
+    prebuilt = build_jobs_plan(
+        jobs_cfg("launcher.hf_jobs.trainer_image=me/agrpo-trainer:1", "launcher.hf_jobs.trainer_image_has_agrpo=true")
+    )
     assert prebuilt.wheel is None and prebuilt.trainer.image == "me/agrpo-trainer:1"
     assert prebuilt.trainer.command == ["python3", "-m", "agrpo.launchers.hf_jobs.trainer", "/bucket/run1/config.yaml"]
 
@@ -142,7 +176,10 @@ def test_the_uploaded_config_is_the_resolved_run_config_with_the_trainer_jobs_ro
     assert (job.lora.r, job.trainer.learning_rate, job.inference.replicas) == (1, 3e-5, 2)
     assert (job.role, job.inference.use_proxy, job.proxy.token_env) == ("trainer", True, "HF_TOKEN")
     assert (job.sync.bucket, job.sync.output_dir, job.launcher.hf_jobs.namespace) == (
-        "alice/agrpo-runs", "/bucket/run1", "alice")
+        "alice/agrpo-runs",
+        "/bucket/run1",
+        "alice",
+    )
     assert list(job.inference.urls) == [] and job.launcher.dry_run is False
     assert "${" not in build_jobs_plan(cfg).config.text  # every interpolation resolved
 
@@ -151,10 +188,19 @@ def test_a_user_recipe_file_and_an_override_reach_the_trainer_jobs_config_unchan
     (tmp_path / "recipe").mkdir()
     # A name no other test stores in Hydra's (process-wide) ConfigStore, which +recipe=<path> uses.
     (tmp_path / "recipe" / "mine_for_jobs.yaml").write_text(
-        "# @package _global_\ndefaults:\n  - /recipe/gsm8k\nrun_name: mine\nlora:\n  alpha: 7\n")
-    cfg = compose_run_config([f"hydra.searchpath=[file://{tmp_path}]", "+recipe=mine_for_jobs", "launcher=hf_jobs",
-                              "sync=bucket", "launcher.hf_jobs.run_id=run1", "trainer.top_p=0.93",
-                              "launcher.hf_jobs.namespace=alice"])
+        "# @package _global_\ndefaults:\n  - /recipe/gsm8k\nrun_name: mine\nlora:\n  alpha: 7\n"
+    )
+    cfg = compose_run_config(
+        [
+            f"hydra.searchpath=[file://{tmp_path}]",
+            "+recipe=mine_for_jobs",
+            "launcher=hf_jobs",
+            "sync=bucket",
+            "launcher.hf_jobs.run_id=run1",
+            "trainer.top_p=0.93",
+            "launcher.hf_jobs.namespace=alice",
+        ]
+    )
     plan = build_jobs_plan(cfg)
     job = OmegaConf.create(plan.config.text)
     assert (job.run_name, job.lora.alpha, job.trainer.top_p, job.data.name) == ("mine", 7, 0.93, "gsm8k")
@@ -189,16 +235,22 @@ def test_dry_run_prints_every_job_field_the_executor_submits_and_never_a_secret(
     assert secret not in out and "wandb_secret_value" not in out
     assert out.startswith("agrpo plan (hf_jobs), run id run1, launch ")
     assert "estimated cost: $15.00/hour for 2 replica Job(s) + 1 trainer Job" in out
-    for expected in ("[replica] run1-vllm-0", "[replica] run1-vllm-1", "[trainer] run1-trainer",
-                     f"image: {IMAGE}  flavor: h200 (~$5.00/h)", "timeout: 21600 s",
-                     "secrets: HF_TOKEN WANDB_API_KEY (values never shown)",
-                     "volume: bucket <namespace>/agrpo-runs -> /bucket (read-only)",
-                     "volume: bucket <namespace>/agrpo-runs -> /bucket (read-write)",
-                     "ports: 8000 -> https://<vllm-1-job-id>--8000.hf.jobs",
-                     "env: VLLM_ALLOW_RUNTIME_LORA_UPDATING=1 VLLM_LOGGING_LEVEL=INFO VLLM_SERVER_DEV_MODE=1",
-                     "cmd: vllm serve Qwen/Qwen2.5-0.5B-Instruct --host 0.0.0.0",
-                     "prepare: upload the resolved run config", "to bucket <namespace>/agrpo-runs:run1/config.yaml",
-                     "-m pip wheel --no-deps --no-build-isolation"):
+    for expected in (
+        "[replica] run1-vllm-0",
+        "[replica] run1-vllm-1",
+        "[trainer] run1-trainer",
+        f"image: {IMAGE}  flavor: h200 (~$5.00/h)",
+        "timeout: 21600 s",
+        "secrets: HF_TOKEN WANDB_API_KEY (values never shown)",
+        "volume: bucket <namespace>/agrpo-runs -> /bucket (read-only)",
+        "volume: bucket <namespace>/agrpo-runs -> /bucket (read-write)",
+        "ports: 8000 -> https://<vllm-1-job-id>--8000.hf.jobs",
+        "env: VLLM_ALLOW_RUNTIME_LORA_UPDATING=1 VLLM_LOGGING_LEVEL=INFO VLLM_SERVER_DEV_MODE=1",
+        "cmd: vllm serve Qwen/Qwen2.5-0.5B-Instruct --host 0.0.0.0",
+        "prepare: upload the resolved run config",
+        "to bucket <namespace>/agrpo-runs:run1/config.yaml",
+        "-m pip wheel --no-deps --no-build-isolation",
+    ):
         assert expected in out, expected
 
 
@@ -221,23 +273,31 @@ def test_a_secret_value_written_literally_is_refused(monkeypatch):
         build_jobs_plan(jobs_cfg("run_name=hf_literal_secret_123"))
 
 
-@pytest.mark.parametrize("overrides, fragment", [
-    (["+recipe=smoke", "launcher=hf_jobs"], "launcher=hf_jobs needs sync=bucket"),
-    (["+recipe=smoke", "launcher=hf_jobs", "sync=bucket"], "model.builder="),
-    ([*BASE, "inference.device=cpu"], "set inference.device=auto or cuda"),
-    ([*BASE, "launcher.hf_jobs.run_id='a b'"], "launcher.hf_jobs.run_id='a b' may hold only"),
-    ([*BASE, "launcher.hf_jobs.run_id=run.1"], "launcher.hf_jobs.run_id='run.1' may hold only letters, digits, '_'"),
-    ([*BASE, "+launcher.hf_jobs.labels.team=r.l"], "launcher.hf_jobs.labels.team='r.l'"),
-    ([*BASE, "launcher.hf_jobs.install=agrpo"], "launcher.hf_jobs.install='agrpo' is a bare package name"),
-    ([*BASE, "launcher.hf_jobs.install='agrpo==1.0'", "launcher.hf_jobs.trainer_image_has_agrpo=true"],
-     "contradict each other"),
-    ([*BASE, "data.path=/home/me/train.jsonl"], "data.path='/home/me/train.jsonl' is a file on this machine"),
-    ([*BASE, "launcher.hf_jobs.trainer_attempts=0"], "trainer_attempts must be >= 1"),
-    ([*BASE, "launcher.hf_jobs.trainer_launcher=slurm"], "trainer_launcher='slurm' must be local or accelerate"),
-    ([*BASE, "sync.output_dir=/elsewhere/run1"], "is not under sync.mount_path='/bucket'"),
-    ([*BASE, "sync.mount_path=bucket"], "must be an absolute path"),
-    ([*BASE, "sync.bucket='a/b/c'"], "must be 'name' or 'namespace/name'"),
-])
+@pytest.mark.parametrize(
+    "overrides, fragment",
+    [
+        (["+recipe=smoke", "launcher=hf_jobs"], "launcher=hf_jobs needs sync=bucket"),
+        (["+recipe=smoke", "launcher=hf_jobs", "sync=bucket"], "model.builder="),
+        ([*BASE, "inference.device=cpu"], "set inference.device=auto or cuda"),
+        ([*BASE, "launcher.hf_jobs.run_id='a b'"], "launcher.hf_jobs.run_id='a b' may hold only"),
+        (
+            [*BASE, "launcher.hf_jobs.run_id=run.1"],
+            "launcher.hf_jobs.run_id='run.1' may hold only letters, digits, '_'",
+        ),
+        ([*BASE, "+launcher.hf_jobs.labels.team=r.l"], "launcher.hf_jobs.labels.team='r.l'"),
+        ([*BASE, "launcher.hf_jobs.install=agrpo"], "launcher.hf_jobs.install='agrpo' is a bare package name"),
+        (
+            [*BASE, "launcher.hf_jobs.install='agrpo==1.0'", "launcher.hf_jobs.trainer_image_has_agrpo=true"],
+            "contradict each other",
+        ),
+        ([*BASE, "data.path=/home/me/train.jsonl"], "data.path='/home/me/train.jsonl' is a file on this machine"),
+        ([*BASE, "launcher.hf_jobs.trainer_attempts=0"], "trainer_attempts must be >= 1"),
+        ([*BASE, "launcher.hf_jobs.trainer_launcher=slurm"], "trainer_launcher='slurm' must be local or accelerate"),
+        ([*BASE, "sync.output_dir=/elsewhere/run1"], "is not under sync.mount_path='/bucket'"),
+        ([*BASE, "sync.mount_path=bucket"], "must be an absolute path"),
+        ([*BASE, "sync.bucket='a/b/c'"], "must be 'name' or 'namespace/name'"),
+    ],
+)
 def test_bad_combinations_name_the_key_to_change(overrides, fragment):
     problems = hf_jobs_problems(compose_run_config(overrides, output_dir=None))
     assert any(fragment in p for p in problems), problems
@@ -263,7 +323,12 @@ def test_the_sanity_recipe_is_the_blogs_run_on_jobs():
     assert t.per_device_train_batch_size * t.gradient_accumulation_steps * 2 == 128 and t.token_budget == 0
     assert (t.max_completion_length, cfg.inference.max_model_len) == (3000, 4096)
     assert (t.max_staleness, t.weight_sync_steps, t.max_inflight_tasks, t.queue_maxsize, t.save_steps) == (
-        4, 4, 128, 512, 20)
+        4,
+        4,
+        128,
+        512,
+        20,
+    )
     assert t.gradient_checkpointing is True
     assert cfg.data.system_prompt == r"Please reason step by step, and put your final answer within \boxed{}."
     plan = build_jobs_plan(cfg)
@@ -280,4 +345,4 @@ def test_the_sanity_recipe_is_the_blogs_run_on_jobs():
 def test_rendered_commands_round_trip_through_a_shell():
     plan = build_jobs_plan(jobs_cfg())
     line = next(li for li in plan.render().splitlines() if li.startswith("  cmd: bash"))
-    assert shlex.split(line[len("  cmd: "):]) == plan.trainer.command
+    assert shlex.split(line[len("  cmd: ") :]) == plan.trainer.command

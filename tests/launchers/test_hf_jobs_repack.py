@@ -26,8 +26,13 @@ print(make_wheel(spec, sys.argv[1]))
 
 
 def pip(*args, cwd):
-    subprocess.run([sys.executable, "-m", "pip", *args], check=True, capture_output=True, cwd=cwd,
-                   env={**os.environ, "PIP_NO_INDEX": "1", "PIP_DISABLE_PIP_VERSION_CHECK": "1"})
+    subprocess.run(
+        [sys.executable, "-m", "pip", *args],
+        check=True,
+        capture_output=True,
+        cwd=cwd,
+        env={**os.environ, "PIP_NO_INDEX": "1", "PIP_DISABLE_PIP_VERSION_CHECK": "1"},
+    )
 
 
 def test_an_installed_agrpo_is_packed_back_into_the_wheel_it_came_from(tmp_path):
@@ -43,8 +48,9 @@ def test_an_installed_agrpo_is_packed_back_into_the_wheel_it_came_from(tmp_path)
     out = tmp_path / "out"
     out.mkdir()
     env = {**os.environ, "PYTHONPATH": str(site), "HF_HUB_OFFLINE": "1"}
-    done = subprocess.run([sys.executable, "-c", CHILD, str(out)], env=env, cwd=out, capture_output=True, text=True,
-                          timeout=120)
+    done = subprocess.run(
+        [sys.executable, "-c", CHILD, str(out)], env=env, cwd=out, capture_output=True, text=True, timeout=120
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     location, plan_line, packed = done.stdout.splitlines()
     assert location == str(site / "agrpo" / "__init__.py")  # the installed copy, not this checkout
@@ -62,4 +68,5 @@ def test_an_installed_agrpo_is_packed_back_into_the_wheel_it_came_from(tmp_path)
     again = tmp_path / "again"
     pip("install", "--no-deps", "--target", str(again), packed, cwd=tmp_path)  # pip checks the RECORD it reads
     assert (again / "agrpo" / "launchers" / "hf_jobs" / "repack.py").read_bytes() == (
-        root / "agrpo" / "launchers" / "hf_jobs" / "repack.py").read_bytes()
+        root / "agrpo" / "launchers" / "hf_jobs" / "repack.py"
+    ).read_bytes()

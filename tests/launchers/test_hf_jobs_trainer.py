@@ -17,11 +17,22 @@ from agrpo.launchers.hf_jobs.trainer import ATTEMPTS_FILE, next_attempt, run_tra
 
 
 def trainer_cfg(run_dir, *extra):
-    return compose_run_config(["+recipe=gsm8k", "launcher=hf_jobs", "sync=bucket", "role=trainer",
-                               "inference.urls=[https://a--8000.hf.jobs]", "inference.use_proxy=true",
-                               "proxy.token_env=HF_TOKEN", "launcher.hf_jobs.run_id=run1",
-                               "launcher.hf_jobs.namespace=alice", f"sync.mount_path={run_dir.parent}",
-                               f"sync.output_dir={run_dir}", *extra])
+    return compose_run_config(
+        [
+            "+recipe=gsm8k",
+            "launcher=hf_jobs",
+            "sync=bucket",
+            "role=trainer",
+            "inference.urls=[https://a--8000.hf.jobs]",
+            "inference.use_proxy=true",
+            "proxy.token_env=HF_TOKEN",
+            "launcher.hf_jobs.run_id=run1",
+            "launcher.hf_jobs.namespace=alice",
+            f"sync.mount_path={run_dir.parent}",
+            f"sync.output_dir={run_dir}",
+            *extra,
+        ]
+    )
 
 
 @pytest.fixture()
@@ -96,10 +107,19 @@ def test_the_trainer_job_runs_from_the_uploaded_config_and_finds_its_launchs_rep
     from agrpo.launchers.local import LocalLauncher
 
     run_dir = tmp_path / "run1"
-    cfg = compose_run_config(["+recipe=gsm8k", "launcher=hf_jobs", "sync=bucket", "inference.replicas=2",
-                              "launcher.hf_jobs.run_id=run1", "launcher.hf_jobs.namespace=alice",
-                              f"sync.mount_path={tmp_path}", "lora.alpha=5",
-                              f"launcher.hf_jobs.replica_url='{hub.replica_url_template()}'"])
+    cfg = compose_run_config(
+        [
+            "+recipe=gsm8k",
+            "launcher=hf_jobs",
+            "sync=bucket",
+            "inference.replicas=2",
+            "launcher.hf_jobs.run_id=run1",
+            "launcher.hf_jobs.namespace=alice",
+            f"sync.mount_path={tmp_path}",
+            "lora.alpha=5",
+            f"launcher.hf_jobs.replica_url='{hub.replica_url_template()}'",
+        ]
+    )
     plan = build_jobs_plan(cfg, launch_id="L7")
     write(run_dir / "config.yaml", plan.config.text)
     ours = [hub.add_job(spec.labels) for spec in plan.replicas]
@@ -128,9 +148,17 @@ def test_the_trainer_job_stops_with_one_line_when_its_replicas_are_gone(hub, tmp
     from agrpo.launchers.hf_jobs.planner import build_jobs_plan
     from agrpo.launchers.hf_jobs.trainer import main
 
-    cfg = compose_run_config(["+recipe=gsm8k", "launcher=hf_jobs", "sync=bucket", "inference.replicas=2",
-                              "launcher.hf_jobs.run_id=run1", "launcher.hf_jobs.namespace=alice",
-                              f"sync.mount_path={tmp_path}"])
+    cfg = compose_run_config(
+        [
+            "+recipe=gsm8k",
+            "launcher=hf_jobs",
+            "sync=bucket",
+            "inference.replicas=2",
+            "launcher.hf_jobs.run_id=run1",
+            "launcher.hf_jobs.namespace=alice",
+            f"sync.mount_path={tmp_path}",
+        ]
+    )
     write(tmp_path / "run1" / "config.yaml", build_jobs_plan(cfg, launch_id="L9").config.text)
     survivor = hub.add_job({"agrpo-run": "run1", "agrpo-role": "replica", "agrpo-launch": "L9"})
     monkeypatch.setenv("AGRPO_LAUNCH_ID", "L9")
@@ -152,8 +180,16 @@ def test_a_hub_error_while_finding_the_replicas_is_one_line(hub, tmp_path, monke
     from agrpo.launchers.hf_jobs.planner import build_jobs_plan
     from agrpo.launchers.hf_jobs.trainer import main
 
-    cfg = compose_run_config(["+recipe=gsm8k", "launcher=hf_jobs", "sync=bucket", "launcher.hf_jobs.run_id=run1",
-                              "launcher.hf_jobs.namespace=bob", f"sync.mount_path={tmp_path}"])  # no access to bob
+    cfg = compose_run_config(
+        [
+            "+recipe=gsm8k",
+            "launcher=hf_jobs",
+            "sync=bucket",
+            "launcher.hf_jobs.run_id=run1",
+            "launcher.hf_jobs.namespace=bob",
+            f"sync.mount_path={tmp_path}",
+        ]
+    )  # no access to bob
     write(tmp_path / "run1" / "config.yaml", build_jobs_plan(cfg, launch_id="L3").config.text)
     assert main([str(tmp_path / "run1" / "config.yaml")]) == 1
     err = capsys.readouterr().err
@@ -168,6 +204,7 @@ def test_the_plan_is_built_once_the_resume_state_is_known(hub, tmp_path):
     write(run_dir / "checkpoint-4" / "rollout_state.json", json.dumps({"prompt_index": 8, "model_version": 5}))
     cfg = trainer_cfg(run_dir)
     built = []
-    run_trainer_job(cfg, lambda cfg: built.append(cfg.trainer.resume) or "plan",
-                    lambda cfg, plan: {"plan": plan}, api=make_api())
+    run_trainer_job(
+        cfg, lambda cfg: built.append(cfg.trainer.resume) or "plan", lambda cfg, plan: {"plan": plan}, api=make_api()
+    )
     assert built == ["true"]

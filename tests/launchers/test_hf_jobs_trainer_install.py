@@ -37,16 +37,27 @@ def job_container(root: Path) -> Path:
 
 
 def test_the_trainer_jobs_command_installs_the_uploaded_wheel_into_the_job_and_runs_the_uploaded_config(
-        tmp_path, monkeypatch):
+    tmp_path, monkeypatch
+):
     bucket, job = tmp_path / "bucket", tmp_path / "job"
     job.mkdir()
     with FakeHub() as hub:
         use_fake_hub(monkeypatch, hub)
         hub.buckets["alice/agrpo-runs"] = bucket  # the mount: uploads land here
-        cfg = compose_run_config(["+recipe=gsm8k", "launcher=hf_jobs", "sync=bucket", "launcher.hf_jobs.run_id=r1",
-                                  "launcher.hf_jobs.namespace=alice", f"sync.mount_path={bucket}", "lora.alpha=9",
-                                  "launcher.hf_jobs.trainer_flavor=cpu-upgrade", "launcher.hf_jobs.install_attempts=1",
-                                  f"launcher.hf_jobs.replica_url='{hub.replica_url_template()}'"])
+        cfg = compose_run_config(
+            [
+                "+recipe=gsm8k",
+                "launcher=hf_jobs",
+                "sync=bucket",
+                "launcher.hf_jobs.run_id=r1",
+                "launcher.hf_jobs.namespace=alice",
+                f"sync.mount_path={bucket}",
+                "lora.alpha=9",
+                "launcher.hf_jobs.trainer_flavor=cpu-upgrade",
+                "launcher.hf_jobs.install_attempts=1",
+                f"launcher.hf_jobs.replica_url='{hub.replica_url_template()}'",
+            ]
+        )
         plan = build_jobs_plan(cfg, launch_id="L1")
         run = JobsRun(plan, make_api(), echo=lambda line: None)
         run.upload()  # what the executor does before any Job: the wheel and the config into the run's folder
@@ -55,9 +66,15 @@ def test_the_trainer_jobs_command_installs_the_uploaded_wheel_into_the_job_and_r
         bin_dir = job_container(job)
         python = str(bin_dir / "python3")
         env = {key: value for key, value in os.environ.items() if key not in ("PYTHONPATH", "VIRTUAL_ENV")}
-        env.update(plan.trainer.env, HF_TOKEN=os.environ["HF_TOKEN"], PATH=f"{bin_dir}{os.pathsep}{env['PATH']}",
-                   PIP_NO_INDEX="1", PIP_DISABLE_PIP_VERSION_CHECK="1", HOME=str(job),
-                   HF_HUB_OFFLINE="0")  # a Job is online; the Hub it reaches here is the fake one
+        env.update(
+            plan.trainer.env,
+            HF_TOKEN=os.environ["HF_TOKEN"],
+            PATH=f"{bin_dir}{os.pathsep}{env['PATH']}",
+            PIP_NO_INDEX="1",
+            PIP_DISABLE_PIP_VERSION_CHECK="1",
+            HOME=str(job),
+            HF_HUB_OFFLINE="0",
+        )  # a Job is online; the Hub it reaches here is the fake one
         subprocess.run([python, "-m", "ensurepip", "--default-pip"], check=True, capture_output=True, env=env)
         done = subprocess.run(plan.trainer.command, env=env, cwd=job, capture_output=True, text=True, timeout=600)
 
@@ -66,7 +83,13 @@ def test_the_trainer_jobs_command_installs_the_uploaded_wheel_into_the_job_and_r
     assert "Successfully installed agrpo-" in done.stdout, done.stdout[-3000:] + done.stderr[-3000:]
     assert done.returncode == 1, done.stderr[-3000:]
     assert "found 0 running replica Job(s) of run r1 (launch L1)" in done.stderr
-    where = subprocess.run([python, "-c", "import agrpo, omegaconf; print(agrpo.__file__)"], env=env, cwd=job,
-                           capture_output=True, text=True, check=True).stdout.strip()
+    where = subprocess.run(
+        [python, "-c", "import agrpo, omegaconf; print(agrpo.__file__)"],
+        env=env,
+        cwd=job,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
     assert where.startswith(str(job / "venv")) and not where.startswith(str(REPO))
     assert not any(Path(p).name == "site-packages" and (Path(p) / "agrpo").exists() for p in site.getsitepackages())

@@ -51,10 +51,16 @@ def start_run(cwd: Path, *overrides: str) -> subprocess.Popen:
     # Out of the default 8100 range, which other programs on a shared test machine bind without agrpo's locks;
     # runs of one test share it, so two runs at once must still be kept apart by the locks.
     base_port = f"inference.base_port={QUIET_BASE_PORT}"
-    proc = subprocess.Popen([sys.executable, "-m", "agrpo", "+recipe=smoke", base_port, *overrides], cwd=cwd,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
-                            env={**os.environ, "HF_HUB_OFFLINE": "1"},
-                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "agrpo", "+recipe=smoke", base_port, *overrides],
+        cwd=cwd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+        env={**os.environ, "HF_HUB_OFFLINE": "1"},
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
     LAUNCHED.append(proc)
     return proc
 
@@ -72,6 +78,7 @@ def wait_for_engine_core(token: str, proc: subprocess.Popen) -> RunProcesses:
 
 
 # ---- run directories (pure, and the CLI refusing to mix outputs) ----
+
 
 def test_run_suffix_is_made_once_per_process_and_differs_between_processes():
     assert run_suffix() == run_suffix()
@@ -101,8 +108,10 @@ def test_a_new_or_log_only_directory_is_not_refused(tmp_path):
     refuse_mixed_outputs(tmp_path, False)
 
 
-@pytest.mark.parametrize(("value", "expected"), [(False, False), (None, False), ("false", False), (True, True),
-                                                 ("auto", True), ("/runs/r1/checkpoint-40", True)])
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [(False, False), (None, False), ("false", False), (True, True), ("auto", True), ("/runs/r1/checkpoint-40", True)],
+)
 def test_resumes(value, expected):
     assert resumes(value) is expected
 
@@ -111,8 +120,14 @@ def test_cli_refuses_an_output_dir_holding_a_finished_run_before_starting_anythi
     run_dir = tmp_path / "run"
     run_dir.mkdir()
     (run_dir / "metrics.json").write_text("{}")
-    result = subprocess.run([sys.executable, "-m", "agrpo", "+recipe=smoke", f"hydra.run.dir={run_dir}"], cwd=tmp_path,
-                            capture_output=True, text=True, timeout=300, env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    result = subprocess.run(
+        [sys.executable, "-m", "agrpo", "+recipe=smoke", f"hydra.run.dir={run_dir}"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "HF_HUB_OFFLINE": "1"},
+    )
     assert result.returncode == 2
     assert "trainer.resume=true" in result.stderr and "Traceback" not in result.stderr
     assert not (run_dir / "logs").exists() and not (run_dir / "config.yaml").exists()
@@ -129,6 +144,7 @@ def test_two_runs_started_at_once_get_their_own_run_dirs(tmp_path):
 
 
 # ---- the launcher's end, however it comes: nothing of the run is left (real vLLM) ----
+
 
 @pytest.mark.vllm
 def test_sighup_of_the_launcher_stops_every_process(tmp_path, run_token):
@@ -174,6 +190,7 @@ def test_ctrl_c_twice_waits_for_the_teardown_and_stops_every_process(tmp_path, r
 
 
 # ---- two real runs on one machine at the same time ----
+
 
 @pytest.mark.vllm
 @pytest.mark.e2e

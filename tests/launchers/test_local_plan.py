@@ -20,8 +20,16 @@ def test_one_replica_no_proxy_trainer_talks_to_it():
     assert plan.vllm_url == "http://127.0.0.1:8100"
     assert plan.services[0].health_url == "http://127.0.0.1:8100/health"
     assert plan.services[0].log_path == "/runs/r1/logs/vllm-0.log"
-    assert plan.trainer.argv == ["py", "-m", "agrpo.trainer", "/runs/r1/config.yaml", "--vllm-url",
-                                 "http://127.0.0.1:8100", "--num-replicas", "1"]
+    assert plan.trainer.argv == [
+        "py",
+        "-m",
+        "agrpo.trainer",
+        "/runs/r1/config.yaml",
+        "--vllm-url",
+        "http://127.0.0.1:8100",
+        "--num-replicas",
+        "1",
+    ]
     # vLLM's CPU build pins one core per replica; the trainer gets the rest.
     assert plan.trainer.env["OMP_NUM_THREADS"] == "1"
 

@@ -9,8 +9,14 @@ import textwrap
 import pytest
 
 from agrpo.errors import LaunchError
-from agrpo.launchers.ports import (free_ports, listener_owned_by, lock_dir, parse_listeners, port_locked_by_another_run,
-                                   reserve_ports)
+from agrpo.launchers.ports import (
+    free_ports,
+    listener_owned_by,
+    lock_dir,
+    parse_listeners,
+    port_locked_by_another_run,
+    reserve_ports,
+)
 
 
 @pytest.fixture(autouse=True)
@@ -35,13 +41,23 @@ def test_a_reserved_port_is_skipped_by_the_next_reservation_until_released():
 
 def test_a_reservation_held_by_another_process_is_skipped_and_dies_with_it():
     """Another launcher (a separate process) holds its ports until it exits, however it exits."""
-    holder = subprocess.Popen([sys.executable, "-c", textwrap.dedent("""
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            textwrap.dedent("""
         import sys
         from agrpo.launchers.ports import reserve_ports
         held = reserve_ports(2, 21600)
         print(*held.ports, flush=True)
         sys.stdin.read()
-    """)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=os.environ.copy())
+    """),
+        ],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        env=os.environ.copy(),
+    )
     try:
         theirs = [int(p) for p in holder.stdout.readline().split()]
         assert len(theirs) == 2

@@ -23,8 +23,12 @@ def pid_alive(pid):
 
 
 def test_child_that_dies_before_healthy_reports_its_log_tail(tmp_path):
-    proc = ManagedProcess("fake-server", [sys.executable, "-c", "print('boom: cannot load model'); raise SystemExit(3)"],
-                          log_path=tmp_path / "s.log", health_url="http://127.0.0.1:9/health")
+    proc = ManagedProcess(
+        "fake-server",
+        [sys.executable, "-c", "print('boom: cannot load model'); raise SystemExit(3)"],
+        log_path=tmp_path / "s.log",
+        health_url="http://127.0.0.1:9/health",
+    )
     proc.start()
     with pytest.raises(LaunchError) as error:
         proc.wait_healthy(timeout_s=30, poll_s=0.1)
@@ -33,8 +37,12 @@ def test_child_that_dies_before_healthy_reports_its_log_tail(tmp_path):
 
 
 def test_health_timeout_names_the_knob(tmp_path):
-    proc = ManagedProcess("sleeper", [sys.executable, "-c", "import time; time.sleep(60)"],
-                          log_path=tmp_path / "s.log", health_url="http://127.0.0.1:9/health")
+    proc = ManagedProcess(
+        "sleeper",
+        [sys.executable, "-c", "import time; time.sleep(60)"],
+        log_path=tmp_path / "s.log",
+        health_url="http://127.0.0.1:9/health",
+    )
     proc.start()
     try:
         with pytest.raises(LaunchError, match="inference.startup_timeout_s"):
@@ -46,9 +54,11 @@ def test_health_timeout_names_the_knob(tmp_path):
 
 def test_stop_kills_the_whole_group_including_grandchildren(tmp_path):
     pid_file = tmp_path / "grandchild.pid"
-    script = ("import subprocess, sys, time; "
-              "p = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(120)']); "
-              f"open({str(pid_file)!r}, 'w').write(str(p.pid)); time.sleep(120)")
+    script = (
+        "import subprocess, sys, time; "
+        "p = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(120)']); "
+        f"open({str(pid_file)!r}, 'w').write(str(p.pid)); time.sleep(120)"
+    )
     proc = ManagedProcess("parent", [sys.executable, "-c", script], log_path=tmp_path / "p.log")
     proc.start()
     for _ in range(100):
@@ -83,8 +93,12 @@ def serve_health(directory, port):
 
 def test_healthy_only_when_the_answer_comes_from_the_childs_own_socket(tmp_path):
     port = free_ports(1, 20700)[0]
-    ours = ManagedProcess("server", serve_health(tmp_path, port), log_path=tmp_path / "s.log",
-                          health_url=f"http://127.0.0.1:{port}/health")
+    ours = ManagedProcess(
+        "server",
+        serve_health(tmp_path, port),
+        log_path=tmp_path / "s.log",
+        health_url=f"http://127.0.0.1:{port}/health",
+    )
     ours.start()
     try:
         ours.wait_healthy(timeout_s=60, poll_s=0.1)
@@ -98,11 +112,19 @@ def test_another_process_answering_on_our_port_is_not_our_server(tmp_path):
     there, so the first run must not call its replica healthy (it did: "healthy after 0 s")."""
     port = free_ports(1, 20800)[0]
     (tmp_path / "theirs").mkdir()
-    theirs = ManagedProcess("their-server", serve_health(tmp_path / "theirs", port), log_path=tmp_path / "t.log",
-                            health_url=f"http://127.0.0.1:{port}/health")
+    theirs = ManagedProcess(
+        "their-server",
+        serve_health(tmp_path / "theirs", port),
+        log_path=tmp_path / "t.log",
+        health_url=f"http://127.0.0.1:{port}/health",
+    )
     theirs.start()
-    ours = ManagedProcess("vllm-0", [sys.executable, "-c", "import time; time.sleep(60)"], log_path=tmp_path / "o.log",
-                          health_url=f"http://127.0.0.1:{port}/health")
+    ours = ManagedProcess(
+        "vllm-0",
+        [sys.executable, "-c", "import time; time.sleep(60)"],
+        log_path=tmp_path / "o.log",
+        health_url=f"http://127.0.0.1:{port}/health",
+    )
     try:
         theirs.wait_healthy(timeout_s=60, poll_s=0.1)
         ours.start()
@@ -118,15 +140,23 @@ def test_children_and_renamed_grandchildren_die_when_the_launcher_is_killed(tmp_
     grandchild that renamed itself (as vLLM's "VLLM::EngineCore" does), found by the run's marker."""
     from tests.processes import RunProcesses
 
-    grandchild = ("import subprocess, sys, time; "
-                  "subprocess.Popen([sys.executable, '-c', "
-                  "\"import setproctitle, time; setproctitle.setproctitle('VLLM::EngineCore'); time.sleep(300)\"]); "
-                  "time.sleep(300)")
-    launcher = ("import sys, time; from pathlib import Path; from agrpo.launchers.process import ManagedProcess; "
-                f"p = ManagedProcess('replica', [sys.executable, '-c', {grandchild!r}], log_path=Path(sys.argv[1])); "
-                "p.start(); print('started', flush=True); time.sleep(300)")
-    proc = subprocess.Popen([sys.executable, "-c", launcher, str(tmp_path / "r.log")], stdout=subprocess.PIPE,
-                            text=True, start_new_session=True)
+    grandchild = (
+        "import subprocess, sys, time; "
+        "subprocess.Popen([sys.executable, '-c', "
+        "\"import setproctitle, time; setproctitle.setproctitle('VLLM::EngineCore'); time.sleep(300)\"]); "
+        "time.sleep(300)"
+    )
+    launcher = (
+        "import sys, time; from pathlib import Path; from agrpo.launchers.process import ManagedProcess; "
+        f"p = ManagedProcess('replica', [sys.executable, '-c', {grandchild!r}], log_path=Path(sys.argv[1])); "
+        "p.start(); print('started', flush=True); time.sleep(300)"
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-c", launcher, str(tmp_path / "r.log")],
+        stdout=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
     assert proc.stdout.readline().strip() == "started"
     run = RunProcesses(run_token)
     found = run.wait_for(lambda f: "VLLM::EngineCor" in f.values(), timeout_s=30)  # /proc keeps 15 characters
@@ -166,9 +196,11 @@ def test_a_group_is_ours_only_while_its_leader_is_the_one_started(tmp_path):
 def test_a_restart_first_kills_what_is_left_of_the_previous_group(tmp_path):
     """A replica's API server dies but its engine core lives on in the group: restarting must not leave it behind."""
     pid_file = tmp_path / "grandchild.pid"
-    script = ("import subprocess, sys, time; "
-              "p = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(120)']); "
-              f"open({str(pid_file)!r}, 'w').write(str(p.pid)); time.sleep(120)")
+    script = (
+        "import subprocess, sys, time; "
+        "p = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(120)']); "
+        f"open({str(pid_file)!r}, 'w').write(str(p.pid)); time.sleep(120)"
+    )
     proc = ManagedProcess("replica", [sys.executable, "-c", script], log_path=tmp_path / "p.log")
     proc.start()
     for _ in range(100):
@@ -195,8 +227,12 @@ def test_a_child_that_finds_its_port_taken_says_so_and_names_the_knob(tmp_path):
         squatter.bind(("127.0.0.1", 0))
         squatter.listen()
         port = squatter.getsockname()[1]
-        proc = ManagedProcess("vllm-0", serve_health(tmp_path, port), log_path=tmp_path / "s.log",
-                              health_url=f"http://127.0.0.1:{port}/health")
+        proc = ManagedProcess(
+            "vllm-0",
+            serve_health(tmp_path, port),
+            log_path=tmp_path / "s.log",
+            health_url=f"http://127.0.0.1:{port}/health",
+        )
         proc.start()
         with pytest.raises(LaunchError) as error:
             proc.wait_healthy(timeout_s=60, poll_s=0.1)

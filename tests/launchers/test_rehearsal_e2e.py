@@ -14,17 +14,31 @@ import pytest
 from agrpo.launchers.hf_jobs.rehearsal.runner import marked_pids, namespaces_available
 
 REPO = Path(__file__).resolve().parents[2]
-pytestmark = [pytest.mark.e2e, pytest.mark.vllm,
-              pytest.mark.skipif(namespaces_available() is not None, reason=f"rehearsal: {namespaces_available()}")]
+pytestmark = [
+    pytest.mark.e2e,
+    pytest.mark.vllm,
+    pytest.mark.skipif(namespaces_available() is not None, reason=f"rehearsal: {namespaces_available()}"),
+]
 
 
 def test_the_smoke_recipe_rehearses_as_hf_jobs_end_to_end(tmp_path):
     root = tmp_path / "rehearsal"
     env = {**os.environ, "PYTHONPATH": str(REPO), "HF_HUB_OFFLINE": "1"}
-    command = [sys.executable, "-m", "agrpo", "+recipe=smoke", "launcher=hf_jobs", "sync=bucket",
-               "inference.replicas=2", "launcher.hf_jobs.rehearse=true", "inference.device=cpu",
-               "trainer.max_steps=3", "launcher.hf_jobs.run_id=e2e", f"launcher.hf_jobs.rehearse_dir={root}",
-               "launcher.hf_jobs.poll_interval_s=2"]
+    command = [
+        sys.executable,
+        "-m",
+        "agrpo",
+        "+recipe=smoke",
+        "launcher=hf_jobs",
+        "sync=bucket",
+        "inference.replicas=2",
+        "launcher.hf_jobs.rehearse=true",
+        "inference.device=cpu",
+        "trainer.max_steps=3",
+        "launcher.hf_jobs.run_id=e2e",
+        f"launcher.hf_jobs.rehearse_dir={root}",
+        "launcher.hf_jobs.poll_interval_s=2",
+    ]
     done = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=1500)
     output = done.stdout + done.stderr
     assert done.returncode == 0, output[-6000:]
@@ -43,9 +57,14 @@ def test_the_smoke_recipe_rehearses_as_hf_jobs_end_to_end(tmp_path):
     assert "Successfully installed agrpo-" in trainer_log
     steps = re.search(r"done, (\d+) steps, final adapter in (\S+)", trainer_log)
     assert steps and int(steps[1]) >= 3 and steps[2] == "/bucket/e2e/final_adapter", trainer_log[-3000:]
-    where = subprocess.run([str(root / "jobs" / trainer_id / "bin" / "python3"), "-c",
-                            "import agrpo; print(agrpo.__file__)"], env={"PATH": "/usr/bin:/bin"},
-                           cwd=tmp_path, capture_output=True, text=True, check=True).stdout.strip()
+    where = subprocess.run(
+        [str(root / "jobs" / trainer_id / "bin" / "python3"), "-c", "import agrpo; print(agrpo.__file__)"],
+        env={"PATH": "/usr/bin:/bin"},
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
     assert where.startswith(str(root / "jobs" / trainer_id)) and not where.startswith(str(REPO))
 
     for job_id in replicas:

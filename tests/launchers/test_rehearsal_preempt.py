@@ -17,8 +17,11 @@ import pytest
 from agrpo.launchers.hf_jobs.rehearsal.runner import ENV_MARKER, marked_pids, namespaces_available
 
 REPO = Path(__file__).resolve().parents[2]
-pytestmark = [pytest.mark.e2e, pytest.mark.vllm,
-              pytest.mark.skipif(namespaces_available() is not None, reason=f"rehearsal: {namespaces_available()}")]
+pytestmark = [
+    pytest.mark.e2e,
+    pytest.mark.vllm,
+    pytest.mark.skipif(namespaces_available() is not None, reason=f"rehearsal: {namespaces_available()}"),
+]
 STEPS = 8
 
 
@@ -42,14 +45,33 @@ def trainer_job_id() -> str | None:
 def test_a_preempted_trainer_job_is_requeued_and_resumes_from_the_bucket(tmp_path):
     root = tmp_path / "rehearsal"
     run = root / "buckets" / "rehearsal" / "agrpo-runs" / "pre"
-    command = [sys.executable, "-m", "agrpo", "+recipe=smoke", "launcher=hf_jobs", "sync=bucket",
-               "inference.replicas=2", "launcher.hf_jobs.rehearse=true", "inference.device=cpu",
-               f"trainer.max_steps={STEPS}", "trainer.save_steps=2", "launcher.hf_jobs.trainer_attempts=2",
-               "launcher.hf_jobs.run_id=pre", f"launcher.hf_jobs.rehearse_dir={root}",
-               "launcher.hf_jobs.poll_interval_s=2"]
+    command = [
+        sys.executable,
+        "-m",
+        "agrpo",
+        "+recipe=smoke",
+        "launcher=hf_jobs",
+        "sync=bucket",
+        "inference.replicas=2",
+        "launcher.hf_jobs.rehearse=true",
+        "inference.device=cpu",
+        f"trainer.max_steps={STEPS}",
+        "trainer.save_steps=2",
+        "launcher.hf_jobs.trainer_attempts=2",
+        "launcher.hf_jobs.run_id=pre",
+        f"launcher.hf_jobs.rehearse_dir={root}",
+        "launcher.hf_jobs.poll_interval_s=2",
+    ]
     env = {**os.environ, "PYTHONPATH": str(REPO), "HF_HUB_OFFLINE": "1"}
-    launcher = subprocess.Popen(command, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                text=True, start_new_session=True)
+    launcher = subprocess.Popen(
+        command,
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
     try:
         deadline = time.monotonic() + 900
         while not (run / "checkpoint-4" / "trainer_state.json").is_file():

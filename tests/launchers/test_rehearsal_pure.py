@@ -20,13 +20,16 @@ def job(**spec) -> J.JobRecord:
     return J.JobRecord(id=JOB_ID, namespace="alice", spec=spec, created=0.0)
 
 
-@pytest.mark.parametrize("code, reason, expected", [
-    (0, None, ("COMPLETED", None)),
-    (3, None, ("ERROR", "exit code 3")),
-    (-15, "cancel", ("CANCELED", "canceled by user")),
-    (-15, "preempt", ("ERROR", "preempted (rehearsal)")),
-    (-9, "timeout", ("ERROR", "Job timeout after 60 s")),
-])
+@pytest.mark.parametrize(
+    "code, reason, expected",
+    [
+        (0, None, ("COMPLETED", None)),
+        (3, None, ("ERROR", "exit code 3")),
+        (-15, "cancel", ("CANCELED", "canceled by user")),
+        (-15, "preempt", ("ERROR", "preempted (rehearsal)")),
+        (-9, "timeout", ("ERROR", "Job timeout after 60 s")),
+    ],
+)
 def test_a_jobs_end_gives_the_stage_the_service_reports(code, reason, expected):
     assert J.outcome(code, job(timeoutSeconds=60), reason) == expected
 
@@ -125,9 +128,18 @@ def test_a_job_gets_its_env_and_secrets_not_the_launching_environment(tmp_path, 
 
 
 def rehearsal_cfg(*extra):
-    return compose_run_config(["+recipe=smoke", "launcher=hf_jobs", "sync=bucket", "inference.replicas=2",
-                               "launcher.hf_jobs.rehearse=true", "inference.device=cpu", "launcher.hf_jobs.run_id=r1",
-                               *extra])
+    return compose_run_config(
+        [
+            "+recipe=smoke",
+            "launcher=hf_jobs",
+            "sync=bucket",
+            "inference.replicas=2",
+            "launcher.hf_jobs.rehearse=true",
+            "inference.device=cpu",
+            "launcher.hf_jobs.run_id=r1",
+            *extra,
+        ]
+    )
 
 
 def test_rehearsal_allows_this_machines_model_and_cpu_but_a_real_launch_does_not():
@@ -182,12 +194,27 @@ def test_the_rehearsal_dry_run_prints_the_plan_and_starts_nothing(tmp_path):
 
     repo = Path(__file__).resolve().parents[2]
     root = tmp_path / "rehearsal"
-    done = subprocess.run([sys.executable, "-m", "agrpo", "+recipe=smoke", "launcher=hf_jobs", "sync=bucket",
-                           "inference.replicas=2", "inference.device=cpu", "launcher.hf_jobs.rehearse=true",
-                           "launcher.dry_run=true", "launcher.hf_jobs.run_id=r1",
-                           f"launcher.hf_jobs.rehearse_dir={root}"],
-                          cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(repo), "HF_HUB_OFFLINE": "1"},
-                          capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "agrpo",
+            "+recipe=smoke",
+            "launcher=hf_jobs",
+            "sync=bucket",
+            "inference.replicas=2",
+            "inference.device=cpu",
+            "launcher.hf_jobs.rehearse=true",
+            "launcher.dry_run=true",
+            "launcher.hf_jobs.run_id=r1",
+            f"launcher.hf_jobs.rehearse_dir={root}",
+        ],
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": str(repo), "HF_HUB_OFFLINE": "1"},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     out = done.stdout + done.stderr
     assert "rehearse: every Job below runs on this machine" in out and str(root) in out

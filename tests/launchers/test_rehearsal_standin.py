@@ -14,16 +14,18 @@ from agrpo.launchers.hf_jobs.rehearsal.runner import marked_pids, namespaces_ava
 pytestmark = pytest.mark.skipif(namespaces_available() is not None, reason=f"rehearsal: {namespaces_available()}")
 NS = "alice"
 # A Job that serves GET (its own marker) and POST (200 {"loaded": true}) on 0.0.0.0:8000, like a replica.
-SERVE = ("import http.server, json, os\n"
-         "class H(http.server.BaseHTTPRequestHandler):\n"
-         "    def _ok(self, body):\n"
-         "        data = json.dumps(body).encode(); self.send_response(200)\n"
-         "        self.send_header('Content-Length', str(len(data))); self.end_headers(); self.wfile.write(data)\n"
-         "    def do_GET(self): self._ok({'job': os.environ['AGRPO_REHEARSAL_JOB'], 'path': self.path})\n"
-         "    def do_POST(self):\n"
-         "        self.rfile.read(int(self.headers['Content-Length'])); self._ok({'loaded': True})\n"
-         "print('serving', flush=True)\n"
-         "http.server.ThreadingHTTPServer(('0.0.0.0', 8000), H).serve_forever()\n")
+SERVE = (
+    "import http.server, json, os\n"
+    "class H(http.server.BaseHTTPRequestHandler):\n"
+    "    def _ok(self, body):\n"
+    "        data = json.dumps(body).encode(); self.send_response(200)\n"
+    "        self.send_header('Content-Length', str(len(data))); self.end_headers(); self.wfile.write(data)\n"
+    "    def do_GET(self): self._ok({'job': os.environ['AGRPO_REHEARSAL_JOB'], 'path': self.path})\n"
+    "    def do_POST(self):\n"
+    "        self.rfile.read(int(self.headers['Content-Length'])); self._ok({'loaded': True})\n"
+    "print('serving', flush=True)\n"
+    "http.server.ThreadingHTTPServer(('0.0.0.0', 8000), H).serve_forever()\n"
+)
 
 
 def wait_stage(api, job_id, stages, timeout_s=60):
@@ -61,19 +63,39 @@ def test_two_replicas_on_the_same_port_are_reached_through_the_gateway_with_the_
 
     api, token = stand_in.api(), stand_in.stand_in.token
     volume = Volume(type="bucket", source=f"{NS}/b", mount_path=str(tmp_path / "mnt"), read_only=True)
-    replicas = [api.run_job(image="img", command=["python3", "-c", SERVE], secrets={"HF_TOKEN": token},
-                            labels={"agrpo-run": "r1", "i": str(i)}, expose=[8000], volumes=[volume], namespace=NS)
-                for i in range(2)]
+    replicas = [
+        api.run_job(
+            image="img",
+            command=["python3", "-c", SERVE],
+            secrets={"HF_TOKEN": token},
+            labels={"agrpo-run": "r1", "i": str(i)},
+            expose=[8000],
+            volumes=[volume],
+            namespace=NS,
+        )
+        for i in range(2)
+    ]
     for job in replicas:
         url = f"http://{job.id}--8000.hf.jobs:{stand_in.gateway_port}"
         assert wait_serving(stand_in.reach(url) + "/health", token) == {"job": job.id, "path": "/health"}
         assert requests.get(stand_in.reach(url) + "/health", timeout=5).status_code == 401  # no token, no answer
         assert wait_stage(api, job.id, ["RUNNING"]).status.expose_urls == [url]
     # a Job resolves the exposed names through its own /etc/hosts, with curl as any image would
-    curl = api.run_job(image="img", command=["bash", "-c", "for id in \"$@\"; do curl -sf -H \"Authorization: Bearer "
-                                             f"$HF_TOKEN\" http://$id--8000.hf.jobs:{stand_in.gateway_port}/v1/x; "
-                                             "echo; done", "curl", *[job.id for job in replicas]],
-                       secrets={"HF_TOKEN": token}, labels={"agrpo-run": "r1"}, namespace=NS)
+    curl = api.run_job(
+        image="img",
+        command=[
+            "bash",
+            "-c",
+            'for id in "$@"; do curl -sf -H "Authorization: Bearer '
+            f'$HF_TOKEN" http://$id--8000.hf.jobs:{stand_in.gateway_port}/v1/x; '
+            "echo; done",
+            "curl",
+            *[job.id for job in replicas],
+        ],
+        secrets={"HF_TOKEN": token},
+        labels={"agrpo-run": "r1"},
+        namespace=NS,
+    )
     assert wait_stage(api, curl.id, ["COMPLETED", "ERROR"]).status.stage == "COMPLETED"
     lines = [json.loads(line) for line in api.fetch_job_logs(job_id=curl.id, namespace=NS) if line.strip()]
     assert lines == [{"job": job.id, "path": "/v1/x"} for job in replicas]
@@ -91,10 +113,18 @@ def test_the_bucket_is_mounted_read_only_or_read_write_and_listed_after_the_lag(
     api.create_bucket(f"{NS}/b", private=True, exist_ok=True)
     api.batch_bucket_files(f"{NS}/b", add=[(b"cfg\n", "run/config.yaml")])
     write = "cat $0/run/config.yaml && echo v1 > $0/run/adapter && echo written"
-    writer = api.run_job(image="img", command=["bash", "-c", write, mount], namespace=NS,
-                         volumes=[Volume(type="bucket", source=f"{NS}/b", mount_path=mount)])
-    reader = api.run_job(image="img", command=["bash", "-c", "echo x > $0/run/other", mount], namespace=NS,
-                         volumes=[Volume(type="bucket", source=f"{NS}/b", mount_path=mount, read_only=True)])
+    writer = api.run_job(
+        image="img",
+        command=["bash", "-c", write, mount],
+        namespace=NS,
+        volumes=[Volume(type="bucket", source=f"{NS}/b", mount_path=mount)],
+    )
+    reader = api.run_job(
+        image="img",
+        command=["bash", "-c", "echo x > $0/run/other", mount],
+        namespace=NS,
+        volumes=[Volume(type="bucket", source=f"{NS}/b", mount_path=mount, read_only=True)],
+    )
     assert wait_stage(api, writer.id, ["COMPLETED", "ERROR"]).status.stage == "COMPLETED"
     assert list(api.fetch_job_logs(job_id=writer.id, namespace=NS)) == ["cfg", "written"]
     assert wait_stage(api, reader.id, ["COMPLETED", "ERROR"]).status.message == "exit code 1"  # read-only mount
@@ -113,16 +143,22 @@ def test_a_load_asked_too_early_is_refused_until_the_negative_cache_expires(stan
 
     api, token, mount = stand_in.api(), stand_in.stand_in.token, str(tmp_path / "mnt")
     api.create_bucket(f"{NS}/b", private=True, exist_ok=True)
-    job = api.run_job(image="img", command=["python3", "-c", SERVE], secrets={"HF_TOKEN": token}, expose=[8000],
-                      volumes=[Volume(type="bucket", source=f"{NS}/b", mount_path=mount, read_only=True)],
-                      namespace=NS)
+    job = api.run_job(
+        image="img",
+        command=["python3", "-c", SERVE],
+        secrets={"HF_TOKEN": token},
+        expose=[8000],
+        volumes=[Volume(type="bucket", source=f"{NS}/b", mount_path=mount, read_only=True)],
+        namespace=NS,
+    )
     url = stand_in.reach(f"http://{job.id}--8000.hf.jobs:{stand_in.gateway_port}")
     wait_serving(url + "/health", token)
 
     def load(version):
         body = {"lora_name": version, "lora_path": f"{mount}/run/{version}"}
-        return requests.post(url + "/v1/load_lora_adapter", json=body, timeout=10,
-                             headers={"Authorization": f"Bearer {token}"})
+        return requests.post(
+            url + "/v1/load_lora_adapter", json=body, timeout=10, headers={"Authorization": f"Bearer {token}"}
+        )
 
     bucket = stand_in.stand_in.bucket_dir(f"{NS}/b")
     early = load("v1")  # asked before the adapter exists: vLLM's 404, and the miss is cached
@@ -151,23 +187,25 @@ def test_timeout_preemption_and_requeue_end_jobs_as_the_service_does(stand_in):
     assert info.status.message == "exit code 3"
     assert stand_in.stand_in.jobs[failing.id].history.count("RUNNING") == 2  # requeued once, then it stayed over
     marker = "preempted-once"
-    resumed = api.run_job(image="img", command=["bash", "-c", f"test -f {marker} && echo resumed && exit 0; "
-                                                f"touch {marker}; sleep 60"], attempts=2, namespace=NS)
+    resumed = api.run_job(
+        image="img",
+        command=["bash", "-c", f"test -f {marker} && echo resumed && exit 0; touch {marker}; sleep 60"],
+        attempts=2,
+        namespace=NS,
+    )
     wait_stage(api, resumed.id, ["RUNNING"])
     time.sleep(1.0)
     stand_in.stand_in.preempt(resumed.id)
     final = wait_stage(api, resumed.id, ["COMPLETED"], timeout_s=90)
     assert stand_in.stand_in.jobs[resumed.id].history[:4] == ["SCHEDULING", "RUNNING", "ERROR", "SCHEDULING"]
-    assert final.status.stage == "COMPLETED" and "resumed" in list(api.fetch_job_logs(job_id=resumed.id,
-                                                                                      namespace=NS))
+    assert final.status.stage == "COMPLETED" and "resumed" in list(api.fetch_job_logs(job_id=resumed.id, namespace=NS))
 
 
 def test_the_preemption_knob_kills_the_trainers_first_attempt_and_the_requeue_finishes(tmp_path):
     with rehearsal(NS, 1.0, 30.0, str(tmp_path / "r"), preempt_trainer_after_s=1.0) as running:
         api = running.api()
         command = ["bash", "-c", "test -f attempt1 && echo resumed && exit 0; touch attempt1; sleep 60"]
-        trainer = api.run_job(image="img", command=command, attempts=2, labels={"agrpo-role": "trainer"},
-                              namespace=NS)
+        trainer = api.run_job(image="img", command=command, attempts=2, labels={"agrpo-role": "trainer"}, namespace=NS)
         final = wait_stage(api, trainer.id, ["COMPLETED"], timeout_s=90)
         record = running.stand_in.jobs[trainer.id]
     assert final.status.stage == "COMPLETED" and record.attempt == 2

@@ -18,19 +18,34 @@ import pytest
 from agrpo.launchers.hf_jobs.rehearsal.runner import namespaces_available
 
 REPO = Path(__file__).resolve().parents[2]
-pytestmark = [pytest.mark.e2e, pytest.mark.vllm,
-              pytest.mark.skipif(namespaces_available() is not None, reason=f"rehearsal: {namespaces_available()}")]
+pytestmark = [
+    pytest.mark.e2e,
+    pytest.mark.vllm,
+    pytest.mark.skipif(namespaces_available() is not None, reason=f"rehearsal: {namespaces_available()}"),
+]
 LAG_S, NEGATIVE_CACHE_S = 1.0, 30.0
 
 
 def rehearse(tmp_path: Path, gate: bool) -> list[float]:
     root = tmp_path / f"gate-{gate}"
-    command = [sys.executable, "-m", "agrpo", "+recipe=smoke", "launcher=hf_jobs", "sync=bucket",
-               "inference.replicas=2", "launcher.hf_jobs.rehearse=true", "inference.device=cpu",
-               "trainer.max_steps=2", "launcher.hf_jobs.run_id=sync", f"launcher.hf_jobs.rehearse_dir={root}",
-               f"launcher.hf_jobs.rehearse_listing_lag_s={LAG_S}",
-               f"launcher.hf_jobs.rehearse_negative_cache_s={NEGATIVE_CACHE_S}",
-               "launcher.hf_jobs.poll_interval_s=2", f"sync.visibility_gate={str(gate).lower()}"]
+    command = [
+        sys.executable,
+        "-m",
+        "agrpo",
+        "+recipe=smoke",
+        "launcher=hf_jobs",
+        "sync=bucket",
+        "inference.replicas=2",
+        "launcher.hf_jobs.rehearse=true",
+        "inference.device=cpu",
+        "trainer.max_steps=2",
+        "launcher.hf_jobs.run_id=sync",
+        f"launcher.hf_jobs.rehearse_dir={root}",
+        f"launcher.hf_jobs.rehearse_listing_lag_s={LAG_S}",
+        f"launcher.hf_jobs.rehearse_negative_cache_s={NEGATIVE_CACHE_S}",
+        "launcher.hf_jobs.poll_interval_s=2",
+        f"sync.visibility_gate={str(gate).lower()}",
+    ]
     env = {**os.environ, "PYTHONPATH": str(REPO), "HF_HUB_OFFLINE": "1"}
     done = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=1500)
     assert done.returncode == 0, (done.stdout + done.stderr)[-6000:]

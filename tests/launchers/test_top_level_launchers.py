@@ -23,8 +23,13 @@ SCRIPTS = sorted(LAUNCHERS.glob("*.sbatch"))
 
 
 def env_with(**extra):
-    return {**os.environ, "AGRPO_PYTHON": sys.executable, "HF_HUB_OFFLINE": "1",
-            "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]), **extra}
+    return {
+        **os.environ,
+        "AGRPO_PYTHON": sys.executable,
+        "HF_HUB_OFFLINE": "1",
+        "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]),
+        **extra,
+    }
 
 
 @pytest.fixture()
@@ -32,8 +37,9 @@ def fake_slurm(tmp_path):
     """`scontrol show hostnames` lists node-a..node-c; `srun [--opts] CMD...` runs CMD here."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
-    (bin_dir / "scontrol").write_text('#!/bin/bash\n[ "$1 $2" = "show hostnames" ] || exit 9\n'
-                                      'printf "node-a\\nnode-b\\nnode-c\\n"\n')
+    (bin_dir / "scontrol").write_text(
+        '#!/bin/bash\n[ "$1 $2" = "show hostnames" ] || exit 9\nprintf "node-a\\nnode-b\\nnode-c\\n"\n'
+    )
     (bin_dir / "srun").write_text('#!/bin/bash\nwhile [[ "$1" == --* ]]; do shift; done\nexec "$@"\n')
     for tool in ("scontrol", "srun"):
         (bin_dir / tool).chmod(0o755)
@@ -53,50 +59,90 @@ def test_scripts_hold_no_hyperparameter_and_pass_their_arguments_on():
         commands = [line for line in text.splitlines() if not line.startswith("#")]
         assert '"$@"' in text
         # inference.urls is the one key a script sets: the addresses of the replicas it started
-        assert not re.search(r"\b(lora|trainer|model|data|reward)\.\w+=|inference\.(?!urls=)\w+=",
-                             "\n".join(commands)), script
+        assert not re.search(
+            r"\b(lora|trainer|model|data|reward)\.\w+=|inference\.(?!urls=)\w+=", "\n".join(commands)
+        ), script
 
 
 def test_one_node_script_runs_python_m_agrpo_with_the_arguments(tmp_path):
-    done = subprocess.run(["bash", str(LAUNCHERS / "slurm_one_node.sbatch"), "+recipe=smoke", "inference.replicas=2",
-                           "launcher.dry_run=true", f"hydra.run.dir={tmp_path / 'run'}"],
-                          env=env_with(), capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    done = subprocess.run(
+        [
+            "bash",
+            str(LAUNCHERS / "slurm_one_node.sbatch"),
+            "+recipe=smoke",
+            "inference.replicas=2",
+            "launcher.dry_run=true",
+            f"hydra.run.dir={tmp_path / 'run'}",
+        ],
+        env=env_with(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=tmp_path,
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.startswith("agrpo plan (local)")
     assert "[replica] vllm-0" in done.stdout and "[replica] vllm-1" in done.stdout and "[proxy] proxy" in done.stdout
 
 
 def test_multi_node_script_serves_a_replica_per_other_node_and_gives_the_trainer_their_urls(tmp_path, fake_slurm):
-    env = env_with(PATH=f"{fake_slurm}{os.pathsep}{os.environ['PATH']}", SLURM_JOB_NODELIST="node-[a-c]",
-                   AGRPO_LAUNCHERS=str(LAUNCHERS))
-    done = subprocess.run(["bash", str(LAUNCHERS / "slurm_multi_node.sbatch"), "+recipe=gsm8k",
-                           "inference.max_model_len=2048",
-                           "launcher.dry_run=true", f"hydra.run.dir={tmp_path / 'run'}"],
-                          env=env, capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    env = env_with(
+        PATH=f"{fake_slurm}{os.pathsep}{os.environ['PATH']}",
+        SLURM_JOB_NODELIST="node-[a-c]",
+        AGRPO_LAUNCHERS=str(LAUNCHERS),
+    )
+    done = subprocess.run(
+        [
+            "bash",
+            str(LAUNCHERS / "slurm_multi_node.sbatch"),
+            "+recipe=gsm8k",
+            "inference.max_model_len=2048",
+            "launcher.dry_run=true",
+            f"hydra.run.dir={tmp_path / 'run'}",
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=tmp_path,
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     replicas = [line for line in done.stdout.splitlines() if line.startswith("replica on ")]
     assert len(replicas) == 2
     for line in replicas:
-        assert "-m vllm.entrypoints.openai.api_server --model Qwen/Qwen2.5-0.5B-Instruct --host 0.0.0.0 --port 8000" \
+        assert (
+            "-m vllm.entrypoints.openai.api_server --model Qwen/Qwen2.5-0.5B-Instruct --host 0.0.0.0 --port 8000"
             in line
+        )
         assert "--max-model-len 2048" in line  # the arguments reached the replica's config
-    plan = done.stdout[done.stdout.index("agrpo plan (local)"):]
+    plan = done.stdout[done.stdout.index("agrpo plan (local)") :]
     assert "[replica]" not in plan  # the trainer node starts no replica
     assert "--upstream http://node-b:8000 --upstream http://node-c:8000" in plan
 
 
 def test_multi_node_script_refuses_a_single_node(tmp_path, fake_slurm):
-    (fake_slurm / "scontrol").write_text('#!/bin/bash\necho node-a\n')
+    (fake_slurm / "scontrol").write_text("#!/bin/bash\necho node-a\n")
     env = env_with(PATH=f"{fake_slurm}{os.pathsep}{os.environ['PATH']}", SLURM_JOB_NODELIST="node-a")
-    done = subprocess.run(["bash", str(LAUNCHERS / "slurm_multi_node.sbatch"), "+recipe=gsm8k"], env=env,
-                          capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    done = subprocess.run(
+        ["bash", str(LAUNCHERS / "slurm_multi_node.sbatch"), "+recipe=gsm8k"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=tmp_path,
+    )
     assert done.returncode == 2 and "use slurm_one_node.sbatch" in done.stderr
 
 
 def test_serve_replica_names_a_bad_override_in_one_line(tmp_path):
-    done = subprocess.run([sys.executable, str(LAUNCHERS / "serve_replica.py"), "+recipe=gsm8k", "lora.bogus=1",
-                           "launcher.dry_run=true"], env=env_with(), capture_output=True, text=True, timeout=120,
-                          cwd=tmp_path)
+    done = subprocess.run(
+        [sys.executable, str(LAUNCHERS / "serve_replica.py"), "+recipe=gsm8k", "lora.bogus=1", "launcher.dry_run=true"],
+        env=env_with(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
+    )
     assert done.returncode == 2 and "Traceback" not in done.stderr and "bogus" in done.stderr
 
 
@@ -111,9 +157,16 @@ def test_dockerfile_builds_the_pinned_vllm_image_plus_the_wheel_and_is_the_train
     run = re.search(r"^RUN (.*?)(?=^\S)", text, re.M | re.S).group(1).replace("\\\n", " ")
     assert subprocess.run(["bash", "-n", "-c", run]).returncode == 0
     assert '--constraint /tmp/pins.txt /tmp/wheels/agrpo-*.whl "trl[kernels]==1.16.*"' in run
-    cfg = compose_run_config(["+recipe=gsm8k", "launcher=hf_jobs", "sync=bucket", "launcher.hf_jobs.run_id=img1",
-                              "launcher.hf_jobs.trainer_image=me/agrpo-trainer:0.1.0",
-                              "launcher.hf_jobs.trainer_image_has_agrpo=true"])
+    cfg = compose_run_config(
+        [
+            "+recipe=gsm8k",
+            "launcher=hf_jobs",
+            "sync=bucket",
+            "launcher.hf_jobs.run_id=img1",
+            "launcher.hf_jobs.trainer_image=me/agrpo-trainer:0.1.0",
+            "launcher.hf_jobs.trainer_image_has_agrpo=true",
+        ]
+    )
     plan = build_jobs_plan(cfg)
     assert plan.wheel is None and plan.trainer.image == "me/agrpo-trainer:0.1.0"
     assert plan.trainer.command == ["python3", "-m", "agrpo.launchers.hf_jobs.trainer", "/bucket/img1/config.yaml"]

@@ -86,8 +86,9 @@ def test_smollm2_own_template_is_not_recognised_by_trl(tokenizer):
 def test_prompts_match_smollm2_template_given_its_system_prompt(tokenizer, with_system):
     messages = [{"role": "system", "content": SYSTEM_PROMPT}, *MESSAGES] if with_system else MESSAGES
     ours = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
-    theirs = tokenizer.apply_chat_template(messages, chat_template=gguf_chat_template(), tokenize=False,
-                                           add_generation_prompt=True)
+    theirs = tokenizer.apply_chat_template(
+        messages, chat_template=gguf_chat_template(), tokenize=False, add_generation_prompt=True
+    )
     if with_system:
         assert ours == theirs
     else:  # without one, each template adds its own default system prompt: recipes must set data.system_prompt
@@ -100,8 +101,9 @@ def test_weights_model_english(model_dir, tokenizer):
     from transformers import AutoModelForCausalLM
 
     model = AutoModelForCausalLM.from_pretrained(model_dir)
-    ids = tokenizer("Natalia sold 48 clips in April and half as many in May, so she sold 72 clips in all.",
-                    return_tensors="pt").input_ids
+    ids = tokenizer(
+        "Natalia sold 48 clips in April and half as many in May, so she sold 72 clips in all.", return_tensors="pt"
+    ).input_ids
     with torch.no_grad():
         forward = model(ids, labels=ids).loss.item()
         backward = model(ids.flip(1), labels=ids.flip(1)).loss.item()

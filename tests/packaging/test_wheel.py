@@ -21,8 +21,10 @@ SHARED_DATA = REPO_ROOT.parent / "shared" / "data"
 
 pytestmark = [
     pytest.mark.packaging,
-    pytest.mark.skipif(shutil.which("git") is None or not (REPO_ROOT / ".git").exists(),
-                       reason="builds the wheel from `git ls-files` of a checkout"),
+    pytest.mark.skipif(
+        shutil.which("git") is None or not (REPO_ROOT / ".git").exists(),
+        reason="builds the wheel from `git ls-files` of a checkout",
+    ),
 ]
 
 
@@ -47,11 +49,13 @@ def installed_wheel(tmp_path_factory) -> Path:
     source, wheels, target = root / "src", root / "dist", root / "site"
     copy_tracked_files(source)
     pip = [sys.executable, "-m", "pip", "--disable-pip-version-check", "--quiet"]
-    subprocess.run([*pip, "wheel", "--no-deps", "--no-build-isolation", "-w", str(wheels), str(source)],
-                   check=True, capture_output=True)
+    subprocess.run(
+        [*pip, "wheel", "--no-deps", "--no-build-isolation", "-w", str(wheels), str(source)],
+        check=True,
+        capture_output=True,
+    )
     (wheel,) = wheels.glob("agrpo-*.whl")
-    subprocess.run([*pip, "install", "--no-deps", "--target", str(target), str(wheel)], check=True,
-                   capture_output=True)
+    subprocess.run([*pip, "install", "--no-deps", "--target", str(target), str(wheel)], check=True, capture_output=True)
     return target
 
 
@@ -59,10 +63,13 @@ def run_installed(site: Path, cwd: Path, *args: str, module: str = "agrpo") -> s
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     env.update(PYTHONPATH=str(site), HF_HUB_OFFLINE="1", AGRPO_DATA_DIR=str(SHARED_DATA), TMPDIR=str(cwd / "tmp"))
     (cwd / "tmp").mkdir(exist_ok=True)
-    code = (f"import sys, agrpo; assert agrpo.__file__.startswith({str(site)!r}), agrpo.__file__; "
-            f"sys.argv = [{module!r}, *sys.argv[1:]]; import runpy; runpy.run_module({module!r}, run_name='__main__')")
-    return subprocess.run([sys.executable, "-c", code, *args], cwd=cwd, env=env, capture_output=True, text=True,
-                          timeout=300)
+    code = (
+        f"import sys, agrpo; assert agrpo.__file__.startswith({str(site)!r}), agrpo.__file__; "
+        f"sys.argv = [{module!r}, *sys.argv[1:]]; import runpy; runpy.run_module({module!r}, run_name='__main__')"
+    )
+    return subprocess.run(
+        [sys.executable, "-c", code, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=300
+    )
 
 
 def test_wheel_holds_the_config_tree_and_the_license(installed_wheel):
@@ -90,8 +97,9 @@ def test_cfg_job_resolve_from_the_wheel(installed_wheel, tmp_path):
 
 
 def test_user_recipe_building_on_a_shipped_one(installed_wheel, tmp_path):
-    (tmp_path / "mine.yaml").write_text("# @package _global_\ndefaults:\n  - /recipe/smoke\n\n"
-                                        "run_name: mine\ntrainer:\n  max_steps: 7\n")
+    (tmp_path / "mine.yaml").write_text(
+        "# @package _global_\ndefaults:\n  - /recipe/smoke\n\nrun_name: mine\ntrainer:\n  max_steps: 7\n"
+    )
     result = run_installed(installed_wheel, tmp_path, "+recipe=./mine.yaml", "--cfg", "job", "--resolve")
     assert result.returncode == 0, result.stderr
     assert "run_name: mine" in result.stdout and "max_steps: 7" in result.stdout

@@ -61,9 +61,10 @@ class FakeReplica:
         if path in self.hang_paths:
             await asyncio.sleep(3600)
         if path in self.fail_paths:
-            return web.json_response({"error": {"message": f"{self.name} broke",
-                                                "code": self.fail_paths[path]}},
-                                     status=self.fail_paths[path])
+            return web.json_response(
+                {"error": {"message": f"{self.name} broke", "code": self.fail_paths[path]}},
+                status=self.fail_paths[path],
+            )
         if path == "/health":
             return web.Response(status=200 if self.healthy else 503)
         if path in ("/v1/completions", "/v1/chat/completions"):
@@ -74,20 +75,18 @@ class FakeReplica:
                 await asyncio.sleep(self.load_delay_s)
             if self.missing_adapter_answers > 0:
                 self.missing_adapter_answers -= 1
-                message = (f"Loading lora {data['lora_name']} failed: No adapter found for "
-                           f"{data['lora_path']}")
-                return web.json_response({"error": {"message": message, "type": "NotFoundError",
-                                                    "code": 404}}, status=404)
+                message = f"Loading lora {data['lora_name']} failed: No adapter found for {data['lora_path']}"
+                return web.json_response(
+                    {"error": {"message": message, "type": "NotFoundError", "code": 404}}, status=404
+                )
             if data["lora_name"] in self.loaded and not data.get("load_inplace"):
-                return web.json_response({"error": {"message": "has already been loaded"}},
-                                         status=400)
+                return web.json_response({"error": {"message": "has already been loaded"}}, status=400)
             self.loaded.add(data["lora_name"])
             return web.Response(text=f"Success: LoRA adapter '{data['lora_name']}' added")
         if path == "/v1/unload_lora_adapter":
             name = json.loads(body)["lora_name"]
             if name not in self.loaded:
-                return web.json_response({"error": {"message": f"'{name}' cannot be found"}},
-                                         status=404)
+                return web.json_response({"error": {"message": f"'{name}' cannot be found"}}, status=404)
             self.loaded.discard(name)
             return web.Response(text=f"Success: LoRA adapter '{name}' removed")
         if path == "/pause":
@@ -97,14 +96,18 @@ class FakeReplica:
             self.paused = False
             return web.json_response({"status": "resumed"})
         if path == "/server_info":
-            return web.json_response({"vllm_config": {
-                "parallel_config": {"data_parallel_size": 2, "tensor_parallel_size": 1},
-                "lora_config": {"max_lora_rank": 16}}})
+            return web.json_response(
+                {
+                    "vllm_config": {
+                        "parallel_config": {"data_parallel_size": 2, "tensor_parallel_size": 1},
+                        "lora_config": {"max_lora_rank": 16},
+                    }
+                }
+            )
         if path in ("/reset_prefix_cache", "/sleep", "/wake_up"):
             return web.Response(status=200)
         if path == "/v1/models":
-            return web.json_response({"data": [{"id": "base", "max_model_len": 512}],
-                                      "served_by": self.name})
+            return web.json_response({"data": [{"id": "base", "max_model_len": 512}], "served_by": self.name})
         return web.json_response({"error": {"message": "Not Found"}}, status=404)
 
     async def _complete(self, request: web.Request, data: dict) -> web.StreamResponse:
@@ -123,9 +126,10 @@ class FakeReplica:
                 await response.write(b"data: [DONE]\n\n")
             await response.write_eof()
             return response
-        return web.json_response({"choices": [{"text": "ok", "token_ids": [1, 2]}],
-                                  "model": data.get("model"), "served_by": self.name},
-                                 headers={"X-Request-Id": "r1"})
+        return web.json_response(
+            {"choices": [{"text": "ok", "token_ids": [1, 2]}], "model": data.get("model"), "served_by": self.name},
+            headers={"X-Request-Id": "r1"},
+        )
 
 
 @contextlib.asynccontextmanager
@@ -134,8 +138,7 @@ async def cluster(n: int = 2, **overrides):
     fakes = [FakeReplica(name=f"r{i}") for i in range(n)]
     for fake in fakes:
         await fake.start()
-    settings = ProxySettings(upstreams=[f.url for f in fakes], port=0,
-                             **{"health_interval_s": 0.2, **overrides})
+    settings = ProxySettings(upstreams=[f.url for f in fakes], port=0, **{"health_interval_s": 0.2, **overrides})
     proxy = ProxyServer(settings)
     await proxy.start()
     session = aiohttp.ClientSession()
@@ -149,12 +152,18 @@ async def cluster(n: int = 2, **overrides):
 
 
 def completion(prompt, model: str = "trl-policy-v1", **extra) -> dict:
-    return {"model": model, "prompt": prompt, "max_tokens": 16, "n": 1, "logprobs": 0,
-            "return_token_ids": True, **extra}
+    return {
+        "model": model,
+        "prompt": prompt,
+        "max_tokens": 16,
+        "n": 1,
+        "logprobs": 0,
+        "return_token_ids": True,
+        **extra,
+    }
 
 
 async def post(session, url: str, payload=None, data: bytes | None = None, headers=None):
     """POST and return (status, headers, body bytes)."""
-    async with session.post(url, json=payload if data is None else None, data=data,
-                            headers=headers) as response:
+    async with session.post(url, json=payload if data is None else None, data=data, headers=headers) as response:
         return response.status, response.headers, await response.read()

@@ -5,8 +5,7 @@ import json
 
 from proxy_fakes import cluster, completion, post
 
-LOAD = {"lora_name": "trl-policy-v2", "lora_path": "/adapters/trl-policy-v2",
-        "load_inplace": False}
+LOAD = {"lora_name": "trl-policy-v2", "lora_path": "/adapters/trl-policy-v2", "load_inplace": False}
 
 
 def run(coro):
@@ -23,8 +22,8 @@ def test_load_reaches_every_replica():
             status, _, body = await post(session, proxy.url + "/v1/load_lora_adapter", LOAD)
             assert status == 200 and body.startswith(b"Success")
             assert all(f.loaded == {"trl-policy-v2"} for f in fakes)
-            assert all(json.loads(f.requests("/v1/load_lora_adapter")[0][2]) == LOAD
-                       for f in fakes)
+            assert all(json.loads(f.requests("/v1/load_lora_adapter")[0][2]) == LOAD for f in fakes)
+
     run(scenario())
 
 
@@ -36,13 +35,13 @@ def test_adapter_not_yet_on_a_mount_is_retried_until_it_appears():
             assert status == 200
             assert len(fakes[1].requests("/v1/load_lora_adapter")) == 4
             assert all(f.loaded == {"trl-policy-v2"} for f in fakes)
+
     run(scenario())
 
 
 def test_adapter_missing_past_the_deadline_is_504_and_rolled_back():
     async def scenario():
-        async with cluster(3, load_retry_deadline_s=0.4, load_retry_initial_s=0.05) as (
-                proxy, fakes, session):
+        async with cluster(3, load_retry_deadline_s=0.4, load_retry_initial_s=0.05) as (proxy, fakes, session):
             fakes[2].missing_adapter_answers = 10_000
             status, _, body = await post(session, proxy.url + "/v1/load_lora_adapter", LOAD)
             assert status == 504
@@ -50,6 +49,7 @@ def test_adapter_missing_past_the_deadline_is_504_and_rolled_back():
             assert "replica 2" in text and "no adapter" in text
             assert all(f.loaded == set() for f in fakes)  # rolled back on 0 and 1
             assert len(fakes[0].requests("/v1/unload_lora_adapter")) == 1
+
     run(scenario())
 
 
@@ -61,19 +61,20 @@ def test_any_other_load_failure_rolls_back_and_reports_its_status():
             assert status == 500
             assert "replica 1" in message(body) and "r1 broke" in message(body)
             assert all(f.loaded == set() for f in fakes)
+
     run(scenario())
 
 
 def test_hard_failure_stops_the_others_retrying():
     async def scenario():
-        async with cluster(2, load_retry_deadline_s=30, load_retry_initial_s=0.05) as (
-                proxy, fakes, session):
+        async with cluster(2, load_retry_deadline_s=30, load_retry_initial_s=0.05) as (proxy, fakes, session):
             fakes[0].missing_adapter_answers = 10_000
             fakes[1].fail_paths["/v1/load_lora_adapter"] = 400
             started = asyncio.get_running_loop().time()
             status, _, body = await post(session, proxy.url + "/v1/load_lora_adapter", LOAD)
             assert status == 400 and "replica 1" in message(body)
             assert asyncio.get_running_loop().time() - started < 5
+
     run(scenario())
 
 
@@ -82,14 +83,13 @@ def test_unload_reports_failures_honestly():
         async with cluster(2) as (proxy, fakes, session):
             await post(session, proxy.url + "/v1/load_lora_adapter", LOAD)
             fakes[1].loaded.clear()  # replica 1 lost it somehow
-            status, _, body = await post(session, proxy.url + "/v1/unload_lora_adapter",
-                                         {"lora_name": "trl-policy-v2"})
+            status, _, body = await post(session, proxy.url + "/v1/unload_lora_adapter", {"lora_name": "trl-policy-v2"})
             assert status == 404
             assert "replica 1" in message(body) and "unloaded from replica(s) 0" in message(body)
             assert fakes[0].loaded == set()
-            status, _, _ = await post(session, proxy.url + "/v1/unload_lora_adapter",
-                                      {"lora_name": "never-loaded"})
+            status, _, _ = await post(session, proxy.url + "/v1/unload_lora_adapter", {"lora_name": "never-loaded"})
             assert status == 404
+
     run(scenario())
 
 
@@ -102,6 +102,7 @@ def test_failed_pause_is_undone_on_the_replicas_that_paused():
             assert [f.paused for f in fakes] == [False, False, False]
             assert [len(f.requests("/resume")) for f in fakes] == [1, 1, 0]
             assert fakes[0].requests("/pause")[0][1] == "/pause?mode=keep"
+
     run(scenario())
 
 
@@ -115,6 +116,7 @@ def test_pause_and_resume_reach_everyone():
             for path in ("/reset_prefix_cache", "/sleep", "/wake_up"):
                 assert (await post(session, proxy.url + path))[0] == 200
                 assert all(len(f.requests(path)) == 1 for f in fakes)
+
     run(scenario())
 
 
@@ -127,6 +129,7 @@ def test_failed_resume_is_undone_by_pausing_again():
             assert status == 503 and "replica 0" in message(body)
             assert fakes[1].paused is True
             assert fakes[1].requests("/pause")[-1][1] == "/pause?mode=keep"
+
     run(scenario())
 
 
@@ -143,16 +146,17 @@ def test_routing_state_of_unloaded_adapters_is_forgotten_once_a_load_succeeds():
             await post(session, proxy.url + "/v1/load_lora_adapter", dict(LOAD, lora_name="v2"))
             assert proxy.router.adapters() == []
             assert proxy.router.tracked == 0
+
     run(scenario())
 
 
 def test_bad_load_body_is_400():
     async def scenario():
         async with cluster(1) as (proxy, fakes, session):
-            status, _, _ = await post(session, proxy.url + "/v1/load_lora_adapter",
-                                      data=b"not json")
+            status, _, _ = await post(session, proxy.url + "/v1/load_lora_adapter", data=b"not json")
             assert status == 400
             assert fakes[0].requests("/v1/load_lora_adapter") == []
+
     run(scenario())
 
 
@@ -160,6 +164,7 @@ def test_a_replica_that_is_down_does_not_veto_a_state_change():
     """Killed mid-run: it gives no HTTP answer. The others must still pause, load and resume (the trainer's sync
     would otherwise fail and end the run); the dead one is taken out of rotation, and the proxy replays the loaded
     adapters to it before re-admitting it."""
+
     async def scenario():
         async with cluster(3, health_interval_s=3600) as (proxy, fakes, session):
             port = fakes[1].port
@@ -176,6 +181,7 @@ def test_a_replica_that_is_down_does_not_veto_a_state_change():
             await fakes[1].start(port)  # restarted on its port, empty
             await proxy.control.probe_all()
             assert proxy.replicas.get(1).healthy and fakes[1].loaded == {"trl-policy-v2"}
+
     run(scenario())
 
 
@@ -186,4 +192,5 @@ def test_no_replica_answering_is_a_502():
                 await fake.stop()
             status, _, body = await post(session, proxy.url + "/v1/load_lora_adapter", LOAD)
             assert status == 502 and "no replica answered the adapter load" in message(body)
+
     run(scenario())

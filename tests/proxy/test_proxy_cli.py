@@ -35,8 +35,9 @@ def test_settings_are_a_plain_structured_config():
 
 def test_problems_name_the_flag_to_change():
     assert ProxySettings(upstreams=["http://127.0.0.1:1"]).problems() == []
-    problems = " ".join(ProxySettings(upstreams=["ftp://x", "http://a:1", "http://a:1/"],
-                                      block_size=0, health_quorum=5).problems())
+    problems = " ".join(
+        ProxySettings(upstreams=["ftp://x", "http://a:1", "http://a:1/"], block_size=0, health_quorum=5).problems()
+    )
     for expected in ("ftp://x", "twice", "--block-size", "--health-quorum"):
         assert expected in problems
     assert "--upstream" in ProxySettings().problems()[0]
@@ -49,9 +50,21 @@ def test_one_flag_per_field_with_its_default_in_help():
         flag = "--upstream" if f.name == "upstreams" else "--" + f.name.replace("_", "-")
         assert flag in help_text
     assert "(default: 16)" in help_text and "(default: 127.0.0.1)" in help_text
-    settings = settings_from_args(["--upstream", "http://a:1", "--upstream", "http://b:2",
-                                   "--port", "9001", "--token-env", "HF_TOKEN",
-                                   "--spill-factor", "2.5", "--no-use-uvloop"])
+    settings = settings_from_args(
+        [
+            "--upstream",
+            "http://a:1",
+            "--upstream",
+            "http://b:2",
+            "--port",
+            "9001",
+            "--token-env",
+            "HF_TOKEN",
+            "--spill-factor",
+            "2.5",
+            "--no-use-uvloop",
+        ]
+    )
     assert settings.upstreams == ["http://a:1", "http://b:2"]
     assert (settings.port, settings.token_env, settings.spill_factor) == (9001, "HF_TOKEN", 2.5)
     assert settings.use_uvloop is False
@@ -59,9 +72,14 @@ def test_one_flag_per_field_with_its_default_in_help():
 
 
 def cli(*args, env=None, timeout=30):
-    return subprocess.run([sys.executable, "-m", "agrpo.proxy", *args], capture_output=True,
-                          text=True, timeout=timeout, cwd=REPO,
-                          env={**os.environ, **(env or {})})
+    return subprocess.run(
+        [sys.executable, "-m", "agrpo.proxy", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=REPO,
+        env={**os.environ, **(env or {})},
+    )
 
 
 def test_cli_bad_arguments_give_one_paragraph_and_exit_non_zero():
@@ -103,9 +121,22 @@ def test_cli_serves_until_terminated(tmp_path):
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     process = subprocess.Popen(
-        [sys.executable, "-m", "agrpo.proxy", "--upstream", "http://127.0.0.1:1",
-         "--port", str(port), "--health-interval-s", "60"],
-        cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        [
+            sys.executable,
+            "-m",
+            "agrpo.proxy",
+            "--upstream",
+            "http://127.0.0.1:1",
+            "--port",
+            str(port),
+            "--health-interval-s",
+            "60",
+        ],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         deadline = time.monotonic() + 20
         while True:
@@ -126,13 +157,11 @@ def test_cli_serves_until_terminated(tmp_path):
 
 
 def test_thread_helper_runs_a_proxy_and_raises_startup_errors():
-    handle = start_proxy_thread(ProxySettings(upstreams=["http://127.0.0.1:1"], port=0,
-                                              health_interval_s=60))
+    handle = start_proxy_thread(ProxySettings(upstreams=["http://127.0.0.1:1"], port=0, health_interval_s=60))
     try:
         stats = requests.get(handle.url + "/proxy/stats", timeout=5).json()
         assert stats["replicas"][0]["url"] == "http://127.0.0.1:1"
-        answer = requests.post(handle.url + "/v1/completions",
-                               json={"model": "m", "prompt": [1]}, timeout=10)
+        answer = requests.post(handle.url + "/v1/completions", json={"model": "m", "prompt": [1]}, timeout=10)
         assert answer.status_code == 502 and "error" in answer.json()
         port = int(handle.url.rsplit(":", 1)[1])
         with pytest.raises(OSError):
@@ -155,5 +184,6 @@ def test_stats_json_has_the_contract_fields():
         assert isinstance(stats[key], int)
     replica = stats["replicas"][0]
     assert {"url": str, "healthy": bool, "inflight": int, "routed": int} == {
-        k: type(replica[k]) for k in ("url", "healthy", "inflight", "routed")}
+        k: type(replica[k]) for k in ("url", "healthy", "inflight", "routed")
+    }
     json.dumps(stats)

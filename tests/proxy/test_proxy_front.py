@@ -18,19 +18,27 @@ def run(coro):
 
 
 def request(path=b"/v1/completions", body=BODY, method=b"POST", extra=b""):
-    return (method + b" " + path + b" HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-            + extra + b"Content-Length: %d\r\n\r\n" % len(body) + body)
+    return (
+        method
+        + b" "
+        + path
+        + b" HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        + extra
+        + b"Content-Length: %d\r\n\r\n" % len(body)
+        + body
+    )
 
 
 async def read_response(reader):
     head = await reader.readuntil(b"\r\n\r\n")
-    length = next(int(line.split(b":")[1]) for line in head.split(b"\r\n")
-                  if line.lower().startswith(b"content-length"))
+    length = next(
+        int(line.split(b":")[1]) for line in head.split(b"\r\n") if line.lower().startswith(b"content-length")
+    )
     return head, await reader.readexactly(length)
 
 
 async def open_to(proxy):
-    host, port = proxy.url[len("http://"):].rsplit(":", 1)
+    host, port = proxy.url[len("http://") :].rsplit(":", 1)
     return await asyncio.open_connection(host, int(port))
 
 
@@ -46,7 +54,7 @@ def test_keep_alive_pipelining_and_a_body_in_pieces_on_one_connection():
                 assert json.loads(body)["served_by"] == "r0"
             raw = request()
             for i in range(0, len(raw), 7):  # the head and the body trickle in
-                writer.write(raw[i:i + 7])
+                writer.write(raw[i : i + 7])
                 await writer.drain()
                 await asyncio.sleep(0.001)
             head, _ = await read_response(reader)
@@ -58,6 +66,7 @@ def test_keep_alive_pipelining_and_a_body_in_pieces_on_one_connection():
             writer.close()
             assert [s[2] for s in fakes[0].requests("/v1/completions")] == [BODY] * 4
             assert proxy.budget.held == 0 and proxy.front_connections == set()
+
     run(scenario())
 
 
@@ -74,15 +83,19 @@ def test_other_requests_hand_the_connection_to_aiohttp_which_serves_it_to_the_en
             assert b"Server: Python" in head and b"aiohttp" in head  # aiohttp's server answered
             assert json.loads(body)["served_by"] == "r0"
             writer.close()
+
     run(scenario())
 
 
-@pytest.mark.parametrize("extra", [
-    b"X-Bad: a\nInjected: b\r\n",           # a bare LF inside a value
-    b"X-Bad: a\rb\r\n",                     # a bare CR
-    b"Bad Name: 1\r\n",                     # a space in a header name
-    b"Content-Length: 5\r\n",               # a second Content-Length
-])
+@pytest.mark.parametrize(
+    "extra",
+    [
+        b"X-Bad: a\nInjected: b\r\n",  # a bare LF inside a value
+        b"X-Bad: a\rb\r\n",  # a bare CR
+        b"Bad Name: 1\r\n",  # a space in a header name
+        b"Content-Length: 5\r\n",  # a second Content-Length
+    ],
+)
 def test_ambiguous_heads_are_never_forwarded_as_they_are(extra):
     async def scenario():
         async with cluster(1) as (proxy, fakes, _):
@@ -92,6 +105,7 @@ def test_ambiguous_heads_are_never_forwarded_as_they_are(extra):
             writer.close()
             assert answer.startswith((b"HTTP/1.1 400", b"HTTP/1.0 400")), answer[:100]
             assert fakes[0].requests("/v1/completions") == []
+
     run(scenario())
 
 
@@ -99,26 +113,25 @@ def test_ambiguous_heads_are_never_forwarded_as_they_are(extra):
 def test_both_servers_route_stream_and_refuse_the_same_way(lean_front):
     async def scenario():
         async with cluster(2, lean_front=lean_front) as (proxy, fakes, session):
-            status, headers, body = await post(session, proxy.url + "/v1/completions",
-                                               completion([4, 5, 6]))
+            status, headers, body = await post(session, proxy.url + "/v1/completions", completion([4, 5, 6]))
             index = int(headers["X-Agrpo-Replica"])
             assert status == 200 and json.loads(body)["served_by"] == f"r{index}"
-            status, _, body = await post(session, proxy.url + "/v1/completions",
-                                         data=b'{"prompt": [1], "n": -1}')
+            status, _, body = await post(session, proxy.url + "/v1/completions", data=b'{"prompt": [1], "n": -1}')
             assert status == 400 and "'n'" in json.loads(body)["error"]["message"]
-            async with session.post(proxy.url + "/v1/completions",
-                                    json=completion([4, 5, 6], stream=True)) as response:
+            async with session.post(proxy.url + "/v1/completions", json=completion([4, 5, 6], stream=True)) as response:
                 assert (await response.read()).endswith(b"data: [DONE]\n\n")
             for fake in fakes:
                 fake.stream_end = "cut"
             with pytest.raises(aiohttp.ClientPayloadError):
-                async with session.post(proxy.url + "/v1/completions",
-                                        json=completion([4, 5, 6], stream=True)) as response:
+                async with session.post(
+                    proxy.url + "/v1/completions", json=completion([4, 5, 6], stream=True)
+                ) as response:
                     await response.read()
             for fake in fakes:
                 await fake.stop()
             status, _, body = await post(session, proxy.url + "/v1/completions", completion([9]))
             assert status == 502 and "no replica could serve" in body.decode()
+
     run(scenario())
 
 
@@ -143,4 +156,5 @@ def test_idle_connections_and_stalled_bodies_are_closed_and_release_the_budget()
             assert len(fakes[0].requests("/v1/completions")) == 1
             idle_writer.close()
             stalled_writer.close()
+
     run(scenario())

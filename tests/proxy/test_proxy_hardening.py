@@ -29,42 +29,53 @@ async def wait_for(predicate, timeout=10.0):
         await asyncio.sleep(0.02)
 
 
-@pytest.mark.parametrize("raw,expected", [
-    (b'{"model": "m", "prompt": [1], "n": ' + b"9" * 400 + b"}", "'n' must be between"),
-    (b'{"model": "m", "prompt": [1], "n": 0}', "'n' must be between"),
-    (b'{"model": "m", "prompt": [1], "n": -3}', "'n' must be between"),
-    (b'{"model": "m", "prompt": [1], "max_tokens": ' + b"9" * 400 + b"}", "'max_tokens' must"),
-    (b'{"model": "m", "prompt": [1], "max_tokens": -1}', "'max_tokens' must"),
-    (b'{"model": "m", "prompt": "x", "max_completion_tokens": 99999999999999}', "'max_tokens'"),
-    (b'{"model": "m", "x": ' + b"[" * 100_000 + b"]" * 100_000 + b', "prompt": [1]}', "nested"),
-    (b'{"model": "m", "messages": ' + b"[" * 100_000 + b"]" * 100_000 + b"}", "nested"),
-    (b"[" * 100_000 + b"]" * 100_000, "nested"),
-])
+@pytest.mark.parametrize(
+    "raw,expected",
+    [
+        (b'{"model": "m", "prompt": [1], "n": ' + b"9" * 400 + b"}", "'n' must be between"),
+        (b'{"model": "m", "prompt": [1], "n": 0}', "'n' must be between"),
+        (b'{"model": "m", "prompt": [1], "n": -3}', "'n' must be between"),
+        (b'{"model": "m", "prompt": [1], "max_tokens": ' + b"9" * 400 + b"}", "'max_tokens' must"),
+        (b'{"model": "m", "prompt": [1], "max_tokens": -1}', "'max_tokens' must"),
+        (b'{"model": "m", "prompt": "x", "max_completion_tokens": 99999999999999}', "'max_tokens'"),
+        (b'{"model": "m", "x": ' + b"[" * 100_000 + b"]" * 100_000 + b', "prompt": [1]}', "nested"),
+        (b'{"model": "m", "messages": ' + b"[" * 100_000 + b"]" * 100_000 + b"}", "nested"),
+        (b"[" * 100_000 + b"]" * 100_000, "nested"),
+    ],
+)
 def test_out_of_range_numbers_and_absurd_nesting_are_400_with_a_message(raw, expected):
     async def scenario():
         async with cluster(1) as (proxy, fakes, session):
-            status, _, body = await post(session, proxy.url + "/v1/completions", data=raw,
-                                         headers={"Content-Type": "application/json"})
+            status, _, body = await post(
+                session, proxy.url + "/v1/completions", data=raw, headers={"Content-Type": "application/json"}
+            )
             assert status == 400 and expected in message(body)
             assert fakes[0].requests("/v1/completions") == []
+
     run(scenario())
 
 
 def test_absolute_form_request_line_is_400_and_reaches_no_replica():
     async def scenario():
         async with cluster(1) as (proxy, fakes, session):
-            host, port = proxy.url[len("http://"):].rsplit(":", 1)
+            host, port = proxy.url[len("http://") :].rsplit(":", 1)
             body = json.dumps(completion([1, 2])).encode()
-            for target in (b"http://evil.example/v1/completions", b"http://evil.example/pause",
-                           b"http://evil.example/v1/models"):
+            for target in (
+                b"http://evil.example/v1/completions",
+                b"http://evil.example/pause",
+                b"http://evil.example/v1/models",
+            ):
                 reader, writer = await asyncio.open_connection(host, int(port))
-                writer.write(b"POST " + target + b" HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
-                             b"Content-Length: %d\r\n\r\n" % len(body) + body)
+                writer.write(
+                    b"POST " + target + b" HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
+                    b"Content-Length: %d\r\n\r\n" % len(body) + body
+                )
                 answer = await reader.read()
                 writer.close()
                 assert answer.startswith(b"HTTP/1.1 400"), answer[:200]
                 assert b"must be a path" in answer
             assert {s[1] for s in fakes[0].seen} <= {"/health"}
+
     run(scenario())
 
 
@@ -82,11 +93,9 @@ def test_concurrent_large_bodies_stay_within_the_in_flight_budget():
     big = completion([12345] * 350_000)  # ~2.1 MB of JSON each
 
     async def scenario():
-        async with cluster(1, max_inflight_body_bytes=cap, max_body_bytes=4 * 1024 * 1024) as (
-                proxy, fakes, session):
+        async with cluster(1, max_inflight_body_bytes=cap, max_body_bytes=4 * 1024 * 1024) as (proxy, fakes, session):
             fakes[0].completion_delay_s = 1.5  # keep the admitted ones in flight
-            results = await asyncio.gather(
-                *(post(session, proxy.url + "/v1/completions", big) for _ in range(8)))
+            results = await asyncio.gather(*(post(session, proxy.url + "/v1/completions", big) for _ in range(8)))
             statuses = sorted(status for status, _, _ in results)
             async with session.get(proxy.url + "/proxy/stats") as response:
                 stats = await response.json()
@@ -96,16 +105,19 @@ def test_concurrent_large_bodies_stay_within_the_in_flight_budget():
             assert stats["body_budget_refused"] == statuses.count(503)
             refused = [body for status, _, body in results if status == 503]
             assert "--max-inflight-body-bytes" in message(refused[0])
+
             # chunked uploads (no Content-Length) are counted as they arrive, too
             async def chunks():
                 raw = json.dumps(big).encode()
                 for i in range(0, len(raw), 65536):
-                    yield raw[i:i + 65536]
+                    yield raw[i : i + 65536]
+
             fakes[0].completion_delay_s = 0
             async with session.post(proxy.url + "/v1/completions", data=chunks()) as response:
                 assert response.status == 200
             async with session.get(proxy.url + "/proxy/stats") as response:
                 assert (await response.json())["body_bytes_held"] == 0
+
     run(scenario())
 
 
@@ -116,8 +128,9 @@ def test_a_stream_cut_by_the_replica_reaches_the_client_as_an_error(end):
             fakes[0].stream_end, fakes[0].stream_gap_s = end, 0.01
             received = b""
             with pytest.raises(aiohttp.ClientPayloadError):
-                async with session.post(proxy.url + "/v1/completions",
-                                        json=completion([1, 2], stream=True)) as response:
+                async with session.post(
+                    proxy.url + "/v1/completions", json=completion([1, 2], stream=True)
+                ) as response:
                     assert response.status == 200
                     async for chunk in response.content.iter_any():
                         received += chunk
@@ -127,16 +140,15 @@ def test_a_stream_cut_by_the_replica_reaches_the_client_as_an_error(end):
             async with session.get(proxy.url + "/proxy/stats") as r:
                 assert (await r.json())["stream_cuts"] == 1
             fakes[0].stream_end = "done"  # the proxy itself is fine afterwards
-            async with session.post(proxy.url + "/v1/completions",
-                                    json=completion([1, 2], stream=True)) as response:
+            async with session.post(proxy.url + "/v1/completions", json=completion([1, 2], stream=True)) as response:
                 assert (await response.read()).endswith(b"data: [DONE]\n\n")
+
     run(scenario())
 
 
 def test_a_replica_hanging_on_readmission_never_holds_the_control_lock():
     async def scenario():
-        async with cluster(2, health_interval_s=0.05, admit_timeout_s=60) as (
-                proxy, fakes, session):
+        async with cluster(2, health_interval_s=0.05, admit_timeout_s=60) as (proxy, fakes, session):
             assert (await post(session, proxy.url + "/v1/load_lora_adapter", LOAD))[0] == 200
             fakes[1].healthy = False
             await wait_for(lambda: not proxy.replicas[1].healthy)
@@ -147,13 +159,13 @@ def test_a_replica_hanging_on_readmission_never_holds_the_control_lock():
             assert status == 200 and fakes[0].paused
             assert proxy.replicas[1].admitting and not proxy.replicas[1].healthy  # still stuck
             assert (await post(session, proxy.url + "/resume"))[0] == 200
+
     run(scenario())
 
 
 def test_readmission_is_bounded_and_replays_state_that_changed_meanwhile():
     async def scenario():
-        async with cluster(2, health_interval_s=0.05, admit_timeout_s=0.3) as (
-                proxy, fakes, session):
+        async with cluster(2, health_interval_s=0.05, admit_timeout_s=0.3) as (proxy, fakes, session):
             assert (await post(session, proxy.url + "/v1/load_lora_adapter", LOAD))[0] == 200
             fakes[1].healthy = False
             await wait_for(lambda: not proxy.replicas[1].healthy)
@@ -170,4 +182,5 @@ def test_readmission_is_bounded_and_replays_state_that_changed_meanwhile():
             assert (await post(session, proxy.url + "/v1/load_lora_adapter", v2))[0] == 200
             await wait_for(lambda: proxy.replicas[1].healthy)
             assert fakes[1].loaded == {"trl-policy-v1", "trl-policy-v2"}
+
     run(scenario())

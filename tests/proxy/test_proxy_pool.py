@@ -25,8 +25,14 @@ class Scripted:
         try:
             while True:
                 head = await reader.readuntil(b"\r\n\r\n")
-                length = next((int(line.split(b":")[1]) for line in head.split(b"\r\n")
-                               if line.lower().startswith(b"content-length")), 0)
+                length = next(
+                    (
+                        int(line.split(b":")[1])
+                        for line in head.split(b"\r\n")
+                        if line.lower().startswith(b"content-length")
+                    ),
+                    0,
+                )
                 body = await reader.readexactly(length)
                 index = len(self.requests)
                 self.requests.append((head, body))
@@ -59,9 +65,9 @@ async def exchange(pool, replica, body=b"{}", method="POST", timeout=5.0):
 
 def test_content_length_chunked_and_close_delimited_bodies():
     answers = [
-        b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 7\r\n\r\n{\"a\":1}",
+        b'HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 7\r\n\r\n{"a":1}',
         b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"
-        b"3;ext=1\r\n{\"b\r\n4\r\n\":2}\r\n0\r\nX-Trailer: t\r\n\r\n",
+        b'3;ext=1\r\n{"b\r\n4\r\n":2}\r\n0\r\nX-Trailer: t\r\n\r\n',
         b"HTTP/1.1 404 Not Found\r\nContent-Length: 2\r\n\r\nno",
         b"HTTP/1.1 200 OK\r\nConnection: close\r\n\r\nuntil-close",
     ]
@@ -78,6 +84,7 @@ def test_content_length_chunked_and_close_delimited_bodies():
             assert head.startswith(b"POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1:")
             assert b"X-Test: 1\r\n" in head and b"Content-Length: 2\r\n" in head and body == b"{}"
             pool.close()
+
     run(scenario())
 
 
@@ -92,6 +99,7 @@ def test_a_keep_alive_connection_the_replica_closed_is_retried_on_a_fresh_one():
             assert (await exchange(pool, up.replica))[::2] == (200, b"ok")
             assert up.connections == 2
             pool.close()
+
     run(scenario())
 
 
@@ -106,12 +114,12 @@ def test_a_response_cut_short_and_a_hung_replica_raise():
         async with Scripted([b"HTTP/1.1 200 OK\r\n"]) as up:  # a head that never ends
             with pytest.raises(asyncio.TimeoutError):
                 await exchange(Pool(connect_timeout_s=5), up.replica, timeout=0.2)
+
     run(scenario())
 
 
 def test_head_requests_expect_no_body():
-    answers = [b"HTTP/1.1 200 OK\r\nContent-Length: 50\r\n\r\n",
-               b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"]
+    answers = [b"HTTP/1.1 200 OK\r\nContent-Length: 50\r\n\r\n", b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"]
 
     async def scenario():
         async with Scripted(answers) as up:
@@ -120,4 +128,5 @@ def test_head_requests_expect_no_body():
             assert (await exchange(pool, up.replica))[::2] == (200, b"ok")
             assert up.connections == 1
             pool.close()
+
     run(scenario())

@@ -15,8 +15,7 @@ def fields(payload, **dumps_kwargs):
 
 
 def test_token_prompt_fields():
-    f = fields({"model": "trl-policy-v2", "prompt": [5, 6, 7], "n": 8, "max_tokens": 64,
-                "logprobs": 0, "stream": True})
+    f = fields({"model": "trl-policy-v2", "prompt": [5, 6, 7], "n": 8, "max_tokens": 64, "logprobs": 0, "stream": True})
     assert (f.model, f.n, f.max_tokens, f.stream) == ("trl-policy-v2", 8, 64, True)
     assert [(p.data, p.is_tokens, p.units) for p in f.prompts] == [(b"5,6,7", True, 3)]
 
@@ -66,16 +65,17 @@ def test_unusual_arrays_fall_back_to_a_full_parse():
     assert fields({"prompt": []}).prompts[0].units == 0
 
 
-@pytest.mark.parametrize("raw", [b"", b"[1]", b'{"prompt": [1, 2', b'{"a": 1} x', b"\xff{}",
-                                 b'{"prompt": [1, 2]', b'{"prompt" [1]}', b"null"])
+@pytest.mark.parametrize(
+    "raw",
+    [b"", b"[1]", b'{"prompt": [1, 2', b'{"a": 1} x', b"\xff{}", b'{"prompt": [1, 2]', b'{"prompt" [1]}', b"null"],
+)
 def test_malformed_bodies_raise_bad_request(raw):
     with pytest.raises(BadRequest):
         parse_routing_fields(raw)
 
 
 @settings(max_examples=200, deadline=None)
-@given(ids=st.lists(st.integers(0, 200_000), max_size=300),
-       batched=st.booleans(), spaces=st.booleans())
+@given(ids=st.lists(st.integers(0, 200_000), max_size=300), batched=st.booleans(), spaces=st.booleans())
 def test_fast_path_equals_slow_path(ids, batched, spaces):
     prompt = [ids, ids[:3]] if batched else ids
     separators = (", ", ": ") if spaces else (",", ":")

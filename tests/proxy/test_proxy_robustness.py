@@ -34,8 +34,7 @@ def test_refused_connection_is_retried_once_on_another_replica_and_marked_unheal
             first = await post(session, proxy.url + "/v1/completions", completion([1, 2, 3]))
             home = int(first[1]["X-Agrpo-Replica"])
             await fakes[home].stop()
-            status, headers, body = await post(session, proxy.url + "/v1/completions",
-                                               completion([1, 2, 3]))
+            status, headers, body = await post(session, proxy.url + "/v1/completions", completion([1, 2, 3]))
             assert status == 200 and int(headers["X-Agrpo-Replica"]) == 1 - home
             s = await stats(session, proxy)
             assert s["retried"] == 1
@@ -43,6 +42,7 @@ def test_refused_connection_is_retried_once_on_another_replica_and_marked_unheal
             assert await health(session, proxy) == 503
             again = await post(session, proxy.url + "/v1/completions", completion([1, 2, 3]))
             assert int(again[1]["X-Agrpo-Replica"]) == 1 - home  # no longer tried first
+
     run(scenario())
 
 
@@ -50,12 +50,12 @@ def test_server_errors_are_retried_and_mark_unhealthy_after_the_threshold():
     async def scenario():
         async with cluster(2, error_threshold=2, health_interval_s=30) as (proxy, fakes, session):
             fakes[0].fail_paths["/v1/completions"] = 500
-            results = [await post(session, proxy.url + "/v1/completions", completion([g]))
-                       for g in range(4)]
+            results = [await post(session, proxy.url + "/v1/completions", completion([g])) for g in range(4)]
             assert all(status == 200 for status, _, _ in results)
             assert {h["X-Agrpo-Replica"] for _, h, _ in results} == {"1"}
             assert (await stats(session, proxy))["replicas"][0]["healthy"] is False
             assert len(fakes[0].requests("/v1/completions")) == 2  # then it was skipped
+
     run(scenario())
 
 
@@ -63,17 +63,16 @@ def test_last_replica_error_is_passed_through_when_no_retry_is_possible():
     async def scenario():
         async with cluster(1) as (proxy, fakes, session):
             fakes[0].fail_paths["/v1/completions"] = 503
-            status, headers, body = await post(session, proxy.url + "/v1/completions",
-                                               completion([1]))
+            status, headers, body = await post(session, proxy.url + "/v1/completions", completion([1]))
             assert status == 503 and headers["X-Agrpo-Replica"] == "0"
             assert b"r0 broke" in body
+
     run(scenario())
 
 
 def test_hung_replica_times_out_instead_of_hanging_the_client():
     async def scenario():
-        async with cluster(2, total_timeout_s=0.5, health_interval_s=30) as (
-                proxy, fakes, session):
+        async with cluster(2, total_timeout_s=0.5, health_interval_s=30) as (proxy, fakes, session):
             for fake in fakes:
                 fake.completion_delay_s = 3600
             loop = asyncio.get_running_loop()
@@ -81,6 +80,7 @@ def test_hung_replica_times_out_instead_of_hanging_the_client():
             status, _, body = await post(session, proxy.url + "/v1/completions", completion([1]))
             assert status == 502 and "timed out" in json.loads(body)["error"]["message"]
             assert loop.time() - started < 3  # two attempts of 0.5 s, not an hour
+
     run(scenario())
 
 
@@ -99,6 +99,7 @@ def test_unhealthy_replica_is_reprobed_resynced_and_readmitted():
             await wait_for(lambda: proxy.replicas[1].healthy)
             assert fakes[1].loaded == {"v7"} and fakes[1].paused  # caught up before traffic
             assert await health(session, proxy) == 200
+
     run(scenario())
 
 
@@ -111,6 +112,7 @@ def test_degraded_quorum_keeps_health_green():
             await fakes[1].stop()
             await wait_for(lambda: not proxy.replicas[1].healthy)
             assert await health(session, proxy) == 503
+
     run(scenario())
 
 
@@ -122,32 +124,30 @@ def test_replicas_can_be_added_and_removed_at_runtime():
             extra = FakeReplica(name="extra")
             await extra.start()
             try:
-                status, _, body = await post(session, proxy.url + "/proxy/replicas",
-                                             {"url": extra.url})
+                status, _, body = await post(session, proxy.url + "/proxy/replicas", {"url": extra.url})
                 added = json.loads(body)
                 assert status == 201 and added["index"] == 1 and added["healthy"] is True
                 assert extra.loaded == {"v1"}  # synchronised before it takes traffic
-                assert (await post(session, proxy.url + "/proxy/replicas",
-                                   {"url": extra.url}))[0] == 409
-                replicas = {h["X-Agrpo-Replica"] for _, h, _ in await asyncio.gather(
-                    *(post(session, proxy.url + "/v1/completions", completion([g] * 20))
-                      for g in range(6)))}
+                assert (await post(session, proxy.url + "/proxy/replicas", {"url": extra.url}))[0] == 409
+                replicas = {
+                    h["X-Agrpo-Replica"]
+                    for _, h, _ in await asyncio.gather(
+                        *(post(session, proxy.url + "/v1/completions", completion([g] * 20)) for g in range(6))
+                    )
+                }
                 assert replicas == {"0", "1"}
-                async with session.delete(proxy.url + "/proxy/replicas",
-                                          json={"url": fakes[0].url}) as response:
+                async with session.delete(proxy.url + "/proxy/replicas", json={"url": fakes[0].url}) as response:
                     assert response.status == 200
                 s = await stats(session, proxy)
                 assert [r["url"] for r in s["replicas"]] == [extra.url]
-                status, headers, _ = await post(session, proxy.url + "/v1/completions",
-                                                completion([0] * 20))
+                status, headers, _ = await post(session, proxy.url + "/v1/completions", completion([0] * 20))
                 assert status == 200 and headers["X-Agrpo-Replica"] == "1"
-                async with session.delete(proxy.url + "/proxy/replicas",
-                                          json={"url": fakes[0].url}) as response:
+                async with session.delete(proxy.url + "/proxy/replicas", json={"url": fakes[0].url}) as response:
                     assert response.status == 404
-                assert (await post(session, proxy.url + "/proxy/replicas",
-                                   {"url": "not a url"}))[0] == 400
+                assert (await post(session, proxy.url + "/proxy/replicas", {"url": "not a url"}))[0] == 400
             finally:
                 await extra.stop()
+
     run(scenario())
 
 
@@ -156,8 +156,7 @@ def test_a_client_disconnecting_mid_stream_does_not_break_the_proxy():
         async with cluster(1) as (proxy, fakes, session):
             fakes[0].stream_chunks, fakes[0].stream_gap_s = 20, 0.05
             async with aiohttp.ClientSession() as other:
-                response = await other.post(proxy.url + "/v1/completions",
-                                            json=completion([1], stream=True))
+                response = await other.post(proxy.url + "/v1/completions", json=completion([1], stream=True))
                 await response.content.readany()
                 response.close()
             await asyncio.sleep(0.3)
@@ -165,4 +164,5 @@ def test_a_client_disconnecting_mid_stream_does_not_break_the_proxy():
             assert status == 200
             await wait_for(lambda: proxy.replicas[0].inflight == 0)
             assert proxy.replicas[0].work == 0
+
     run(scenario())

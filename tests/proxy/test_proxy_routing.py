@@ -13,8 +13,9 @@ SYSTEM = list(range(1000, 1048))  # exactly three blocks of shared template
 
 
 def req(ids, model="trl-policy-v3", n=1, max_tokens=16) -> RoutingFields:
-    prompts = [Prompt.from_token_ids(p) for p in ids] if ids and isinstance(ids[0], list) \
-        else [Prompt.from_token_ids(ids)]
+    prompts = (
+        [Prompt.from_token_ids(p) for p in ids] if ids and isinstance(ids[0], list) else [Prompt.from_token_ids(ids)]
+    )
     return RoutingFields(model=model, prompts=prompts, n=n, max_tokens=max_tokens)
 
 
@@ -53,8 +54,7 @@ def test_prompt_specific_part_shorter_than_one_block_still_separates_groups():
 def test_shared_template_is_not_affinity():
     router = Router()
     loads = {0: 0.0, 1: 0.0}
-    kinds = [router.route(req(SYSTEM + list(range(g * 50, g * 50 + 40))), loads).kind
-             for g in range(10)]
+    kinds = [router.route(req(SYSTEM + list(range(g * 50, g * 50 + 40))), loads).kind for g in range(10)]
     assert kinds == [COLD] * 10
 
 
@@ -172,6 +172,7 @@ def test_no_replica_raises():
     import pytest
 
     from agrpo.proxy.routing import NoReplica
+
     with pytest.raises(NoReplica):
         Router().route(req([1]), {})
 
@@ -185,8 +186,7 @@ def test_equal_loads_take_turns():
 def _random_concurrency(router, rng, groups, group_size, replicas, specific):
     """Route G-sized groups with arrivals and completions interleaved at random."""
     loads = {i: 0.0 for i in range(replicas)}
-    prompts = [SYSTEM + [rng.randrange(50_000) for _ in range(specific)] + [g]
-               for g in range(groups)]
+    prompts = [SYSTEM + [rng.randrange(50_000) for _ in range(specific)] + [g] for g in range(groups)]
     max_tokens = [rng.randrange(1, 512) for _ in range(groups)]  # one per group, as in GRPO
     pending = [g for g in range(groups) for _ in range(group_size)]
     rng.shuffle(pending)
@@ -206,24 +206,28 @@ def _random_concurrency(router, rng, groups, group_size, replicas, specific):
 
 
 @settings(max_examples=60, deadline=None)
-@given(seed=st.integers(0, 2**32 - 1), groups=st.integers(1, 24), group_size=st.integers(2, 9),
-       replicas=st.integers(2, 4), specific=st.integers(1, 40))
-def test_groups_stay_together_under_random_concurrency(seed, groups, group_size, replicas,
-                                                       specific):
+@given(
+    seed=st.integers(0, 2**32 - 1),
+    groups=st.integers(1, 24),
+    group_size=st.integers(2, 9),
+    replicas=st.integers(2, 4),
+    specific=st.integers(1, 40),
+)
+def test_groups_stay_together_under_random_concurrency(seed, groups, group_size, replicas, specific):
     """Without spills: any interleaving puts each group on one replica with one cold request."""
-    where, kinds = _random_concurrency(Router(spill_factor=1e9), random.Random(seed), groups,
-                                       group_size, replicas, specific)
+    where, kinds = _random_concurrency(
+        Router(spill_factor=1e9), random.Random(seed), groups, group_size, replicas, specific
+    )
     assert all(len(r) == 1 for r in where.values())
     assert all(k == [COLD] + [AFFINITY] * (group_size - 1) for k in kinds.values())
 
 
 @settings(max_examples=60, deadline=None)
-@given(seed=st.integers(0, 2**32 - 1), groups=st.integers(1, 24), group_size=st.integers(2, 9),
-       replicas=st.integers(2, 4))
-def test_with_default_spills_a_group_splits_at_most_once_per_spill(seed, groups, group_size,
-                                                                   replicas):
-    where, kinds = _random_concurrency(Router(), random.Random(seed), groups, group_size,
-                                       replicas, 5)
+@given(
+    seed=st.integers(0, 2**32 - 1), groups=st.integers(1, 24), group_size=st.integers(2, 9), replicas=st.integers(2, 4)
+)
+def test_with_default_spills_a_group_splits_at_most_once_per_spill(seed, groups, group_size, replicas):
+    where, kinds = _random_concurrency(Router(), random.Random(seed), groups, group_size, replicas, 5)
     for g, replicas_used in where.items():
         assert kinds[g][0] == COLD and COLD not in kinds[g][1:]
         assert len(replicas_used) <= 1 + kinds[g].count(SPILL)

@@ -48,45 +48,46 @@ def test_admin_calls_need_the_token_and_routed_traffic_stays_open(monkeypatch):
         async with cluster(2, admin_token_env="AGRPO_TEST_ADMIN") as (proxy, fakes, session):
             extra = FakeReplica(name="extra")
             await extra.start()
-            admin_calls = [("POST", "/v1/load_lora_adapter", LOAD),
-                           ("POST", "/v1/unload_lora_adapter", {"lora_name": "x"}),
-                           ("POST", "/pause?mode=keep", None), ("POST", "/resume", None),
-                           ("POST", "/reset_prefix_cache", None), ("POST", "/sleep", None),
-                           ("POST", "/wake_up", None), ("POST", "/collective_rpc", {"m": 1}),
-                           ("POST", "/proxy/replicas", {"url": extra.url}),
-                           ("DELETE", "/proxy/replicas", {"url": fakes[0].url})]
+            admin_calls = [
+                ("POST", "/v1/load_lora_adapter", LOAD),
+                ("POST", "/v1/unload_lora_adapter", {"lora_name": "x"}),
+                ("POST", "/pause?mode=keep", None),
+                ("POST", "/resume", None),
+                ("POST", "/reset_prefix_cache", None),
+                ("POST", "/sleep", None),
+                ("POST", "/wake_up", None),
+                ("POST", "/collective_rpc", {"m": 1}),
+                ("POST", "/proxy/replicas", {"url": extra.url}),
+                ("DELETE", "/proxy/replicas", {"url": fakes[0].url}),
+            ]
             try:
-                for headers in (None, {"Authorization": "Bearer wrong"},
-                                {"Authorization": ADMIN}):
+                for headers in (None, {"Authorization": "Bearer wrong"}, {"Authorization": ADMIN}):
                     for method, path, payload in admin_calls:
-                        status, body = await call(session, method, proxy.url + path, payload,
-                                                  headers)
+                        status, body = await call(session, method, proxy.url + path, payload, headers)
                         assert status == 401, (path, headers)
                         assert "admin" in message(body)
                 # nothing reached a replica, and membership did not change
                 assert all(f.seen == [] or {s[1] for s in f.seen} == {"/health"} for f in fakes)
                 assert len(proxy.replicas) == 2 and extra.seen == []
                 # open: routed traffic, reads, stats
-                assert (await post(session, proxy.url + "/v1/completions",
-                                   completion([1, 2])))[0] == 200
-                for path in ("/v1/models", "/health", "/metrics", "/proxy/stats",
-                             "/server_info"):
+                assert (await post(session, proxy.url + "/v1/completions", completion([1, 2])))[0] == 200
+                for path in ("/v1/models", "/health", "/metrics", "/proxy/stats", "/server_info"):
                     async with session.get(proxy.url + path) as response:
                         assert response.status == 200, path
                 # with the token: every admin call works, and the token is never forwarded
-                assert (await post(session, proxy.url + "/v1/load_lora_adapter", LOAD,
-                                   headers=GOOD))[0] == 200
+                assert (await post(session, proxy.url + "/v1/load_lora_adapter", LOAD, headers=GOOD))[0] == 200
                 assert (await post(session, proxy.url + "/pause?mode=keep", headers=GOOD))[0] == 200
                 assert (await post(session, proxy.url + "/resume", headers=GOOD))[0] == 200
-                assert (await call(session, "POST", proxy.url + "/proxy/replicas",
-                                   {"url": extra.url}, GOOD))[0] == 201
-                assert (await call(session, "DELETE", proxy.url + "/proxy/replicas",
-                                   {"url": extra.url}, GOOD))[0] == 200
+                assert (await call(session, "POST", proxy.url + "/proxy/replicas", {"url": extra.url}, GOOD))[0] == 201
+                assert (await call(session, "DELETE", proxy.url + "/proxy/replicas", {"url": extra.url}, GOOD))[
+                    0
+                ] == 200
                 seen = [s for f in (*fakes, extra) for s in f.seen]
                 assert all(ADMIN not in repr(s[3]) for s in seen)
                 assert all(f.loaded == {"trl-policy-v1"} for f in fakes)
             finally:
                 await extra.stop()
+
     run(scenario())
 
 
@@ -96,20 +97,34 @@ def test_empty_admin_token_variable_refuses_to_start(monkeypatch):
         ProxyServer(ProxySettings(upstreams=["http://127.0.0.1:1"], admin_token_env="AGRPO_TEST_ADMIN"))
 
 
-@pytest.mark.parametrize("url,reason", [
-    ("ftp://h:1", "http or https"), ("http://user:pw@h:1", "credentials"),
-    ("http://h:1/v1", "path"), ("http://h:1?x=1", "query"), ("http://h:1/#f", "fragment"),
-    ("http://h:99999", "port"), ('http://h"}x:1', "host"), ("http://h :1", "spaces"),
-])
+@pytest.mark.parametrize(
+    "url,reason",
+    [
+        ("ftp://h:1", "http or https"),
+        ("http://user:pw@h:1", "credentials"),
+        ("http://h:1/v1", "path"),
+        ("http://h:1?x=1", "query"),
+        ("http://h:1/#f", "fragment"),
+        ("http://h:99999", "port"),
+        ('http://h"}x:1', "host"),
+        ("http://h :1", "spaces"),
+    ],
+)
 def test_replica_urls_are_scheme_host_port_only(url, reason):
     problems = url_problems(url)
     assert len(problems) == 1 and (url in problems[0] or "pw" not in problems[0])
-    words = {"query": "path, query", "fragment": "fragment", "path": "path", "spaces": "spaces",
-             "http or https": "http or https", "credentials": "credentials", "port": "port",
-             "host": "host"}
+    words = {
+        "query": "path, query",
+        "fragment": "fragment",
+        "path": "path",
+        "spaces": "spaces",
+        "http or https": "http or https",
+        "credentials": "credentials",
+        "port": "port",
+        "host": "host",
+    }
     assert words[reason] in problems[0]
-    for good in ("http://127.0.0.1:8000", "http://127.0.0.1:8000/", "https://abc--8000.hf.jobs",
-                 "http://[::1]:8000"):
+    for good in ("http://127.0.0.1:8000", "http://127.0.0.1:8000/", "https://abc--8000.hf.jobs", "http://[::1]:8000"):
         assert url_problems(good) == []
 
 
@@ -117,13 +132,18 @@ def test_runtime_replica_urls_are_checked_before_anything_is_sent():
     async def scenario():
         async with cluster(1) as (proxy, fakes, session):
             port = fakes[0].port
-            for url in (f"http://user:pw@127.0.0.1:{port}", f"http://127.0.0.1:{port}/steal?x=1",
-                        f"http://127.0.0.1:{port}/#x", f"file://127.0.0.1:{port}", 7):
-                status, body = await call(session, "POST", proxy.url + "/proxy/replicas",
-                                          {"url": url})
+            for url in (
+                f"http://user:pw@127.0.0.1:{port}",
+                f"http://127.0.0.1:{port}/steal?x=1",
+                f"http://127.0.0.1:{port}/#x",
+                f"file://127.0.0.1:{port}",
+                7,
+            ):
+                status, body = await call(session, "POST", proxy.url + "/proxy/replicas", {"url": url})
                 assert status == 400 and "not a replica URL" in message(body)
             assert len(proxy.replicas) == 1
             assert "pw" not in (await call(session, "GET", proxy.url + "/metrics"))[1].decode()
+
     run(scenario())
 
 
@@ -138,8 +158,9 @@ def test_upstream_token_goes_only_to_start_hosts_and_allowed_patterns(monkeypatc
             other = FakeReplica(name="other")  # same machine, but named by another host
             await other.start()
             try:
-                assert (await post(session, proxy.url + "/proxy/replicas",
-                                   {"url": f"http://localhost:{other.port}"}))[0] == 201
+                assert (await post(session, proxy.url + "/proxy/replicas", {"url": f"http://localhost:{other.port}"}))[
+                    0
+                ] == 201
                 await post(session, proxy.url + "/v1/load_lora_adapter", LOAD)
                 for g in range(8):
                     await post(session, proxy.url + "/v1/completions", completion([g] * 20))
@@ -149,17 +170,16 @@ def test_upstream_token_goes_only_to_start_hosts_and_allowed_patterns(monkeypatc
                 assert all(s[3]["Authorization"] == "Bearer hf_secret" for s in fakes[0].seen)
             finally:
                 await other.stop()
-        async with cluster(1, token_env="AGRPO_TEST_TOKEN", token_hosts="localhost") as (
-                proxy, fakes, session):
+        async with cluster(1, token_env="AGRPO_TEST_TOKEN", token_hosts="localhost") as (proxy, fakes, session):
             other = FakeReplica(name="other")
             await other.start()
             try:
-                await post(session, proxy.url + "/proxy/replicas",
-                           {"url": f"http://localhost:{other.port}"})
+                await post(session, proxy.url + "/proxy/replicas", {"url": f"http://localhost:{other.port}"})
                 assert other.seen
                 assert all(s[3]["Authorization"] == "Bearer hf_secret" for s in other.seen)
             finally:
                 await other.stop()
+
     run(scenario())
 
 
@@ -170,8 +190,7 @@ def test_binding_beyond_loopback_without_admin_token_warns(caplog, monkeypatch):
     monkeypatch.setenv("AGRPO_TEST_ADMIN", ADMIN)
 
     async def start_and_stop(**extra):
-        proxy = ProxyServer(ProxySettings(upstreams=["http://127.0.0.1:1"], port=0,
-                                          health_interval_s=60, **extra))
+        proxy = ProxyServer(ProxySettings(upstreams=["http://127.0.0.1:1"], port=0, health_interval_s=60, **extra))
         await proxy.start()
         await proxy.stop()
 

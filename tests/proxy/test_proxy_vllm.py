@@ -19,8 +19,7 @@ def second_replica(tiny_model_dir, tmp_path):
     from agrpo.launchers.ports import free_ports
 
     port = free_ports(1, 18300)[0]
-    replica = start_replica(tiny_model_dir, port, tmp_path / "vllm-2.log", lora_rank=8,
-                            max_loras=4, max_model_len=256)
+    replica = start_replica(tiny_model_dir, port, tmp_path / "vllm-2.log", lora_rank=8, max_loras=4, max_model_len=256)
     yield replica
     replica.stop()
 
@@ -38,22 +37,26 @@ def served_models(url: str) -> set[str]:
 
 
 @pytest.mark.vllm
-def test_two_real_replicas_load_generate_and_unload(vllm_server, second_replica, adapter_dir,
-                                                   monkeypatch):
+def test_two_real_replicas_load_generate_and_unload(vllm_server, second_replica, adapter_dir, monkeypatch):
     replicas = [vllm_server.url, second_replica.url]
     monkeypatch.setenv("AGRPO_TEST_ADMIN", "admin-token-1")
     admin = {"Authorization": "Bearer admin-token-1"}
-    proxy = start_proxy_thread(ProxySettings(upstreams=replicas, port=0, load_retry_deadline_s=8,
-                                             load_retry_initial_s=0.2,
-                                             admin_token_env="AGRPO_TEST_ADMIN"))
+    proxy = start_proxy_thread(
+        ProxySettings(
+            upstreams=replicas,
+            port=0,
+            load_retry_deadline_s=8,
+            load_retry_initial_s=0.2,
+            admin_token_env="AGRPO_TEST_ADMIN",
+        )
+    )
     try:
         assert requests.get(proxy.url + "/health", timeout=10).status_code == 200
         refused = requests.post(proxy.url + "/pause", params={"mode": "keep"}, timeout=30)
         assert refused.status_code == 401  # without the admin token nothing reaches vLLM
         # a path that never appears: vLLM says "No adapter found" until the deadline -> 504
         ghost = {"lora_name": "proxy-ghost", "lora_path": str(adapter_dir.parent / "never")}
-        answer = requests.post(proxy.url + "/v1/load_lora_adapter", json=ghost, timeout=300,
-                               headers=admin)
+        answer = requests.post(proxy.url + "/v1/load_lora_adapter", json=ghost, timeout=300, headers=admin)
         assert answer.status_code == 504, answer.text
         assert "proxy-ghost" in answer.text and "replica" in answer.text
         assert all("proxy-ghost" not in served_models(url) for url in replicas)
@@ -62,17 +65,26 @@ def test_two_real_replicas_load_generate_and_unload(vllm_server, second_replica,
         threading.Timer(1.5, os.rename, (adapter_dir, final)).start()
         load = {"lora_name": ADAPTER, "lora_path": str(final), "load_inplace": False}
         started = time.monotonic()
-        answer = requests.post(proxy.url + "/v1/load_lora_adapter", json=load, timeout=300,
-                               headers=admin)
+        answer = requests.post(proxy.url + "/v1/load_lora_adapter", json=load, timeout=300, headers=admin)
         assert answer.status_code == 200, answer.text
         assert time.monotonic() - started >= 1.5
         assert all(ADAPTER in served_models(url) for url in replicas)
 
         served_by = {}
         for prompt in ([11, 12, 13, 14], [21, 22, 23, 24], [11, 12, 13, 14]):
-            answer = requests.post(proxy.url + "/v1/completions", timeout=300, json={
-                "model": ADAPTER, "prompt": prompt, "max_tokens": 4, "temperature": 1.0,
-                "logprobs": 0, "return_token_ids": True, "n": 1})
+            answer = requests.post(
+                proxy.url + "/v1/completions",
+                timeout=300,
+                json={
+                    "model": ADAPTER,
+                    "prompt": prompt,
+                    "max_tokens": 4,
+                    "temperature": 1.0,
+                    "logprobs": 0,
+                    "return_token_ids": True,
+                    "n": 1,
+                },
+            )
             assert answer.status_code == 200, answer.text
             choice = answer.json()["choices"][0]
             assert answer.json()["model"] == ADAPTER
@@ -82,27 +94,32 @@ def test_two_real_replicas_load_generate_and_unload(vllm_server, second_replica,
         assert set().union(*served_by.values()) == {"0", "1"}  # generated on both replicas
         assert len(served_by[(11, 12, 13, 14)]) == 1  # the repeated prompt stayed put
         # a real vLLM stream passes through whole and ends normally (no error event)
-        with requests.post(proxy.url + "/v1/completions", timeout=300, stream=True, json={
-                "model": ADAPTER, "prompt": [31, 32, 33], "max_tokens": 4, "stream": True,
-                "temperature": 1.0}) as streamed:
+        with requests.post(
+            proxy.url + "/v1/completions",
+            timeout=300,
+            stream=True,
+            json={"model": ADAPTER, "prompt": [31, 32, 33], "max_tokens": 4, "stream": True, "temperature": 1.0},
+        ) as streamed:
             assert streamed.status_code == 200
             text = b"".join(streamed.iter_content(None)).decode()
         assert text.rstrip().endswith("data: [DONE]") and "event: error" not in text
         assert text.count("data: {") >= 1
 
-        info = requests.get(proxy.url + "/server_info", params={"config_format": "json"},
-                            timeout=60).json()
+        info = requests.get(proxy.url + "/server_info", params={"config_format": "json"}, timeout=60).json()
         assert info["vllm_config"]["parallel_config"]["data_parallel_size"] == 1
-        assert requests.post(proxy.url + "/pause", params={"mode": "keep"}, headers=admin,
-                             timeout=120).status_code == 200
+        assert (
+            requests.post(proxy.url + "/pause", params={"mode": "keep"}, headers=admin, timeout=120).status_code == 200
+        )
         assert requests.post(proxy.url + "/resume", headers=admin, timeout=120).status_code == 200
 
-        answer = requests.post(proxy.url + "/v1/unload_lora_adapter",
-                               json={"lora_name": ADAPTER}, headers=admin, timeout=120)
+        answer = requests.post(
+            proxy.url + "/v1/unload_lora_adapter", json={"lora_name": ADAPTER}, headers=admin, timeout=120
+        )
         assert answer.status_code == 200, answer.text
         assert all(ADAPTER not in served_models(url) for url in replicas)
-        again = requests.post(proxy.url + "/v1/unload_lora_adapter",
-                              json={"lora_name": ADAPTER}, headers=admin, timeout=120)
+        again = requests.post(
+            proxy.url + "/v1/unload_lora_adapter", json={"lora_name": ADAPTER}, headers=admin, timeout=120
+        )
         assert again.status_code == 404  # honest: nothing was there to unload
         stats = requests.get(proxy.url + "/proxy/stats", timeout=10).json()
         assert (stats["routed"], stats["unmatched"], stats["affinity"]) == (4, 3, 1)
@@ -110,5 +127,4 @@ def test_two_real_replicas_load_generate_and_unload(vllm_server, second_replica,
     finally:
         proxy.stop()
         for url in replicas:  # never leave our adapter on the shared server
-            requests.post(url + "/v1/unload_lora_adapter", json={"lora_name": ADAPTER},
-                          timeout=60)
+            requests.post(url + "/v1/unload_lora_adapter", json={"lora_name": ADAPTER}, timeout=60)

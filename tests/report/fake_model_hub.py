@@ -107,8 +107,9 @@ def _handler(hub: FakeModelHub):
             self._send(200, url)
 
         def _preupload(self, body: dict[str, Any]) -> None:
-            files = [{"path": f["path"], "uploadMode": "regular", "shouldIgnore": False, "oid": None}
-                     for f in body["files"]]
+            files = [
+                {"path": f["path"], "uploadMode": "regular", "shouldIgnore": False, "oid": None} for f in body["files"]
+            ]
             self._send(200, {"files": files})
 
         def _commit(self, repo: FakeRepo, lines: list[dict[str, Any]], parts: list[str]) -> None:

@@ -18,10 +18,20 @@ CONFIG = {
     "model": {"name_or_path": "Qwen/Qwen2.5-0.5B-Instruct"},
     "lora": {"r": 12, "alpha": 24, "target_modules": ["q_proj", "v_proj"]},
     "data": {"loader": "agrpo.data.jsonl.load_jsonl", "path": "/data/my_task.jsonl", "name": None},
-    "reward": {"funcs": [{"_target_": "agrpo.rewards.generic.exact_match", "column": "answer", "weight": 1.0},
-                         {"_target_": "agrpo.rewards.generic.length_within", "max_len": 64, "weight": 0.1}]},
-    "trainer": {"max_steps": 30, "learning_rate": 5e-4, "per_device_train_batch_size": 16, "num_generations": 8,
-                "max_completion_length": 64, "max_staleness": 2},
+    "reward": {
+        "funcs": [
+            {"_target_": "agrpo.rewards.generic.exact_match", "column": "answer", "weight": 1.0},
+            {"_target_": "agrpo.rewards.generic.length_within", "max_len": 64, "weight": 0.1},
+        ]
+    },
+    "trainer": {
+        "max_steps": 30,
+        "learning_rate": 5e-4,
+        "per_device_train_batch_size": 16,
+        "num_generations": 8,
+        "max_completion_length": 64,
+        "max_staleness": 2,
+    },
     "inference": {"replicas": 2},
     "proxy": {"token_env": "PROXY_TOKEN", "text_chars_per_token": 4},
     "launcher": {"hf_jobs": {"api_token": "hf_should_never_show"}},
@@ -29,10 +39,16 @@ CONFIG = {
 
 
 def run_info(**changes):
-    info = {"repo_id": "alice/my-task-lora", "base_model": "Qwen/Qwen2.5-0.5B-Instruct", "base_model_on_hub": True,
-            "config": CONFIG, "metrics": {"global_step": 30, "reward_first": 0.25, "reward_last": 0.75,
-                                          "step_s_mean": 2.5},
-            "evals": [], "curves": None, "command": "python -m agrpo data=jsonl data.path=/data/my_task.jsonl"}
+    info = {
+        "repo_id": "alice/my-task-lora",
+        "base_model": "Qwen/Qwen2.5-0.5B-Instruct",
+        "base_model_on_hub": True,
+        "config": CONFIG,
+        "metrics": {"global_step": 30, "reward_first": 0.25, "reward_last": 0.75, "step_s_mean": 2.5},
+        "evals": [],
+        "curves": None,
+        "command": "python -m agrpo data=jsonl data.path=/data/my_task.jsonl",
+    }
     return {**info, **changes}
 
 
@@ -44,9 +60,12 @@ def front_matter(card: str) -> dict:
 
 def test_header_names_the_base_model_only_when_it_is_a_hub_id():
     meta = front_matter(build_card(run_info()))
-    assert meta == {"base_model": "Qwen/Qwen2.5-0.5B-Instruct", "library_name": "peft",
-                    "pipeline_tag": "text-generation",
-                    "tags": ["agrpo", "grpo", "lora", "trl", "base_model:adapter:Qwen/Qwen2.5-0.5B-Instruct"]}
+    assert meta == {
+        "base_model": "Qwen/Qwen2.5-0.5B-Instruct",
+        "library_name": "peft",
+        "pipeline_tag": "text-generation",
+        "tags": ["agrpo", "grpo", "lora", "trl", "base_model:adapter:Qwen/Qwen2.5-0.5B-Instruct"],
+    }
     local = build_card(run_info(base_model="/models/tiny", base_model_on_hub=False))
     assert "base_model" not in front_matter(local)
     assert "The base model was a local folder (`/models/tiny`)" in local
@@ -55,10 +74,15 @@ def test_header_names_the_base_model_only_when_it_is_a_hub_id():
 def test_training_section_has_the_recipe_settings_and_the_resolved_config():
     card = build_card(run_info())
     assert "```bash\npython -m agrpo data=jsonl data.path=/data/my_task.jsonl\n```" in card
-    for row in ("| recipe / run name | `my_task` |", "| data | `my_task.jsonl` (load_jsonl) |",
-                "| reward terms | `agrpo.rewards.generic.exact_match` x 1.0, `agrpo.rewards.generic.length_within` x 0.1 |",
-                "| LoRA | r=12, alpha=24, targets q_proj, v_proj |", "| steps | 30 |",
-                "| samples per step x generations per prompt | 16 x 8 |", "| vLLM replicas | 2 |"):
+    for row in (
+        "| recipe / run name | `my_task` |",
+        "| data | `my_task.jsonl` (load_jsonl) |",
+        "| reward terms | `agrpo.rewards.generic.exact_match` x 1.0, `agrpo.rewards.generic.length_within` x 0.1 |",
+        "| LoRA | r=12, alpha=24, targets q_proj, v_proj |",
+        "| steps | 30 |",
+        "| samples per step x generations per prompt | 16 x 8 |",
+        "| vLLM replicas | 2 |",
+    ):
         assert row in card
     config_block = card.split("```yaml\n", 1)[1].split("\n```", 1)[0]
     shown = yaml.safe_load(config_block)
@@ -67,8 +91,17 @@ def test_training_section_has_the_recipe_settings_and_the_resolved_config():
 
 
 def test_results_section_curves_metrics_and_eval_table():
-    base = {"problems": 50, "k": 4, "mean_at_k": 0.1, "pass_at_1": 0.1, "pass_at_k": 0.3, "problems_solved": 15,
-            "adapter": None, "temperature": 0.6, "max_tokens": 64}
+    base = {
+        "problems": 50,
+        "k": 4,
+        "mean_at_k": 0.1,
+        "pass_at_1": 0.1,
+        "pass_at_k": 0.3,
+        "problems_solved": 15,
+        "adapter": None,
+        "temperature": 0.6,
+        "max_tokens": 64,
+    }
     tuned = {**base, "mean_at_k": 0.4, "pass_at_k": 0.6, "problems_solved": 30, "adapter": "/runs/x/final_adapter"}
     card = build_card(run_info(curves="training_curves.png", evals=[base, tuned]))
     assert "![Training curves](training_curves.png)" in card
@@ -82,8 +115,10 @@ def test_results_section_curves_metrics_and_eval_table():
 
 def test_usage_snippets_name_the_repo_the_adapter_and_a_rank_vllm_serves():
     card = build_card(run_info())
-    assert ("vllm serve Qwen/Qwen2.5-0.5B-Instruct --enable-lora --max-lora-rank 16 "
-            "--lora-modules my-task-lora=alice/my-task-lora") in card  # r=12 rounds up to vLLM's 16
+    assert (
+        "vllm serve Qwen/Qwen2.5-0.5B-Instruct --enable-lora --max-lora-rank 16 "
+        "--lora-modules my-task-lora=alice/my-task-lora"
+    ) in card  # r=12 rounds up to vLLM's 16
     assert '"model": "my-task-lora"' in card and '"max_tokens": 64' in card and "max_new_tokens=64" in card
     assert "chat template" not in card.split("## Use it")[1].split("###")[0]
     config = {**CONFIG, "model": {**CONFIG["model"], "chat_template": "qwen2_5"}}
@@ -93,8 +128,9 @@ def test_usage_snippets_name_the_repo_the_adapter_and_a_rank_vllm_serves():
 
 
 def test_helpers():
-    assert redact({"a": {"hf_token": "hf_x", "token_env": "NAME", "n_token": 3}}) == \
-        {"a": {"hf_token": "<redacted>", "token_env": "NAME", "n_token": 3}}
+    assert redact({"a": {"hf_token": "hf_x", "token_env": "NAME", "n_token": 3}}) == {
+        "a": {"hf_token": "<redacted>", "token_env": "NAME", "n_token": 3}
+    }
     assert is_hub_id("Qwen/Qwen2.5-0.5B") and not is_hub_id("/models/tiny") and not is_hub_id("tiny")
 
 

@@ -39,17 +39,30 @@ def test_unknown_sinks_and_ambiguous_lists_are_named():
 
 def test_this_environment_matches_what_python_can_import():
     assert module_installed("json") and not module_installed("agrpo_no_such_module")
-    expected = [] if module_installed("trackio") else [
-        "logger.report_to includes 'trackio' but the trackio package is not installed: pip install trackio"]
+    expected = (
+        []
+        if module_installed("trackio")
+        else ["logger.report_to includes 'trackio' but the trackio package is not installed: pip install trackio"]
+    )
     assert logger_problems(["trackio"]) == expected
 
 
 def test_logger_options_compose(tmp_path):
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}
-    for option, sinks in (("logger=trackio", ["trackio"]), ("logger=wandb", ["wandb"]),
-                          ("logger.report_to=[tensorboard,wandb]", ["tensorboard", "wandb"])):
-        result = subprocess.run([sys.executable, "-m", "agrpo", "+recipe=smoke", option, "--cfg", "job"], check=False,
-                                capture_output=True, text=True, cwd=tmp_path, env=env, timeout=120)
+    for option, sinks in (
+        ("logger=trackio", ["trackio"]),
+        ("logger=wandb", ["wandb"]),
+        ("logger.report_to=[tensorboard,wandb]", ["tensorboard", "wandb"]),
+    ):
+        result = subprocess.run(
+            [sys.executable, "-m", "agrpo", "+recipe=smoke", option, "--cfg", "job"],
+            check=False,
+            capture_output=True,
+            text=True,
+            cwd=tmp_path,
+            env=env,
+            timeout=120,
+        )
         assert result.returncode == 0, result.stderr
         logger = yaml.safe_load(result.stdout)["logger"]
         assert logger["report_to"] == sinks and logger["console_every"] == 10 and logger["level"] == "INFO"

@@ -14,9 +14,21 @@ from omegaconf import OmegaConf
 from agrpo.config.compose import compose_run_config
 from agrpo.report.push import main
 
-SUMMARY = {"problems": 20, "k": 4, "samples": 80, "mean_at_k": 0.3125, "pass_at_1": 0.3125, "pass_at_k": 0.55,
-           "problems_solved": 11, "mean_reward": 0.4, "term_means": {}, "truncated_fraction": 0.05,
-           "mean_completion_tokens": 12.5, "temperature": 0.6, "max_tokens": 16}
+SUMMARY = {
+    "problems": 20,
+    "k": 4,
+    "samples": 80,
+    "mean_at_k": 0.3125,
+    "pass_at_1": 0.3125,
+    "pass_at_k": 0.55,
+    "problems_solved": 11,
+    "mean_reward": 0.4,
+    "term_means": {},
+    "truncated_fraction": 0.05,
+    "mean_completion_tokens": 12.5,
+    "temperature": 0.6,
+    "max_tokens": 16,
+}
 
 
 @pytest.fixture()
@@ -34,7 +46,8 @@ def run_dir(tmp_path, random_adapter_dir):
     (run / "training_curves.png").write_bytes(b"\x89PNG fake picture")
     (run / "eval" / "2026-01-01").mkdir(parents=True)
     (run / "eval" / "2026-01-01" / "eval_summary.json").write_text(
-        json.dumps({**SUMMARY, "adapter": str(run / "final_adapter")}))
+        json.dumps({**SUMMARY, "adapter": str(run / "final_adapter")})
+    )
     return run
 
 
@@ -52,8 +65,9 @@ def hub(monkeypatch, tmp_path):
 def test_push_creates_the_repo_and_commits_adapter_and_card(run_dir, hub, capsys):
     assert main([str(run_dir), "--repo-id", "smoke-lora", "--private"]) == 0
     create = hub.calls("/api/repos/create")
-    assert [r.body for r in create] == [{"name": "smoke-lora", "organization": None, "visibility": "private",
-                                         "type": "model"}]
+    assert [r.body for r in create] == [
+        {"name": "smoke-lora", "organization": None, "visibility": "private", "type": "model"}
+    ]
     assert all(r.headers["authorization"] == f"Bearer {FAKE_TOKEN}" for r in hub.requests)
     preupload = hub.calls(f"/api/models/{NAMESPACE}/smoke-lora/preupload/main")
     wanted = {"README.md", "adapter_config.json", "adapter_model.safetensors", "training_curves.png"}

@@ -10,7 +10,13 @@ import pytest
 from agrpo.config.compose import compose_run_config
 from agrpo.errors import ConfigError
 from agrpo.rewards.generic import (
-    exact_match, extract_answer, length_within, math_equivalent, normalize, numeric_match, regex_match,
+    exact_match,
+    extract_answer,
+    length_within,
+    math_equivalent,
+    normalize,
+    numeric_match,
+    regex_match,
 )
 from agrpo.rewards.registry import build_reward_funcs
 
@@ -24,7 +30,7 @@ def test_extract_modes():
     assert extract_answer(r"x \boxed{42} y", "boxed") == "42" and extract_answer("none", "boxed") is None
     with pytest.raises(ValueError, match="extract='nope'"):
         extract_answer(text, "nope")
-    assert normalize('  **Paris.** ') == "paris" and normalize("Paris", case_sensitive=True) == "Paris"
+    assert normalize("  **Paris.** ") == "paris" and normalize("Paris", case_sensitive=True) == "Paris"
 
 
 def test_exact_match_reads_the_named_column_per_completion():
@@ -50,21 +56,32 @@ def test_regex_match_one_pattern_or_one_per_row():
 
 def test_numeric_match_with_tolerance_and_number_formats():
     completions = ["so #### 1,080", "I get 3.14159 in the end", "about 3.2", "no number", r"\boxed{\$25}"]
-    assert numeric_match(completions, answer=[1080, 3.1416, 3.1416, 3, "$25.00"], abs_tol=1e-3) == \
-        [1.0, 1.0, 0.0, 0.0, 1.0]
+    assert numeric_match(completions, answer=[1080, 3.1416, 3.1416, 3, "$25.00"], abs_tol=1e-3) == [
+        1.0,
+        1.0,
+        0.0,
+        0.0,
+        1.0,
+    ]
     assert numeric_match(["100"], answer=["105"], rel_tol=0.1) == [1.0]
     assert numeric_match(["100"], answer=["x+y"]) == [None]  # a gold that is no number cannot be scored
 
 
 def test_math_equivalent_reuses_math_verify():
-    assert math_equivalent([r"\boxed{0.5}", r"\boxed{\frac{2}{4}}", r"\boxed{1/3}"], answer=[r"\frac{1}{2}"] * 3) == \
-        [1.0, 1.0, 0.0]
+    assert math_equivalent([r"\boxed{0.5}", r"\boxed{\frac{2}{4}}", r"\boxed{1/3}"], answer=[r"\frac{1}{2}"] * 3) == [
+        1.0,
+        1.0,
+        0.0,
+    ]
     assert math_equivalent(["#### 72"], sol=["72"], column="sol") == [1.0]
 
 
 def test_length_within_tokens_chars_words():
-    assert length_within(["a", "b", "c"], completion_ids=[[1], [1, 2, 3], [1] * 9], max_len=3, min_len=2) == \
-        [0.0, 1.0, 0.0]
+    assert length_within(["a", "b", "c"], completion_ids=[[1], [1, 2, 3], [1] * 9], max_len=3, min_len=2) == [
+        0.0,
+        1.0,
+        0.0,
+    ]
     assert length_within(["one two three"], unit="words", max_len=2) == [0.0]
     assert length_within(["abcd"], unit="chars", min_len=4) == [1.0]
     with pytest.raises(ValueError, match="completion_ids"):
@@ -81,8 +98,10 @@ def test_shipped_reward_groups_build_and_pickle(group):
 
 
 def test_composed_terms_with_weights():
-    funcs = [{"_target_": "agrpo.rewards.generic.exact_match", "weight": 1.0},
-             {"_target_": "agrpo.rewards.generic.length_within", "max_len": 2, "weight": 0.25}]
+    funcs = [
+        {"_target_": "agrpo.rewards.generic.exact_match", "weight": 1.0},
+        {"_target_": "agrpo.rewards.generic.length_within", "max_len": 2, "weight": 0.25},
+    ]
     rewards = build_reward_funcs(funcs)
     scores = [r(completions=["#### 5", "#### 6"], completion_ids=[[1], [1, 2, 3]], answer=["5", "5"]) for r in rewards]
     assert scores == [[1.0, 0.0], [0.25, 0.0]]
@@ -93,10 +112,10 @@ def test_a_misspelt_option_is_refused_not_swallowed_by_the_columns():
         build_reward_funcs([{"_target_": "agrpo.rewards.generic.exact_match", "colum": "gold"}])
 
 
-USER_REWARD = '''
+USER_REWARD = """
 def has_keyword(completions, keyword, **columns):
     return [float(k in c) for c, k in zip(completions, keyword)]
-'''
+"""
 
 
 def test_user_reward_from_a_file_path_is_picklable(tmp_path):
@@ -125,12 +144,17 @@ def test_user_reward_from_a_module_in_the_working_directory(tmp_path, monkeypatc
 def test_missing_columns_are_found_when_the_dataset_is_known():
     from agrpo.rewards.generic import missing_columns
 
-    funcs = [{"_target_": "agrpo.rewards.generic.exact_match", "weight": 1.0},
-             {"_target_": "agrpo.rewards.generic.regex_match", "column": "rx"},
-             {"_target_": "agrpo.rewards.math.zero_if_truncated", "reward": "agrpo.rewards.generic.numeric_match",
-              "column": "gold"},
-             {"_target_": "agrpo.rewards.generic.regex_match", "regex": "x"},
-             {"_target_": "agrpo.rewards.smoke.lowercase_fraction"}]
+    funcs = [
+        {"_target_": "agrpo.rewards.generic.exact_match", "weight": 1.0},
+        {"_target_": "agrpo.rewards.generic.regex_match", "column": "rx"},
+        {
+            "_target_": "agrpo.rewards.math.zero_if_truncated",
+            "reward": "agrpo.rewards.generic.numeric_match",
+            "column": "gold",
+        },
+        {"_target_": "agrpo.rewards.generic.regex_match", "regex": "x"},
+        {"_target_": "agrpo.rewards.smoke.lowercase_fraction"},
+    ]
     problems = missing_columns(funcs, ["prompt", "rx"])
     assert len(problems) == 2
     assert "reward.funcs[0] (exact_match) reads column 'answer'" in problems[0]

@@ -24,8 +24,11 @@ def test_special_token_markers_earn_no_lowercase_reward():
 
 
 def test_completion_text_reads_assistant_turns_only():
-    chat = [{"role": "assistant", "content": "a"}, {"role": "tool", "content": "IGNORED"},
-            {"role": "assistant", "content": "b"}]
+    chat = [
+        {"role": "assistant", "content": "a"},
+        {"role": "tool", "content": "IGNORED"},
+        {"role": "assistant", "content": "b"},
+    ]
     assert completion_text(chat) == "ab"
     with pytest.raises(TypeError):
         completion_text(3)
@@ -41,10 +44,12 @@ def test_weights_scale_and_none_stays_none():
 
 
 def test_build_from_config_binds_kwargs_and_pickles():
-    funcs = OmegaConf.create([
-        {"_target_": "agrpo.rewards.smoke.lowercase_fraction", "weight": 2.0},
-        {"_target_": "agrpo.rewards.smoke.lowercase_fraction", "weight": 1.0, "unused_kwarg": 7},
-    ])
+    funcs = OmegaConf.create(
+        [
+            {"_target_": "agrpo.rewards.smoke.lowercase_fraction", "weight": 2.0},
+            {"_target_": "agrpo.rewards.smoke.lowercase_fraction", "weight": 1.0, "unused_kwarg": 7},
+        ]
+    )
     rewards = build_reward_funcs(funcs)
     assert [r.weight for r in rewards] == [2.0, 1.0]
     assert rewards[0](completions=["ab"]) == [2.0]
@@ -68,12 +73,17 @@ def test_bad_reward_config(funcs, message):
 
 
 def test_terms_get_distinct_names_for_trls_per_term_metrics():
-    funcs = OmegaConf.create([
-        {"_target_": "agrpo.rewards.smoke.lowercase_fraction"},
-        {"_target_": "agrpo.rewards.smoke.lowercase_fraction", "weight": 0.5},
-        {"_target_": "agrpo.rewards.math.zero_if_truncated", "reward": "agrpo.rewards.math.gsm8k_accuracy",
-         "max_completion_length": 8},
-        {"_target_": "agrpo.rewards.smoke.lowercase_fraction", "name": "letters"},
-    ])
+    funcs = OmegaConf.create(
+        [
+            {"_target_": "agrpo.rewards.smoke.lowercase_fraction"},
+            {"_target_": "agrpo.rewards.smoke.lowercase_fraction", "weight": 0.5},
+            {
+                "_target_": "agrpo.rewards.math.zero_if_truncated",
+                "reward": "agrpo.rewards.math.gsm8k_accuracy",
+                "max_completion_length": 8,
+            },
+            {"_target_": "agrpo.rewards.smoke.lowercase_fraction", "name": "letters"},
+        ]
+    )
     names = [r.__name__ for r in build_reward_funcs(funcs)]
     assert names == ["lowercase_fraction", "lowercase_fraction_2", "zero_if_truncated[gsm8k_accuracy]", "letters"]

@@ -14,9 +14,18 @@ from agrpo.sync.storage import HubBucketStorage, LocalDirStorage, missing_files,
 
 
 def bucket_cfg(mount, *extra):
-    return compose_run_config(["+recipe=gsm8k", "launcher=hf_jobs", "sync=bucket", "launcher.hf_jobs.run_id=run1",
-                               "sync.bucket=alice/rl", f"sync.mount_path={mount}", "sync.poll_interval_s=0.01",
-                               *extra])
+    return compose_run_config(
+        [
+            "+recipe=gsm8k",
+            "launcher=hf_jobs",
+            "sync=bucket",
+            "launcher.hf_jobs.run_id=run1",
+            "sync.bucket=alice/rl",
+            f"sync.mount_path={mount}",
+            "sync.poll_interval_s=0.01",
+            *extra,
+        ]
+    )
 
 
 def publish(mount, version, payload=b"w" * 100):
@@ -46,7 +55,8 @@ def test_waits_until_the_hub_lists_the_adapter_then_returns(tmp_path, monkeypatc
 def test_a_file_listed_at_another_size_is_still_uploading():
     expected = {"a/adapter_config.json": 10, "a/adapter_model.safetensors": 100}
     assert missing_files(expected, {"a/adapter_config.json": 10, "a/adapter_model.safetensors": 40}) == [
-        "a/adapter_model.safetensors"]
+        "a/adapter_model.safetensors"
+    ]
     assert missing_files(expected, {**expected, "a/extra": 1}) == []
 
 
@@ -80,8 +90,15 @@ def test_wait_until_listed_polls_on_a_fake_clock():
             return next(listings)
 
     now = [0.0]
-    polls = wait_until_listed(Storage("/"), "p", {"p/a": 1, "p/b": 2}, 5.0, 0.25, clock=lambda: now[0],
-                              sleep=lambda s: now.__setitem__(0, now[0] + s))
+    polls = wait_until_listed(
+        Storage("/"),
+        "p",
+        {"p/a": 1, "p/b": 2},
+        5.0,
+        0.25,
+        clock=lambda: now[0],
+        sleep=lambda s: now.__setitem__(0, now[0] + s),
+    )
     assert (polls, now[0]) == (3, 0.5)
 
 
@@ -93,8 +110,10 @@ def test_hub_storage_lists_relative_to_its_root(tmp_path, monkeypatch):
         from agrpo.launchers.hf_jobs.client import make_api
 
         storage = HubBucketStorage(make_api(), "alice/rl", "run1", tmp_path / "run1")
-        assert storage.list_files(".vllm_lora") == {".vllm_lora/trl-policy-v5/adapter_config.json": 8,
-                                                    ".vllm_lora/trl-policy-v5/adapter_model.safetensors": 3}
+        assert storage.list_files(".vllm_lora") == {
+            ".vllm_lora/trl-policy-v5/adapter_config.json": 8,
+            ".vllm_lora/trl-policy-v5/adapter_model.safetensors": 3,
+        }
         storage.write_text("notes/x.txt", "hi")  # contents go through the mount
         assert (tmp_path / "run1" / "notes" / "x.txt").read_text() == "hi"
 

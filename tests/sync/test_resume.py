@@ -16,7 +16,9 @@ def write(root, path, text="x"):
 
 
 def checkpoint(root, step, version, complete=True):
-    write(root, f"checkpoint-{step}/rollout_state.json", json.dumps({"prompt_index": step * 2, "model_version": version}))
+    write(
+        root, f"checkpoint-{step}/rollout_state.json", json.dumps({"prompt_index": step * 2, "model_version": version})
+    )
     write(root, f"checkpoint-{step}/adapter_model.safetensors")
     if complete:
         write(root, f"checkpoint-{step}/trainer_state.json", "{}")
@@ -58,10 +60,15 @@ def test_a_checkpoint_already_past_the_published_versions_is_left_alone(tmp_path
 
 
 def test_inspect_run_reads_a_listing():
-    listing = {"checkpoint-2/trainer_state.json": 2, "checkpoint-2/rollout_state.json": 40,
-               "checkpoint-3/adapter_model.safetensors": 9, ".vllm_lora/trl-policy-v7/adapter_config.json": 1,
-               ".vllm_lora/trl-policy-v12/adapter_model.safetensors": 1, "tensorboard/events": 5,
-               "checkpoint-x/trainer_state.json": 1}
+    listing = {
+        "checkpoint-2/trainer_state.json": 2,
+        "checkpoint-2/rollout_state.json": 40,
+        "checkpoint-3/adapter_model.safetensors": 9,
+        ".vllm_lora/trl-policy-v7/adapter_config.json": 1,
+        ".vllm_lora/trl-policy-v12/adapter_model.safetensors": 1,
+        "tensorboard/events": 5,
+        "checkpoint-x/trainer_state.json": 1,
+    }
     state = inspect_run(listing)
     assert state.checkpoint == "checkpoint-2" and state.incomplete == ["checkpoint-3"]
     assert state.published_version == 12
@@ -76,10 +83,17 @@ from agrpo.errors import ConfigError  # noqa: E402
 from agrpo.sync.resume import checkpoint_to_resume, resume_mode  # noqa: E402
 
 
-@pytest.mark.parametrize("value, expected", [
-    (False, ("false", None)), ("false", ("false", None)), (True, ("true", None)), ("True", ("true", None)),
-    ("auto", ("auto", None)), ("/runs/a/checkpoint-40", ("path", "/runs/a/checkpoint-40")),
-])
+@pytest.mark.parametrize(
+    "value, expected",
+    [
+        (False, ("false", None)),
+        ("false", ("false", None)),
+        (True, ("true", None)),
+        ("True", ("true", None)),
+        ("auto", ("auto", None)),
+        ("/runs/a/checkpoint-40", ("path", "/runs/a/checkpoint-40")),
+    ],
+)
 def test_resume_mode_reads_booleans_words_and_paths(value, expected):
     assert resume_mode(value) == expected
 
@@ -93,8 +107,10 @@ def test_local_resume_skips_a_cut_off_checkpoint_and_floors_versions(tmp_path):
         write(tmp_path, f".vllm_lora/trl-policy-v{version}/adapter_config.json", "{}")
     chosen = checkpoint_to_resume("true", str(tmp_path))
     assert chosen == str(tmp_path / "checkpoint-40")
-    assert json.loads((tmp_path / "checkpoint-40/rollout_state.json").read_text()) == {"prompt_index": 80,
-                                                                                       "model_version": 51}
+    assert json.loads((tmp_path / "checkpoint-40/rollout_state.json").read_text()) == {
+        "prompt_index": 80,
+        "model_version": 51,
+    }
     assert not (tmp_path / "checkpoint-50").exists()
 
 

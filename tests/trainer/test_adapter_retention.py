@@ -18,8 +18,9 @@ class Clock:
 @pytest.fixture
 def policy(tmp_path):
     clock, deleted = Clock(), []
-    retention = AdapterRetention(str(tmp_path / ".vllm_lora"), "trl-policy", retain_s=60.0, clock=clock,
-                                 delete=deleted.append)
+    retention = AdapterRetention(
+        str(tmp_path / ".vllm_lora"), "trl-policy", retain_s=60.0, clock=clock, delete=deleted.append
+    )
     return retention, clock, deleted
 
 

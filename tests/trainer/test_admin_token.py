@@ -33,7 +33,11 @@ def test_every_call_carries_the_bearer_and_keeps_its_own_arguments():
     finally:
         server.shutdown()
     (path1, auth1, body1), (path2, auth2, _) = Recorder.seen
-    assert (path1, auth1, json.loads(body1)) == ("/v1/load_lora_adapter", "Bearer s3cret", {"lora_name": "trl-policy-v1"})
+    assert (path1, auth1, json.loads(body1)) == (
+        "/v1/load_lora_adapter",
+        "Bearer s3cret",
+        {"lora_name": "trl-policy-v1"},
+    )
     assert (path2, auth2) == ("/pause?mode=keep", "Bearer s3cret")
     import requests
 

@@ -25,12 +25,28 @@ def test_slow_sync_is_mentioned_when_generation_bound():
 
 
 def test_backpressure_or_stale_drops_are_trainer_bound():
-    backpressured = diagnose(steps(**{"perf/step_s": 3.0, "perf/rollout_wait_s": 0.0, "rollout/backpressure_s": 1.5,
-                                      "sample/rollout_queue_size": 64}))
+    backpressured = diagnose(
+        steps(
+            **{
+                "perf/step_s": 3.0,
+                "perf/rollout_wait_s": 0.0,
+                "rollout/backpressure_s": 1.5,
+                "sample/rollout_queue_size": 64,
+            }
+        )
+    )
     assert backpressured.kind == "trainer-bound"
     assert "token_budget" in backpressured.line and "gradient_checkpointing" in backpressured.line
-    stale = diagnose(steps(**{"perf/step_s": 3.0, "perf/rollout_wait_s": 0.1, "sample/dropped_stale_total": 40,
-                              "batch/samples_per_step": 160}))
+    stale = diagnose(
+        steps(
+            **{
+                "perf/step_s": 3.0,
+                "perf/rollout_wait_s": 0.1,
+                "sample/dropped_stale_total": 40,
+                "batch/samples_per_step": 160,
+            }
+        )
+    )
     assert stale.kind == "trainer-bound" and stale.stale_share == 0.2
     assert "20% of generated samples dropped as stale (200 of 1000)" in stale.line
     assert "lower trainer.max_inflight_tasks" in stale.line and "raise trainer.max_staleness" in stale.line
@@ -39,8 +55,15 @@ def test_backpressure_or_stale_drops_are_trainer_bound():
 def test_stale_waste_while_generation_bound_names_the_staleness_knobs_not_more_requests():
     """The smoke run's shape: the trainer waits for rollouts, yet a third of what was generated was thrown away.
     Asking for more requests in flight would raise the waste; the verdict names the knobs that lower it."""
-    window = steps(**{"perf/step_s": 0.57, "perf/rollout_wait_s": 0.2, "perf/weight_sync_s": 0.05,
-                      "sample/dropped_stale_total": 8.0, "batch/samples_per_step": 16.0})
+    window = steps(
+        **{
+            "perf/step_s": 0.57,
+            "perf/rollout_wait_s": 0.2,
+            "perf/weight_sync_s": 0.05,
+            "sample/dropped_stale_total": 8.0,
+            "batch/samples_per_step": 16.0,
+        }
+    )
     verdict = diagnose(window)
     assert verdict.kind == "generation-bound"
     assert verdict.stale_share == 8 / 24
@@ -52,8 +75,14 @@ def test_stale_waste_while_generation_bound_names_the_staleness_knobs_not_more_r
 
 
 def test_a_little_stale_waste_keeps_the_generation_advice():
-    window = steps(**{"perf/step_s": 1.0, "perf/rollout_wait_s": 0.5, "sample/dropped_stale_total": 1.0,
-                      "batch/samples_per_step": 19.0})
+    window = steps(
+        **{
+            "perf/step_s": 1.0,
+            "perf/rollout_wait_s": 0.5,
+            "sample/dropped_stale_total": 1.0,
+            "batch/samples_per_step": 19.0,
+        }
+    )
     verdict = diagnose(window)
     assert verdict.kind == "generation-bound" and verdict.stale_share == 0.05
     assert "5% of generated samples dropped as stale" in verdict.line
@@ -84,8 +113,9 @@ def test_callback_reports_every_n_steps_and_keeps_a_final_verdict(caplog):
     callback = BottleneckCallback(every=2)
     with caplog.at_level(logging.DEBUG, logger="agrpo.trainer.trl_backend"):  # file-only detail since the console
         for step in range(1, 6):
-            callback.on_log(None, SimpleNamespace(global_step=step), None,
-                            logs={"perf/step_s": 1.0, "perf/rollout_wait_s": 0.8})
+            callback.on_log(
+                None, SimpleNamespace(global_step=step), None, logs={"perf/step_s": 1.0, "perf/rollout_wait_s": 0.8}
+            )
         callback.on_log(None, SimpleNamespace(global_step=6), None, logs={"loss": 0.0})  # not a step log
         callback.on_train_end(None, SimpleNamespace(global_step=5), None)
     lines = [r.getMessage() for r in caplog.records if "bottleneck" in r.getMessage()]

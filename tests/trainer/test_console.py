@@ -17,8 +17,15 @@ import pytest
 from omegaconf import OmegaConf
 
 from agrpo.config.schema import RunConfig
-from agrpo.trainer.console import (ConsoleCallback, banner_lines, eval_overrides, quiet_trainer, run_summary,
-                                   step_line, summary_lines)
+from agrpo.trainer.console import (
+    ConsoleCallback,
+    banner_lines,
+    eval_overrides,
+    quiet_trainer,
+    run_summary,
+    step_line,
+    summary_lines,
+)
 
 HISTORY = json.loads((Path(__file__).parent.parent / "report" / "data" / "smoke_log_history.json").read_text())
 
@@ -51,17 +58,25 @@ def test_run_summary_of_the_real_run():
 
 
 def test_run_summary_without_train_runtime_sums_step_times():
-    summary = run_summary([{"reward": 0.5, "perf/step_s": 2.0, "step": 1}, {"reward": 0.7, "perf/step_s": 2.0,
-                                                                             "step": 2}])
+    summary = run_summary(
+        [{"reward": 0.5, "perf/step_s": 2.0, "step": 1}, {"reward": 0.7, "perf/step_s": 2.0, "step": 2}]
+    )
     assert summary["runtime_s"] == 4.0 and summary["steps_per_s"] == 0.5 and summary["tokens_per_s"] is None
     assert summary["reward_first"] == summary["reward_last"] == pytest.approx(0.6)
 
 
 def test_summary_lines_name_the_adapter_and_the_next_commands():
-    lines = summary_lines(run_summary(HISTORY), run_dir="/runs/smoke/1", adapter="/runs/smoke/1/final_adapter",
-                          base_model="Qwen/Qwen2.5-0.5B-Instruct", lora_rank=32, adapter_name="smoke",
-                          overrides=["+recipe=smoke", "trainer.max_steps=60", "model=qwen2_5_0_5b"],
-                          verdict="trainer-bound (...)", curves="/runs/smoke/1/training_curves.png")
+    lines = summary_lines(
+        run_summary(HISTORY),
+        run_dir="/runs/smoke/1",
+        adapter="/runs/smoke/1/final_adapter",
+        base_model="Qwen/Qwen2.5-0.5B-Instruct",
+        lora_rank=32,
+        adapter_name="smoke",
+        overrides=["+recipe=smoke", "trainer.max_steps=60", "model=qwen2_5_0_5b"],
+        verdict="trainer-bound (...)",
+        curves="/runs/smoke/1/training_curves.png",
+    )
     text = "\n".join(lines)
     assert lines[0] == "agrpo: done, 60 steps in 48 s"
     assert "reward       0.1018 (first 5 steps) -> 0.9547 (last 5 steps)" in text
@@ -69,30 +84,49 @@ def test_summary_lines_name_the_adapter_and_the_next_commands():
     assert "bottleneck   trainer-bound (...)" in text and "curves       /runs/smoke/1/training_curves.png" in text
     assert "agrpo eval +recipe=smoke model=qwen2_5_0_5b eval.adapter=/runs/smoke/1/final_adapter" in text
     assert "agrpo push /runs/smoke/1 --repo-id NAME" in text and "agrpo plot /runs/smoke/1" in text
-    assert ("vllm serve Qwen/Qwen2.5-0.5B-Instruct --enable-lora --max-lora-rank 32 "
-            "--lora-modules smoke=/runs/smoke/1/final_adapter") in text
-    assert ("PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained('Qwen/Qwen2.5-0.5B-Instruct'), "
-            "'/runs/smoke/1/final_adapter')") in text
+    assert (
+        "vllm serve Qwen/Qwen2.5-0.5B-Instruct --enable-lora --max-lora-rank 32 "
+        "--lora-modules smoke=/runs/smoke/1/final_adapter"
+    ) in text
+    assert (
+        "PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained('Qwen/Qwen2.5-0.5B-Instruct'), "
+        "'/runs/smoke/1/final_adapter')"
+    ) in text
 
 
 def test_eval_overrides_keep_what_says_the_task():
-    assert eval_overrides(["+recipe=gsm8k", "trainer.max_steps=5", "data=gsm8k", "logger.level=DEBUG", "lora.r=64",
-                           "reward=gsm8k", "model.name_or_path=/m", "inference.base_port=8661"]) == [
-        "+recipe=gsm8k", "data=gsm8k", "lora.r=64", "reward=gsm8k", "model.name_or_path=/m"]
+    assert eval_overrides(
+        [
+            "+recipe=gsm8k",
+            "trainer.max_steps=5",
+            "data=gsm8k",
+            "logger.level=DEBUG",
+            "lora.r=64",
+            "reward=gsm8k",
+            "model.name_or_path=/m",
+            "inference.base_port=8661",
+        ]
+    ) == ["+recipe=gsm8k", "data=gsm8k", "lora.r=64", "reward=gsm8k", "model.name_or_path=/m"]
 
 
 def test_banner_says_where_tensorboard_is():
-    lines = banner_lines(run_dir="/r", model="tiny", lora_rank=8, max_steps=60, replicas=2,
-                         vllm_url="http://127.0.0.1:8000", log_file="/r/logs/trainer.log",
-                         report_to=["tensorboard", "wandb"])
+    lines = banner_lines(
+        run_dir="/r",
+        model="tiny",
+        lora_rank=8,
+        max_steps=60,
+        replicas=2,
+        vllm_url="http://127.0.0.1:8000",
+        log_file="/r/logs/trainer.log",
+        report_to=["tensorboard", "wandb"],
+    )
     assert lines[0] == "agrpo: training tiny (LoRA r=8) for 60 steps on 2 replica(s) behind http://127.0.0.1:8000"
     assert "  TensorBoard  /r/tensorboard  (tensorboard --logdir /r/tensorboard)" in lines
     assert "  full log     /r/logs/trainer.log" in lines and "  also logging to wandb" in lines
 
 
 def test_quiet_trainer_removes_the_callbacks_that_print_metric_dicts():
-    from transformers.trainer_callback import (CallbackHandler, DefaultFlowCallback, PrinterCallback,
-                                               ProgressCallback)
+    from transformers.trainer_callback import CallbackHandler, DefaultFlowCallback, PrinterCallback, ProgressCallback
 
     handler = CallbackHandler([DefaultFlowCallback, ProgressCallback, PrinterCallback], None, None, None, None)
     trainer = SimpleNamespace(callback_handler=handler, remove_callback=handler.remove_callback)
@@ -131,7 +165,7 @@ def test_callback_prints_banner_a_line_every_n_steps_and_the_summary(caplog):
     lines = [r.getMessage() for r in caplog.records if r.name == "agrpo.console"]
     steps = [line for line in lines if line.startswith("step ")]
     assert [line.split()[1] for line in steps] == ["20/60", "40/60", "60/60"]
-    assert lines[0].startswith("agrpo: training") and lines[-len(printed):] == printed
+    assert lines[0].startswith("agrpo: training") and lines[-len(printed) :] == printed
     assert len(lines) < 60  # well under one line per step, banner and summary included
     assert "agrpo: done, 60 steps in 48 s" in printed
 
@@ -141,7 +175,8 @@ def test_callback_draws_one_bar_on_its_stream(tmp_path):
     callback = ConsoleCallback(config(console_every=0), stream=stream, bar=True)
     drive(callback, HISTORY[:10], 10)
     ConsoleCallback(config(console_every=0), stream=stream).on_train_begin(  # a file, not a terminal: no bar
-        None, SimpleNamespace(is_world_process_zero=True, max_steps=5, global_step=0), None)
+        None, SimpleNamespace(is_world_process_zero=True, max_steps=5, global_step=0), None
+    )
     stream.close()
     text = (tmp_path / "console.txt").read_bytes().decode()
     assert "10/10" in text and "reward 0.090" in text
@@ -170,18 +205,28 @@ CHILD = textwrap.dedent("""
 def test_logging_routes_library_chatter_to_the_file_and_real_warnings_to_the_terminal(tmp_path):
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2]), "HF_HUB_OFFLINE": "1"}
     env.pop("PYTHONWARNINGS", None)
-    result = subprocess.run([sys.executable, "-c", CHILD, str(tmp_path)], check=False, capture_output=True, text=True,
-                            env=env, timeout=120)
+    result = subprocess.run(
+        [sys.executable, "-c", CHILD, str(tmp_path)], check=False, capture_output=True, text=True, env=env, timeout=120
+    )
     assert result.returncode == 0, result.stderr
     terminal = result.stdout.splitlines()
-    assert terminal == ["WARNING transformers.trainer: a real transformers warning",
-                        "WARNING urllib3.connectionpool: a real urllib3 warning",
-                        "agrpo console line",
-                        "agrpo info line",
-                        "WARNING agrpo.trainer.cpu_compat: agrpo warning",
-                        str(tmp_path / "logs" / "trainer.log")]
+    assert terminal == [
+        "WARNING transformers.trainer: a real transformers warning",
+        "WARNING urllib3.connectionpool: a real urllib3 warning",
+        "agrpo console line",
+        "agrpo info line",
+        "WARNING agrpo.trainer.cpu_compat: agrpo warning",
+        str(tmp_path / "logs" / "trainer.log"),
+    ]
     assert result.stderr == ""  # transformers' own stderr handler is gone
     log = (tmp_path / "logs" / "trainer.log").read_text()
-    for text in ("dropping stale sample", "TRL currently supports vLLM versions", "StepIntervalCallback",
-                 "a real transformers warning", "a real urllib3 warning", "agrpo console line", "agrpo debug detail"):
+    for text in (
+        "dropping stale sample",
+        "TRL currently supports vLLM versions",
+        "StepIntervalCallback",
+        "a real transformers warning",
+        "a real urllib3 warning",
+        "agrpo console line",
+        "agrpo debug detail",
+    ):
         assert text in log, text

@@ -46,12 +46,12 @@ def reference_attention(q, k, v, q_lens, k_lens, kv_index, heads_per_kv):
     out, qs, ks = [], 0, 0
     keys, values = k[kv_index], v[kv_index]
     for lq, lk in zip(q_lens, k_lens):
-        query = q[qs:qs + lq]  # (lq, H, D)
-        key = keys[ks:ks + lk].repeat_interleave(heads_per_kv, dim=1)
-        value = values[ks:ks + lk].repeat_interleave(heads_per_kv, dim=1)
+        query = q[qs : qs + lq]  # (lq, H, D)
+        key = keys[ks : ks + lk].repeat_interleave(heads_per_kv, dim=1)
+        value = values[ks : ks + lk].repeat_interleave(heads_per_kv, dim=1)
         scores = torch.einsum("qhd,khd->hqk", query, key) / query.shape[-1] ** 0.5
         for i in range(lq):
-            scores[:, i, lk - lq + i + 1:] = float("-inf")
+            scores[:, i, lk - lq + i + 1 :] = float("-inf")
         out.append(torch.einsum("hqk,khd->qhd", scores.softmax(-1), value))
         qs, ks = qs + lq, ks + lk
     return torch.cat(out)
@@ -68,8 +68,9 @@ def test_varlen_attention_matches_dense_reference():
     kv_index = torch.tensor([i for path in paths for i in path])
     cu_q = torch.tensor([0, 6, 9, 12], dtype=torch.int32)
     cu_k = torch.tensor([0, 6, 15, 24], dtype=torch.int32)
-    got = cpu_compat.varlen_causal_attention(q, k.index_select(0, kv_index), v.index_select(0, kv_index), cu_q, cu_k,
-                                             6, 9, causal=True)
+    got = cpu_compat.varlen_causal_attention(
+        q, k.index_select(0, kv_index), v.index_select(0, kv_index), cu_q, cu_k, 6, 9, causal=True
+    )
     want = reference_attention(q, k, v, q_lens, [len(p) for p in paths], kv_index, heads // kv_heads)
     assert got.shape == (total, heads, dim)
     torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-4)

@@ -23,7 +23,13 @@ vllm:request_success_total{engine="0",finished_reason="length",model_name="/m/ti
 """
 
 PROXY_STATS = {
-    "routed": 2506, "affinity": 2177, "spilled": 0, "unmatched": 329, "retried": 23, "failed": 0, "rejected": 0,
+    "routed": 2506,
+    "affinity": 2177,
+    "spilled": 0,
+    "unmatched": 329,
+    "retried": 23,
+    "failed": 0,
+    "rejected": 0,
     "replicas": [
         {"index": 0, "url": "http://127.0.0.1:8100", "healthy": True, "routed": 1867},
         {"index": 1, "url": "http://127.0.0.1:8101", "healthy": False, "routed": 662},

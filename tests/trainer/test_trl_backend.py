@@ -5,7 +5,7 @@ import pytest
 from agrpo.config.compose import compose_run_config
 from agrpo.errors import ConfigError
 from agrpo.inference.vllm_server import VLLM_LORA_RANKS
-from agrpo.trainer.trl_backend import (build_grpo_args, build_peft_config, final_metrics, scaled_inflight)
+from agrpo.trainer.trl_backend import build_grpo_args, build_peft_config, final_metrics, scaled_inflight
 
 
 def cfg_for(*overrides, tmp="/tmp/agrpo-args"):
@@ -13,8 +13,9 @@ def cfg_for(*overrides, tmp="/tmp/agrpo-args"):
 
 
 def test_grpo_args_carry_the_config_values(tmp_path):
-    cfg = cfg_for("trainer.learning_rate=0.25", "trainer.max_staleness=3", "trainer.weight_sync_steps=2",
-                  tmp=str(tmp_path))
+    cfg = cfg_for(
+        "trainer.learning_rate=0.25", "trainer.max_staleness=3", "trainer.weight_sync_steps=2", tmp=str(tmp_path)
+    )
     args = build_grpo_args(cfg, "http://127.0.0.1:9999", num_replicas=1, use_gpu=False)
     assert args.output_dir == str(tmp_path)
     assert args.vllm_server_base_url == "http://127.0.0.1:9999"

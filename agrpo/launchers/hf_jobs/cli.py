@@ -19,9 +19,11 @@ from agrpo.launchers.hf_jobs.plan import ROLE_LABEL
 def parse_args(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="agrpo jobs", description=__doc__.splitlines()[0])
     commands = parser.add_subparsers(dest="command", required=True)
-    for name, text in (("status", "list the run's Jobs with their stage, flavor and URL"),
-                       ("logs", "print a Job's logs (the trainer's by default)"),
-                       ("cancel", "cancel every Job of the run that is not over yet")):
+    for name, text in (
+        ("status", "list the run's Jobs with their stage, flavor and URL"),
+        ("logs", "print a Job's logs (the trainer's by default)"),
+        ("cancel", "cancel every Job of the run that is not over yet"),
+    ):
         sub = commands.add_parser(name, help=text, description=text)
         sub.add_argument("run_id", help="launcher.hf_jobs.run_id of the run")
         sub.add_argument("--namespace", help="user or org the Jobs run in (default: the token's user)")
@@ -36,8 +38,10 @@ def status_rows(jobs: list) -> list[str]:
     rows = [f"{'JOB ID':<26} {'ROLE':<8} {'STAGE':<10} {'FLAVOR':<10} NAME / URL"]
     for job in jobs:
         labels = job.labels or {}
-        rows.append(f"{job.id:<26} {labels.get(ROLE_LABEL, '?'):<8} {stage_of(job):<10} {str(job.flavor):<10} "
-                    f"{labels.get('name', '')}  {job.url}")
+        rows.append(
+            f"{job.id:<26} {labels.get(ROLE_LABEL, '?'):<8} {stage_of(job):<10} {str(job.flavor):<10} "
+            f"{labels.get('name', '')}  {job.url}"
+        )
     return rows
 
 
@@ -60,8 +64,10 @@ def main(argv: list[str]) -> int:
             print("\n".join(status_rows(jobs)))
         elif args.command == "cancel":
             cancelled = cancel_jobs(api, namespace, [job.id for job in jobs])
-            print(f"agrpo jobs: cancelled {len(cancelled)} Job(s) of run {args.run_id}"
-                  + (f": {' '.join(cancelled)}" if cancelled else " (all were already over)"))
+            print(
+                f"agrpo jobs: cancelled {len(cancelled)} Job(s) of run {args.run_id}"
+                + (f": {' '.join(cancelled)}" if cancelled else " (all were already over)")
+            )
         else:
             job = pick_job(jobs, args.role)
             if job is None:

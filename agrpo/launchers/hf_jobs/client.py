@@ -38,8 +38,10 @@ def resolve_namespace(api: Any, configured: str | None) -> str:
     try:
         return api.whoami()["name"]
     except Exception as error:  # no token, or a token the Hub refuses
-        raise LaunchError("cannot tell which namespace to run the Jobs in: log in (`hf auth login`) or set HF_TOKEN, "
-                          f"or set launcher.hf_jobs.namespace ({type(error).__name__})") from None
+        raise LaunchError(
+            "cannot tell which namespace to run the Jobs in: log in (`hf auth login`) or set HF_TOKEN, "
+            f"or set launcher.hf_jobs.namespace ({type(error).__name__})"
+        ) from None
 
 
 def secret_values(names: Iterable[str]) -> dict[str, str]:
@@ -52,8 +54,10 @@ def secret_values(names: Iterable[str]) -> dict[str, str]:
         else:
             missing.append(name)
     if missing:
-        raise LaunchError(f"no value for the Job secret(s) {missing}: set them in the environment of this machine "
-                          "(HF_TOKEN: or log in with `hf auth login`), or remove them from launcher.hf_jobs.secrets")
+        raise LaunchError(
+            f"no value for the Job secret(s) {missing}: set them in the environment of this machine "
+            "(HF_TOKEN: or log in with `hf auth login`), or remove them from launcher.hf_jobs.secrets"
+        )
     return values
 
 

@@ -31,8 +31,9 @@ def make_wheel(spec: WheelBuild, out_dir: str) -> Path:
     if spec.from_installed:
         dist = installed_distribution()
         if dist is None or site_dir(dist) != spec.package_root or wheel_name(dist) != spec.filename:
-            raise LaunchError(f"the installed agrpo changed since the plan named {spec.filename} in "
-                              f"{spec.package_root}; launch again")
+            raise LaunchError(
+                f"the installed agrpo changed since the plan named {spec.filename} in {spec.package_root}; launch again"
+            )
         return repack(dist, out_dir)
     copy_source(spec.package_root, f"{out_dir}/src")
     return build_wheel(spec.argv(out_dir), spec.filename, out_dir)
@@ -43,8 +44,10 @@ def refuse_secret_in_plan(plan: JobsPlan, secrets: dict[str, str]) -> None:
     text = json.dumps(dataclasses.asdict(plan))
     leaked = sorted(name for name, value in secrets.items() if value and value in text)
     if leaked:
-        raise LaunchError(f"the value of the secret(s) {leaked} appears in the plan (a command, env value, label or "
-                          "the run config): remove it and name the secret in launcher.hf_jobs.secrets instead")
+        raise LaunchError(
+            f"the value of the secret(s) {leaked} appears in the plan (a command, env value, label or "
+            "the run config): remove it and name the secret in launcher.hf_jobs.secrets instead"
+        )
 
 
 class JobsRun:
@@ -82,9 +85,11 @@ class JobsRun:
                 self.api.batch_bucket_files(plan.bucket, add=files)
             except Exception as error:  # HTTP, network or Xet errors: one line, nothing was launched
                 first = str(error).strip().splitlines()[0] if str(error).strip() else ""
-                raise LaunchError(f"could not upload the run's files to the bucket {plan.bucket} "
-                                  f"({type(error).__name__}: {first}); no Job was created. Check the token's write "
-                                  "access to the bucket (sync.bucket)") from None
+                raise LaunchError(
+                    f"could not upload the run's files to the bucket {plan.bucket} "
+                    f"({type(error).__name__}: {first}); no Job was created. Check the token's write "
+                    "access to the bucket (sync.bucket)"
+                ) from None
             log.info("uploaded %s to bucket %s", ", ".join(dest for _, dest in files), plan.bucket)
         finally:
             if out_dir:
@@ -100,9 +105,13 @@ class JobsRun:
     def wait_ready(self, replicas: list[ReplicaJob], token: str | None) -> float:
         try:
             return wait_until_ready(
-                replicas, self._stage, lambda url: probe_health(self.reach(url), token), self.watch.ready_timeout_s,
+                replicas,
+                self._stage,
+                lambda url: probe_health(self.reach(url), token),
+                self.watch.ready_timeout_s,
                 self.watch.poll_interval_s,
-                on_ready=lambda r, s: log.info("replica %s healthy after %.0f s: %s", r.name, s, r.url))
+                on_ready=lambda r, s: log.info("replica %s healthy after %.0f s: %s", r.name, s, r.url),
+            )
         except ReplicaNotReady as error:
             tail = log_tail(self.api, self.plan.namespace, error.replica.job_id)
             logs = ("; its last log lines:\n" + "\n".join(tail)) if tail else ""
@@ -146,20 +155,29 @@ class JobsRun:
             took = self.wait_ready(replicas, secrets.get(TOKEN_SECRET) or hf_token())
             log.info("%d replica(s) healthy after %.0f s", len(replicas), took)
             trainer = self._run(plan.trainer, secrets)
-            summary = {"run_id": plan.run_id, "namespace": plan.namespace, "trainer_job": trainer.id,
-                       "replica_jobs": [r.job_id for r in replicas], "run_dir": plan.run_dir}
+            summary = {
+                "run_id": plan.run_id,
+                "namespace": plan.namespace,
+                "trainer_job": trainer.id,
+                "replica_jobs": [r.job_id for r in replicas],
+                "run_dir": plan.run_dir,
+            }
             if self.watch.detach:
                 detached = True
-                self.echo(f"agrpo: run {plan.run_id} launched; the trainer Job {trainer.url} cancels the replicas "
-                          f"when it ends. Follow it with `agrpo jobs logs {plan.run_id}`, stop it with "
-                          f"`agrpo jobs cancel {plan.run_id}`")
+                self.echo(
+                    f"agrpo: run {plan.run_id} launched; the trainer Job {trainer.url} cancels the replicas "
+                    f"when it ends. Follow it with `agrpo jobs logs {plan.run_id}`, stop it with "
+                    f"`agrpo jobs cancel {plan.run_id}`"
+                )
                 return summary
             final = self.watch_trainer(trainer.id)
             if stage_of(final) != "COMPLETED":
                 why = f": {final.status.message}" if final.status.message else ""
-                raise LaunchError(f"the trainer Job {trainer.id} ended with stage {stage_of(final)}{why}. Its "
-                                  f"checkpoints stay in the bucket {plan.bucket} under {plan.run_dir}; relaunch "
-                                  f"with launcher.hf_jobs.run_id={plan.run_id} to resume")
+                raise LaunchError(
+                    f"the trainer Job {trainer.id} ended with stage {stage_of(final)}{why}. Its "
+                    f"checkpoints stay in the bucket {plan.bucket} under {plan.run_dir}; relaunch "
+                    f"with launcher.hf_jobs.run_id={plan.run_id} to resume"
+                )
             return summary
         except KeyboardInterrupt:
             raise LaunchError(f"interrupted; every Job of run {plan.run_id} was cancelled") from None

@@ -26,9 +26,11 @@ class HFJobsLauncher(Launcher):
         from agrpo.launchers.hf_jobs.planner import build_jobs_plan
 
         if cfg.role == "trainer":
-            raise ConfigError("role=trainer with launcher=hf_jobs is the trainer Job's own config: it runs with "
-                              "`python -m agrpo.launchers.hf_jobs.trainer <run dir>/config.yaml`, not `python -m "
-                              "agrpo`; launch the run with role=all")
+            raise ConfigError(
+                "role=trainer with launcher=hf_jobs is the trainer Job's own config: it runs with "
+                "`python -m agrpo.launchers.hf_jobs.trainer <run dir>/config.yaml`, not `python -m "
+                "agrpo`; launch the run with role=all"
+            )
         return build_jobs_plan(cfg)
 
     def execute(self, cfg: Any, plan: JobsPlan) -> dict[str, Any]:
@@ -62,8 +64,13 @@ def execute_rehearsal(plan: JobsPlan) -> dict[str, Any]:
     namespace = REHEARSAL_NAMESPACE if plan.namespace == NAMESPACE_PLACEHOLDER else plan.namespace
     previous = signal.signal(signal.SIGTERM, _sigterm_as_interrupt)
     try:
-        with rehearsal(namespace, spec.listing_lag_s, spec.negative_cache_s, spec.root,
-                       preempt_trainer_after_s=spec.preempt_trainer_after_s) as stand_in:
+        with rehearsal(
+            namespace,
+            spec.listing_lag_s,
+            spec.negative_cache_s,
+            spec.root,
+            preempt_trainer_after_s=spec.preempt_trainer_after_s,
+        ) as stand_in:
             bound = bind_placeholder(bind_namespace(plan, namespace), GATEWAY_PLACEHOLDER, stand_in.gateway_port)
             summary = JobsRun(bound, stand_in.api(), reach=stand_in.reach).execute()
             return {**summary, "rehearsal_dir": str(stand_in.stand_in.root)}

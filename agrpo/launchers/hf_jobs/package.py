@@ -53,8 +53,19 @@ def wheel_filename(root: Path) -> str:
 
 
 # Never copied into the build: outputs, caches, environments and earlier builds.
-NOT_SOURCE = shutil.ignore_patterns(".git", ".venv", "build", "dist", "*.egg-info", "outputs", "multirun",
-                                    "__pycache__", ".pytest_cache", ".hypothesis", "*.pyc")
+NOT_SOURCE = shutil.ignore_patterns(
+    ".git",
+    ".venv",
+    "build",
+    "dist",
+    "*.egg-info",
+    "outputs",
+    "multirun",
+    "__pycache__",
+    ".pytest_cache",
+    ".hypothesis",
+    "*.pyc",
+)
 
 
 def copy_source(root: str, dest: str) -> None:
@@ -66,15 +77,18 @@ def build_wheel(argv: list[str], expected: str, out_dir: str) -> Path:
     done = subprocess.run(argv, capture_output=True, text=True)
     if done.returncode != 0:
         tail = "\n".join((done.stdout + done.stderr).strip().splitlines()[-15:])
-        raise LaunchError(f"building agrpo's wheel failed (`{' '.join(argv)}`, exit {done.returncode}); no Job was "
-                          f"created. Its last lines:\n{tail}")
+        raise LaunchError(
+            f"building agrpo's wheel failed (`{' '.join(argv)}`, exit {done.returncode}); no Job was "
+            f"created. Its last lines:\n{tail}"
+        )
     built = sorted(Path(out_dir).glob("agrpo-*.whl"))
     if [w.name for w in built] != [expected]:
-        raise LaunchError(f"pip built {[w.name for w in built]} but the plan names {expected}: the version changed "
-                          "between planning and building; launch again")
+        raise LaunchError(
+            f"pip built {[w.name for w in built]} but the plan names {expected}: the version changed "
+            "between planning and building; launch again"
+        )
     return built[0]
 
 
 def wheel_build_dir() -> str:
     return tempfile.mkdtemp(prefix="agrpo-wheel-")
-

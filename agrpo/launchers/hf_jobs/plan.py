@@ -20,12 +20,26 @@ from agrpo.launchers.plan import SAFE_ENV_VALUES
 # Estimated USD per hour by flavor, from Hugging Face's public Jobs pricing when this was written. An estimate
 # only: `HfApi().list_jobs_hardware()` returns the current prices.
 PRICE_PER_HOUR_USD = {
-    "cpu-basic": 0.01, "cpu-upgrade": 0.03,
-    "t4-small": 0.40, "t4-medium": 0.60, "l4x1": 0.80, "l4x4": 3.80,
-    "l40sx1": 1.80, "l40sx4": 8.30, "l40sx8": 23.50,
-    "a10g-small": 1.00, "a10g-large": 1.50, "a10g-largex2": 3.00, "a10g-largex4": 5.00,
-    "a100-large": 2.50, "a100x4": 10.00, "a100x8": 20.00,
-    "h200": 5.00, "h200x2": 10.00, "h200x4": 20.00, "h200x8": 40.00,
+    "cpu-basic": 0.01,
+    "cpu-upgrade": 0.03,
+    "t4-small": 0.40,
+    "t4-medium": 0.60,
+    "l4x1": 0.80,
+    "l4x4": 3.80,
+    "l40sx1": 1.80,
+    "l40sx4": 8.30,
+    "l40sx8": 23.50,
+    "a10g-small": 1.00,
+    "a10g-large": 1.50,
+    "a10g-largex2": 3.00,
+    "a10g-largex4": 5.00,
+    "a100-large": 2.50,
+    "a100x4": 10.00,
+    "a100x8": 20.00,
+    "h200": 5.00,
+    "h200x2": 10.00,
+    "h200x4": 20.00,
+    "h200x8": 40.00,
 }
 RUN_LABEL, ROLE_LABEL, LAUNCH_LABEL = "agrpo-run", "agrpo-role", "agrpo-launch"
 TOKEN_SECRET = "HF_TOKEN"  # the secret the proxy sends upstream and the trainer Job lists/cancels replicas with
@@ -55,30 +69,46 @@ class JobSpec:
         """Keyword arguments for `HfApi.run_job`."""
         from huggingface_hub import Volume
 
-        volumes = [Volume(type="bucket", source=v["source"], mount_path=v["mount_path"], read_only=v["read_only"])
-                   for v in self.volumes]
-        return dict(image=self.image, command=list(self.command), env=dict(self.env),
-                    secrets={name: secret_values[name] for name in self.secrets} or None, flavor=self.flavor,
-                    timeout=self.timeout_s, attempts=self.attempts if self.attempts > 1 else None, name=self.name,
-                    labels=dict(self.labels), volumes=volumes or None, expose=list(self.expose) or None,
-                    namespace=namespace)
+        volumes = [
+            Volume(type="bucket", source=v["source"], mount_path=v["mount_path"], read_only=v["read_only"])
+            for v in self.volumes
+        ]
+        return dict(
+            image=self.image,
+            command=list(self.command),
+            env=dict(self.env),
+            secrets={name: secret_values[name] for name in self.secrets} or None,
+            flavor=self.flavor,
+            timeout=self.timeout_s,
+            attempts=self.attempts if self.attempts > 1 else None,
+            name=self.name,
+            labels=dict(self.labels),
+            volumes=volumes or None,
+            expose=list(self.expose) or None,
+            namespace=namespace,
+        )
 
     def render(self) -> str:
         safe = SAFE_ENV_VALUES | {LAUNCH_ID_ENV}
         env = " ".join(f"{k}={v if k in safe else '<set>'}" for k, v in sorted(self.env.items()))
         price = PRICE_PER_HOUR_USD.get(self.flavor)
-        lines = [f"[{self.role}] {self.name}",
-                 f"  image: {self.image}  flavor: {self.flavor} (~${price:.2f}/h)" if price is not None
-                 else f"  image: {self.image}  flavor: {self.flavor} (price unknown)",
-                 f"  timeout: {self.timeout_s} s" + (f"  attempts: {self.attempts}" if self.attempts > 1 else ""),
-                 f"  cmd: {shlex.join(self.command)}"]
+        lines = [
+            f"[{self.role}] {self.name}",
+            f"  image: {self.image}  flavor: {self.flavor} (~${price:.2f}/h)"
+            if price is not None
+            else f"  image: {self.image}  flavor: {self.flavor} (price unknown)",
+            f"  timeout: {self.timeout_s} s" + (f"  attempts: {self.attempts}" if self.attempts > 1 else ""),
+            f"  cmd: {shlex.join(self.command)}",
+        ]
         if env:
             lines.append(f"  env: {env}")
         if self.secrets:
             lines.append(f"  secrets: {' '.join(self.secrets)} (values never shown)")
         for v in self.volumes:
-            lines.append(f"  volume: bucket {v['source']} -> {v['mount_path']} "
-                         f"({'read-only' if v['read_only'] else 'read-write'})")
+            lines.append(
+                f"  volume: bucket {v['source']} -> {v['mount_path']} "
+                f"({'read-only' if v['read_only'] else 'read-write'})"
+            )
         if self.expose:
             lines.append(f"  ports: {', '.join(map(str, self.expose))} -> {self.url}")
         lines.append(f"  labels: {' '.join(f'{k}={v}' for k, v in sorted(self.labels.items()))}")
@@ -98,8 +128,17 @@ class WheelBuild:
 
     def argv(self, work_dir: str) -> list[str]:
         """Built from `<work_dir>/src`, a copy of package_root (so nothing is written into it), into work_dir."""
-        return [self.python, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-w", work_dir,
-                f"{work_dir}/src"]
+        return [
+            self.python,
+            "-m",
+            "pip",
+            "wheel",
+            "--no-deps",
+            "--no-build-isolation",
+            "-w",
+            work_dir,
+            f"{work_dir}/src",
+        ]
 
 
 @dataclass
@@ -142,9 +181,11 @@ class Rehearse:
         built = f"; build the model with {self.model_builder} into {self.model_path}" if self.model_builder else ""
         if self.preempt_trainer_after_s is not None:
             built += f"; preempt the trainer Job's first attempt after {self.preempt_trainer_after_s:g} s"
-        return (f"rehearse: every Job below runs on this machine against a local stand-in of the Jobs and Buckets API "
-                f"(listing lag {self.listing_lag_s:g} s, negative lookup cache {self.negative_cache_s:g} s) in "
-                f"{where}{built}; <rehearsal-gateway-port> is the stand-in's gateway port, chosen at start")
+        return (
+            f"rehearse: every Job below runs on this machine against a local stand-in of the Jobs and Buckets API "
+            f"(listing lag {self.listing_lag_s:g} s, negative lookup cache {self.negative_cache_s:g} s) in "
+            f"{where}{built}; <rehearsal-gateway-port> is the stand-in's gateway port, chosen at start"
+        )
 
 
 @dataclass
@@ -169,8 +210,10 @@ class JobsPlan:
     def cost_per_hour(self) -> tuple[float, list[str]]:
         """(estimated USD per hour of every Job together, flavors missing from the price table)."""
         flavors = [job.flavor for job in self.jobs()]
-        return (sum(PRICE_PER_HOUR_USD.get(f, 0.0) for f in flavors),
-                sorted({f for f in flavors if f not in PRICE_PER_HOUR_USD}))
+        return (
+            sum(PRICE_PER_HOUR_USD.get(f, 0.0) for f in flavors),
+            sorted({f for f in flavors if f not in PRICE_PER_HOUR_USD}),
+        )
 
     def replica_url(self, job_id: str) -> str:
         return self.watch.replica_url.format(job_id=job_id, port=self.watch.replica_port)
@@ -179,18 +222,26 @@ class JobsPlan:
         total, unknown = self.cost_per_hour()
         cost = f"estimated cost: ${total:.2f}/hour for {len(self.replicas)} replica Job(s) + 1 trainer Job"
         cost += f" (no price known for {unknown})" if unknown else ""
-        parts = [f"agrpo plan (hf_jobs), run id {self.run_id}, launch {self.launch_id}, namespace {self.namespace}",
-                 f"bucket {self.bucket}; run dir {self.run_dir} (adapters, checkpoints, TensorBoard, final adapter)",
-                 f"{cost} (an estimate from agrpo's price table; HfApi().list_jobs_hardware() has current prices)"]
+        parts = [
+            f"agrpo plan (hf_jobs), run id {self.run_id}, launch {self.launch_id}, namespace {self.namespace}",
+            f"bucket {self.bucket}; run dir {self.run_dir} (adapters, checkpoints, TensorBoard, final adapter)",
+            f"{cost} (an estimate from agrpo's price table; HfApi().list_jobs_hardware() has current prices)",
+        ]
         if self.wheel and self.wheel.from_installed:
-            parts.append(f"prepare: pack the agrpo installed in {self.wheel.package_root} (no source tree) into "
-                         f"{self.wheel.filename} -> upload to bucket {self.bucket}:{self.wheel.path_in_bucket}")
+            parts.append(
+                f"prepare: pack the agrpo installed in {self.wheel.package_root} (no source tree) into "
+                f"{self.wheel.filename} -> upload to bucket {self.bucket}:{self.wheel.path_in_bucket}"
+            )
         elif self.wheel:
-            parts.append(f"prepare: copy {self.wheel.package_root} (sources only) to <tmp>/src; "
-                         f"{shlex.join(self.wheel.argv('<tmp>'))} -> upload {self.wheel.filename} to bucket "
-                         f"{self.bucket}:{self.wheel.path_in_bucket}")
-        parts.append(f"prepare: upload the resolved run config ({len(self.config.text.splitlines())} lines, sha256 "
-                     f"{self.config.digest()}) to bucket {self.bucket}:{self.config.path_in_bucket}")
+            parts.append(
+                f"prepare: copy {self.wheel.package_root} (sources only) to <tmp>/src; "
+                f"{shlex.join(self.wheel.argv('<tmp>'))} -> upload {self.wheel.filename} to bucket "
+                f"{self.bucket}:{self.wheel.path_in_bucket}"
+            )
+        parts.append(
+            f"prepare: upload the resolved run config ({len(self.config.text.splitlines())} lines, sha256 "
+            f"{self.config.digest()}) to bucket {self.bucket}:{self.config.path_in_bucket}"
+        )
         parts += [f"note: {note}" for note in self.notes]
         if self.rehearse:
             parts.append(self.rehearse.render())

@@ -22,8 +22,20 @@ from agrpo.errors import ConfigError
 from agrpo.inference.vllm_server import build_replica_launch
 from agrpo.config.hf_jobs_checks import hf_jobs_problems, walk
 from agrpo.launchers.hf_jobs.package import package_root, wheel_filename
-from agrpo.launchers.hf_jobs.plan import (LAUNCH_ID_ENV, LAUNCH_LABEL, NAMESPACE_PLACEHOLDER, ROLE_LABEL, RUN_LABEL,
-                                          TOKEN_SECRET, ConfigUpload, JobSpec, JobsPlan, Rehearse, Watch, WheelBuild)
+from agrpo.launchers.hf_jobs.plan import (
+    LAUNCH_ID_ENV,
+    LAUNCH_LABEL,
+    NAMESPACE_PLACEHOLDER,
+    ROLE_LABEL,
+    RUN_LABEL,
+    TOKEN_SECRET,
+    ConfigUpload,
+    JobSpec,
+    JobsPlan,
+    Rehearse,
+    Watch,
+    WheelBuild,
+)
 from agrpo.launchers.hf_jobs.repack import installed_distribution, site_dir, wheel_name
 from agrpo.sync.bucket import bucket_id, path_in_bucket
 
@@ -37,10 +49,11 @@ GPU_EXTRAS = "trl[kernels]==1.16.*"
 INSTALL_SCRIPT = (
     'set -u; reqs=(); while [ "$1" != "--" ]; do reqs+=("$1"); shift; done; shift; '
     'pins=$(mktemp); "$1" -m pip freeze 2>/dev/null | grep -iE "^(vllm|torch|transformers)==" > "$pins"; '
-    'for attempt in $(seq {attempts}); do '
+    "for attempt in $(seq {attempts}); do "
     '"$1" -m pip install --no-cache-dir --constraint "$pins" "${{reqs[@]}}" && exec "$@"; '
     'echo "agrpo: pip install failed (attempt $attempt of {attempts})" >&2; '
-    'if [ "$attempt" -lt {attempts} ]; then sleep $((attempt * 15)); fi; done; exit 1')
+    'if [ "$attempt" -lt {attempts} ]; then sleep $((attempt * 15)); fi; done; exit 1'
+)
 # Rehearsal: an exposed port is reached at its real host name over http on the stand-in's gateway port (the name
 # resolves to the gateway inside rehearsal Jobs; the port is known once the stand-in listens).
 REHEARSAL_REPLICA_URL = "http://{job_id}--{port}.hf.jobs:<rehearsal-gateway-port>"
@@ -49,13 +62,18 @@ REHEARSAL_REPLICA_URL = "http://{job_id}--{port}.hf.jobs:<rehearsal-gateway-port
 def require_valid(cfg: Any) -> None:
     problems = hf_jobs_problems(cfg)
     if problems:
-        raise ConfigError(f"invalid config ({len(problems)} problem{'s' if len(problems) > 1 else ''}): "
-                          f"{'; '.join(problems)}.")
+        raise ConfigError(
+            f"invalid config ({len(problems)} problem{'s' if len(problems) > 1 else ''}): {'; '.join(problems)}."
+        )
 
 
 def job_labels(cfg: Any, run_id: str, launch_id: str, role: str) -> dict[str, str]:
-    return {**{str(k): str(v) for k, v in cfg.launcher.hf_jobs.labels.items()},
-            RUN_LABEL: run_id, ROLE_LABEL: role, LAUNCH_LABEL: launch_id}
+    return {
+        **{str(k): str(v) for k, v in cfg.launcher.hf_jobs.labels.items()},
+        RUN_LABEL: run_id,
+        ROLE_LABEL: role,
+        LAUNCH_LABEL: launch_id,
+    }
 
 
 def bucket_volume(cfg: Any, bucket: str, read_only: bool) -> dict[str, Any]:
@@ -67,7 +85,7 @@ def vllm_serve_argv(argv: list[str]) -> list[str]:
     rest = list(argv[3:])
     at = rest.index("--model")
     model = rest[at + 1]
-    del rest[at:at + 2]
+    del rest[at : at + 2]
     return ["vllm", "serve", model, *rest]
 
 
@@ -92,12 +110,19 @@ def replica_job(cfg: Any, index: int, bucket: str, run_id: str, launch_id: str) 
     served.inference.host = "0.0.0.0"  # reachable through the Jobs proxy, not only from inside the container
     launch = build_replica_launch(served, jobs.replica_port, replica_device(cfg), None, jobs.python)
     return JobSpec(
-        name=f"{run_id}-vllm-{index}", role="replica", image=jobs.replica_image, flavor=jobs.replica_flavor,
-        command=vllm_serve_argv(launch.argv) if jobs.replica_vllm_serve else launch.argv, env=dict(launch.env),
-        secrets=list(jobs.secrets), volumes=[bucket_volume(cfg, bucket, read_only=True)],
-        labels=job_labels(cfg, run_id, launch_id, "replica"), timeout_s=int(jobs.replica_timeout_s),
+        name=f"{run_id}-vllm-{index}",
+        role="replica",
+        image=jobs.replica_image,
+        flavor=jobs.replica_flavor,
+        command=vllm_serve_argv(launch.argv) if jobs.replica_vllm_serve else launch.argv,
+        env=dict(launch.env),
+        secrets=list(jobs.secrets),
+        volumes=[bucket_volume(cfg, bucket, read_only=True)],
+        labels=job_labels(cfg, run_id, launch_id, "replica"),
+        timeout_s=int(jobs.replica_timeout_s),
         expose=[jobs.replica_port],
-        url=replica_url_pattern(jobs).format(job_id=f"<vllm-{index}-job-id>", port=jobs.replica_port))
+        url=replica_url_pattern(jobs).format(job_id=f"<vllm-{index}-job-id>", port=jobs.replica_port),
+    )
 
 
 def trainer_requirements(jobs: Any, wheel_path: str | None, cpu_rehearsal: bool = False) -> list[str]:
@@ -111,19 +136,39 @@ def trainer_requirements(jobs: Any, wheel_path: str | None, cpu_rehearsal: bool 
     return requirements
 
 
-def trainer_job(cfg: Any, bucket: str, run_id: str, launch_id: str, config_path: str,
-                wheel_path: str | None) -> JobSpec:
+def trainer_job(
+    cfg: Any, bucket: str, run_id: str, launch_id: str, config_path: str, wheel_path: str | None
+) -> JobSpec:
     jobs = cfg.launcher.hf_jobs
     run = [jobs.python, "-m", "agrpo.launchers.hf_jobs.trainer", config_path]
     requirements = trainer_requirements(jobs, wheel_path, cpu_rehearsal=replica_device(cfg) == "cpu")
     # Requirements and command travel as bash's positional arguments, so nothing is ever re-quoted for a shell.
-    command = (["bash", "-c", INSTALL_SCRIPT.format(attempts=int(jobs.install_attempts)), "agrpo-install",
-                *requirements, "--", *run] if requirements else run)
+    command = (
+        [
+            "bash",
+            "-c",
+            INSTALL_SCRIPT.format(attempts=int(jobs.install_attempts)),
+            "agrpo-install",
+            *requirements,
+            "--",
+            *run,
+        ]
+        if requirements
+        else run
+    )
     return JobSpec(
-        name=f"{run_id}-trainer", role="trainer", image=jobs.trainer_image, flavor=jobs.trainer_flavor,
-        command=command, env={LAUNCH_ID_ENV: launch_id}, secrets=list(dict.fromkeys([TOKEN_SECRET, *jobs.secrets])),
-        volumes=[bucket_volume(cfg, bucket, read_only=False)], labels=job_labels(cfg, run_id, launch_id, "trainer"),
-        timeout_s=int(jobs.trainer_timeout_s), attempts=int(jobs.trainer_attempts))
+        name=f"{run_id}-trainer",
+        role="trainer",
+        image=jobs.trainer_image,
+        flavor=jobs.trainer_flavor,
+        command=command,
+        env={LAUNCH_ID_ENV: launch_id},
+        secrets=list(dict.fromkeys([TOKEN_SECRET, *jobs.secrets])),
+        volumes=[bucket_volume(cfg, bucket, read_only=False)],
+        labels=job_labels(cfg, run_id, launch_id, "trainer"),
+        timeout_s=int(jobs.trainer_timeout_s),
+        attempts=int(jobs.trainer_attempts),
+    )
 
 
 def job_config_text(cfg: Any, namespace: str, bucket: str) -> str:
@@ -145,11 +190,18 @@ def refuse_secret_values(text: str, secrets: list[str]) -> None:
     values = {name: os.environ.get(name) for name in secrets}
     leaked = sorted(name for name, value in values.items() if value and len(value) >= 8 and value in text)
     if leaked:
-        keys = sorted({key for key, value in walk(OmegaConf.to_container(OmegaConf.create(text)))
-                       if isinstance(value, str) and any(values[n] in value for n in leaked)})
-        raise ConfigError(f"the value of the secret(s) {leaked} is written in the config at {keys}: it would reach "
-                          "the bucket and the Jobs' metadata. Remove it and name the secret in "
-                          "launcher.hf_jobs.secrets (the Jobs get it as an environment variable)")
+        keys = sorted(
+            {
+                key
+                for key, value in walk(OmegaConf.to_container(OmegaConf.create(text)))
+                if isinstance(value, str) and any(values[n] in value for n in leaked)
+            }
+        )
+        raise ConfigError(
+            f"the value of the secret(s) {leaked} is written in the config at {keys}: it would reach "
+            "the bucket and the Jobs' metadata. Remove it and name the secret in "
+            "launcher.hf_jobs.secrets (the Jobs get it as an environment variable)"
+        )
 
 
 def local_wheel(folder_in_bucket: str) -> WheelBuild:
@@ -160,11 +212,13 @@ def local_wheel(folder_in_bucket: str) -> WheelBuild:
         return WheelBuild(str(root), filename, f"{folder_in_bucket}/{filename}", sys.executable)
     dist = installed_distribution()
     if dist is None:
-        raise ConfigError("the agrpo running here has neither a source tree (pyproject.toml beside the package) nor "
-                          "an installed file list, so the trainer Job's wheel cannot be made: set "
-                          "launcher.hf_jobs.install to a pinned requirement (e.g. 'agrpo @ "
-                          "https://.../agrpo-X.Y.Z-py3-none-any.whl') or launcher.hf_jobs.trainer_image to an image "
-                          "with agrpo (launchers/Dockerfile) plus launcher.hf_jobs.trainer_image_has_agrpo=true")
+        raise ConfigError(
+            "the agrpo running here has neither a source tree (pyproject.toml beside the package) nor "
+            "an installed file list, so the trainer Job's wheel cannot be made: set "
+            "launcher.hf_jobs.install to a pinned requirement (e.g. 'agrpo @ "
+            "https://.../agrpo-X.Y.Z-py3-none-any.whl') or launcher.hf_jobs.trainer_image to an image "
+            "with agrpo (launchers/Dockerfile) plus launcher.hf_jobs.trainer_image_has_agrpo=true"
+        )
     filename = wheel_name(dist)
     return WheelBuild(site_dir(dist), filename, f"{folder_in_bucket}/{filename}", sys.executable, from_installed=True)
 
@@ -186,25 +240,54 @@ def build_jobs_plan(cfg: Any, launch_id: str | None = None) -> JobsPlan:
     refuse_secret_values(config_text, secrets)
     config = ConfigUpload(f"{run_dir_in_bucket}/{CONFIG_FILE}", config_text)
     replicas = [replica_job(cfg, i, bucket, run_id, launch_id) for i in range(cfg.inference.replicas)]
-    trainer = trainer_job(cfg, bucket, run_id, launch_id, f"{run_dir}/{CONFIG_FILE}",
-                          f"{run_dir}/{WHEEL_DIR}/{wheel.filename}" if wheel else None)
-    watch = Watch(replica_url=replica_url_pattern(jobs), replica_port=int(jobs.replica_port),
-                  ready_timeout_s=float(jobs.ready_timeout_s), poll_interval_s=float(jobs.poll_interval_s),
-                  trainer_attempts=int(jobs.trainer_attempts), requeue_grace_s=float(jobs.requeue_grace_s),
-                  detach=bool(jobs.detach))
-    notes = [f"the trainer Job finds the replica Jobs labelled {LAUNCH_LABEL}={launch_id}, runs agrpo's proxy on "
-             f"127.0.0.1 in front of their URLs (adding the {TOKEN_SECRET} secret as a bearer token) and cancels them "
-             "when it ends"]
+    trainer = trainer_job(
+        cfg,
+        bucket,
+        run_id,
+        launch_id,
+        f"{run_dir}/{CONFIG_FILE}",
+        f"{run_dir}/{WHEEL_DIR}/{wheel.filename}" if wheel else None,
+    )
+    watch = Watch(
+        replica_url=replica_url_pattern(jobs),
+        replica_port=int(jobs.replica_port),
+        ready_timeout_s=float(jobs.ready_timeout_s),
+        poll_interval_s=float(jobs.poll_interval_s),
+        trainer_attempts=int(jobs.trainer_attempts),
+        requeue_grace_s=float(jobs.requeue_grace_s),
+        detach=bool(jobs.detach),
+    )
+    notes = [
+        f"the trainer Job finds the replica Jobs labelled {LAUNCH_LABEL}={launch_id}, runs agrpo's proxy on "
+        f"127.0.0.1 in front of their URLs (adding the {TOKEN_SECRET} secret as a bearer token) and cancels them "
+        "when it ends"
+    ]
     if namespace == NAMESPACE_PLACEHOLDER:
-        notes.append(f"{NAMESPACE_PLACEHOLDER} is the token's user, looked up at launch (or set "
-                     "launcher.hf_jobs.namespace); nothing else in this plan changes")
+        notes.append(
+            f"{NAMESPACE_PLACEHOLDER} is the token's user, looked up at launch (or set "
+            "launcher.hf_jobs.namespace); nothing else in this plan changes"
+        )
     rehearse = None
     if jobs.rehearse:
-        rehearse = Rehearse(listing_lag_s=float(jobs.rehearse_listing_lag_s),
-                            negative_cache_s=float(jobs.rehearse_negative_cache_s), root=jobs.rehearse_dir,
-                            model_builder=cfg.model.builder or None, model_path=str(cfg.model.name_or_path),
-                            preempt_trainer_after_s=jobs.rehearse_preempt_trainer_after_s)
-    return JobsPlan(run_id=run_id, launch_id=launch_id, namespace=namespace, bucket=bucket, run_dir=run_dir,
-                    replicas=replicas, trainer=trainer, config=config, watch=watch, wheel=wheel, notes=notes,
-                    rehearse=rehearse)
-
+        rehearse = Rehearse(
+            listing_lag_s=float(jobs.rehearse_listing_lag_s),
+            negative_cache_s=float(jobs.rehearse_negative_cache_s),
+            root=jobs.rehearse_dir,
+            model_builder=cfg.model.builder or None,
+            model_path=str(cfg.model.name_or_path),
+            preempt_trainer_after_s=jobs.rehearse_preempt_trainer_after_s,
+        )
+    return JobsPlan(
+        run_id=run_id,
+        launch_id=launch_id,
+        namespace=namespace,
+        bucket=bucket,
+        run_dir=run_dir,
+        replicas=replicas,
+        trainer=trainer,
+        config=config,
+        watch=watch,
+        wheel=wheel,
+        notes=notes,
+        rehearse=rehearse,
+    )

@@ -42,10 +42,16 @@ def probe_health(url: str, token: str | None, timeout_s: float = 10.0) -> tuple[
     return response.status_code == 200, f"HTTP {response.status_code}"
 
 
-def wait_until_ready(replicas: list[ReplicaJob], stage: Callable[[str], tuple[str, str | None]],
-                     probe: Callable[[str], tuple[bool, str]], timeout_s: float, poll_interval_s: float,
-                     clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep,
-                     on_ready: Callable[[ReplicaJob, float], None] | None = None) -> float:
+def wait_until_ready(
+    replicas: list[ReplicaJob],
+    stage: Callable[[str], tuple[str, str | None]],
+    probe: Callable[[str], tuple[bool, str]],
+    timeout_s: float,
+    poll_interval_s: float,
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], None] = time.sleep,
+    on_ready: Callable[[ReplicaJob, float], None] | None = None,
+) -> float:
     """Block until every replica is healthy; return the seconds it took. Raises ReplicaNotReady."""
     start = clock()
     pending = {r.job_id: r for r in replicas}
@@ -69,6 +75,9 @@ def wait_until_ready(replicas: list[ReplicaJob], stage: Callable[[str], tuple[st
             return clock() - start
         if clock() - start >= timeout_s:
             replica = next(iter(pending.values()))
-            raise ReplicaNotReady(replica, f"was not healthy after {timeout_s:.0f} s (last: {last_seen[replica.job_id]}); "
-                                           "raise launcher.hf_jobs.ready_timeout_s if the model is large")
+            raise ReplicaNotReady(
+                replica,
+                f"was not healthy after {timeout_s:.0f} s (last: {last_seen[replica.job_id]}); "
+                "raise launcher.hf_jobs.ready_timeout_s if the model is large",
+            )
         sleep(poll_interval_s)

@@ -49,9 +49,14 @@ def record_hash(data: bytes) -> str:
 def repack(dist: Any, out_dir: str) -> Path:
     """Write the wheel of the installed distribution into out_dir and return its path."""
     wheel = Path(out_dir) / wheel_name(dist)
-    files = [f for f in dist.files
-             if not str(f).startswith("..") and "__pycache__" not in f.parts and f.suffix != ".pyc"
-             and not (f.parts[0].endswith(".dist-info") and f.name in INSTALLER_FILES)]
+    files = [
+        f
+        for f in dist.files
+        if not str(f).startswith("..")
+        and "__pycache__" not in f.parts
+        and f.suffix != ".pyc"
+        and not (f.parts[0].endswith(".dist-info") and f.name in INSTALLER_FILES)
+    ]
     info_dir = next(f.parts[0] for f in dist.files if f.parts[0].endswith(".dist-info"))
     records = []
     with zipfile.ZipFile(wheel, "w", compression=zipfile.ZIP_DEFLATED) as archive:

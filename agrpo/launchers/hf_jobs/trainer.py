@@ -77,8 +77,9 @@ def run_trainer_job(cfg: Any, local_plan: Any, execute_local: Any, api: Any = No
             cancelled = cancel_run(api, jobs.namespace, jobs.run_id, role="replica")
             log.info("cancelled %d replica Job(s) of run %s", len(cancelled), jobs.run_id)
         else:
-            log.warning("attempt %d of %d failed: the replicas stay up for the requeued trainer", attempt,
-                        jobs.trainer_attempts)
+            log.warning(
+                "attempt %d of %d failed: the replicas stay up for the requeued trainer", attempt, jobs.trainer_attempts
+            )
 
 
 def replica_urls(cfg: Any, api: Any, launch_id: str) -> list[str]:
@@ -88,15 +89,19 @@ def replica_urls(cfg: Any, api: Any, launch_id: str) -> list[str]:
         listed = run_jobs(api, jobs.namespace, jobs.run_id, role="replica", launch_id=launch_id or None)
     except Exception as error:  # HTTP or network: one line, then the Job ends (and the platform may requeue it)
         first = (str(error).splitlines() or [""])[0]
-        raise LaunchError(f"the trainer Job could not list the replica Jobs of run {jobs.run_id} in "
-                          f"{jobs.namespace} ({type(error).__name__}: {first})") from None
+        raise LaunchError(
+            f"the trainer Job could not list the replica Jobs of run {jobs.run_id} in "
+            f"{jobs.namespace} ({type(error).__name__}: {first})"
+        ) from None
     found = [job for job in listed if stage_of(job) == "RUNNING"]
     if len(found) != cfg.inference.replicas:
         cancel_jobs(api, jobs.namespace, [job.id for job in found])  # no run without all of them: stop the billing
-        raise LaunchError(f"the trainer Job found {len(found)} running replica Job(s) of run {jobs.run_id} (launch "
-                          f"{launch_id}) where inference.replicas={cfg.inference.replicas}: they ended or were "
-                          "cancelled (those found are cancelled too); launch the run again (same "
-                          "launcher.hf_jobs.run_id to resume)")
+        raise LaunchError(
+            f"the trainer Job found {len(found)} running replica Job(s) of run {jobs.run_id} (launch "
+            f"{launch_id}) where inference.replicas={cfg.inference.replicas}: they ended or were "
+            "cancelled (those found are cancelled too); launch the run again (same "
+            "launcher.hf_jobs.run_id to resume)"
+        )
     return [jobs.replica_url.format(job_id=job.id, port=jobs.replica_port) for job in found]
 
 
@@ -116,8 +121,9 @@ def load_job_config(path: str, api: Any) -> Any:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m agrpo.launchers.hf_jobs.trainer",
-                                     description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m agrpo.launchers.hf_jobs.trainer", description=__doc__.splitlines()[0]
+    )
     parser.add_argument("config", help="<run dir>/config.yaml, uploaded by the launcher")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")

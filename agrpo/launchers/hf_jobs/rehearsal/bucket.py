@@ -48,6 +48,7 @@ def listing(files: dict[str, int], prefix: str, view: Visibility, now: float) ->
         if prefix and not (path == prefix or path.startswith(prefix + "/")):
             continue
         if view.visible(path, now):
-            found.append({"type": "file", "path": path, "size": size, "xetHash": "0" * 64,
-                          "mtime": "2026-01-01T00:00:00.000Z"})
+            found.append(
+                {"type": "file", "path": path, "size": size, "xetHash": "0" * 64, "mtime": "2026-01-01T00:00:00.000Z"}
+            )
     return found

@@ -69,12 +69,21 @@ class JobRecord:
         status: dict[str, Any] = {"stage": self.stage, "message": self.message}
         if gateway and self.exposed_ports:
             status["exposeUrls"] = [exposed_url(self.id, port, gateway) for port in self.exposed_ports]
-        body = {"id": self.id, "createdAt": iso(self.created), "dockerImage": spec.get("dockerImage"),
-                "command": spec.get("command"), "arguments": spec.get("arguments", []),
-                "environment": spec.get("environment", {}), "secrets": {k: None for k in spec.get("secrets") or {}},
-                "flavor": spec.get("flavor"), "labels": spec.get("labels"), "volumes": spec.get("volumes"),
-                "status": status, "owner": {"id": self.namespace, "name": self.namespace, "type": "user"},
-                "expose": spec.get("expose")}
+        body = {
+            "id": self.id,
+            "createdAt": iso(self.created),
+            "dockerImage": spec.get("dockerImage"),
+            "command": spec.get("command"),
+            "arguments": spec.get("arguments", []),
+            "environment": spec.get("environment", {}),
+            "secrets": {k: None for k in spec.get("secrets") or {}},
+            "flavor": spec.get("flavor"),
+            "labels": spec.get("labels"),
+            "volumes": spec.get("volumes"),
+            "status": status,
+            "owner": {"id": self.namespace, "name": self.namespace, "type": "user"},
+            "expose": spec.get("expose"),
+        }
         if self.started is not None:
             body["startedAt"] = iso(self.started)
         if self.finished is not None:
@@ -101,15 +110,25 @@ def requeues(job: JobRecord, stage: str) -> bool:
 
 
 def timed_out(job: JobRecord, now: float) -> bool:
-    return job.stage == "RUNNING" and job.timeout_s is not None and job.started is not None \
+    return (
+        job.stage == "RUNNING"
+        and job.timeout_s is not None
+        and job.started is not None
         and now - job.started >= job.timeout_s
+    )
 
 
 def due_for_preemption(job: JobRecord, now: float, after_s: float | None, role: str = "trainer") -> bool:
     """launcher.hf_jobs.rehearse_preempt_trainer_after_s: the first attempt of the Job labelled agrpo-role=<role> is
     killed once it has run that long (later attempts run undisturbed, so the requeued one can finish)."""
-    return (after_s is not None and job.attempt == 1 and job.labels.get("agrpo-role") == role
-            and job.stage == "RUNNING" and job.started is not None and now - job.started >= after_s)
+    return (
+        after_s is not None
+        and job.attempt == 1
+        and job.labels.get("agrpo-role") == role
+        and job.stage == "RUNNING"
+        and job.started is not None
+        and now - job.started >= after_s
+    )
 
 
 def matches_labels(job: JobRecord, wanted: list[str]) -> bool:

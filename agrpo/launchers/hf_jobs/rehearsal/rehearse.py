@@ -40,8 +40,12 @@ def rehearsal_api_class() -> Any:
                 raise NotImplementedError("rehearsal uploads only add files")
             for source, dest in add or []:
                 data = source if isinstance(source, bytes) else Path(source).read_bytes()
-                response = requests.put(f"{self.endpoint}/{UPLOAD_ROUTE}/{bucket_id}/{dest}", data=data, timeout=60,
-                                        headers={"Authorization": f"Bearer {self.token}"})
+                response = requests.put(
+                    f"{self.endpoint}/{UPLOAD_ROUTE}/{bucket_id}/{dest}",
+                    data=data,
+                    timeout=60,
+                    headers={"Authorization": f"Bearer {self.token}"},
+                )
                 response.raise_for_status()
 
     return RehearsalApi
@@ -66,17 +70,30 @@ class Rehearsal:
 
 
 @contextlib.contextmanager
-def rehearsal(namespace: str, lag_s: float, negative_cache_s: float, root: str | None = None,
-              preempt_trainer_after_s: float | None = None) -> Iterator[Rehearsal]:
+def rehearsal(
+    namespace: str,
+    lag_s: float,
+    negative_cache_s: float,
+    root: str | None = None,
+    preempt_trainer_after_s: float | None = None,
+) -> Iterator[Rehearsal]:
     why = namespaces_available()
     if why:
-        raise LaunchError(f"launcher.hf_jobs.rehearse=true cannot run here: {why}. Run the rehearsal as root (e.g. "
-                          "in a container) or check the plan with launcher.dry_run=true")
+        raise LaunchError(
+            f"launcher.hf_jobs.rehearse=true cannot run here: {why}. Run the rehearsal as root (e.g. "
+            "in a container) or check the plan with launcher.dry_run=true"
+        )
     folder = Path(root) if root else Path(tempfile.mkdtemp(prefix="agrpo-rehearsal-"))
     folder.mkdir(parents=True, exist_ok=True)
     token = "hf_rehearsal_" + secrets.token_hex(16)
-    stand_in = StandIn(folder, namespace, token, lag_s=lag_s, negative_cache_s=negative_cache_s,
-                       preempt_trainer_after_s=preempt_trainer_after_s)
+    stand_in = StandIn(
+        folder,
+        namespace,
+        token,
+        lag_s=lag_s,
+        negative_cache_s=negative_cache_s,
+        preempt_trainer_after_s=preempt_trainer_after_s,
+    )
     listeners = Listeners(stand_in)
     listeners.start()
     stand_in.watcher.start()
@@ -85,8 +102,12 @@ def rehearsal(namespace: str, lag_s: float, negative_cache_s: float, root: str |
     saved = {key: os.environ.get(key) for key in ("HF_ENDPOINT", "HF_TOKEN")}
     os.environ.update(HF_ENDPOINT=stand_in.api_url, HF_TOKEN=token)
     offline, hub_constants.HF_HUB_OFFLINE = hub_constants.HF_HUB_OFFLINE, False  # the stand-in is on this machine
-    log.info("rehearsal: stand-in Hub at %s, gateway %s, Jobs and bucket under %s", stand_in.api_url,
-             stand_in.gateway, folder)
+    log.info(
+        "rehearsal: stand-in Hub at %s, gateway %s, Jobs and bucket under %s",
+        stand_in.api_url,
+        stand_in.gateway,
+        folder,
+    )
     try:
         yield Rehearsal(stand_in, listeners)
     finally:

@@ -78,9 +78,13 @@ def make_image(job_dir: Path) -> Path:
     bin_dir = job_dir / "bin"
     bin_dir.mkdir(exist_ok=True)
     python = venv / "bin" / "python"  # a wrapper, not a symlink: Python finds its venv from the path it was run by
-    shims = {"python3": f'exec "{python}" "$@"', "python": f'exec "{python}" "$@"',
-             "pip": f'exec "{python}" -m pip "$@"', "pip3": f'exec "{python}" -m pip "$@"',
-             "vllm": f'exec "{python}" "{bin_dir / "vllm_cli.py"}" "$@"'}
+    shims = {
+        "python3": f'exec "{python}" "$@"',
+        "python": f'exec "{python}" "$@"',
+        "pip": f'exec "{python}" -m pip "$@"',
+        "pip3": f'exec "{python}" -m pip "$@"',
+        "vllm": f'exec "{python}" "{bin_dir / "vllm_cli.py"}" "$@"',
+    }
     (bin_dir / "vllm_cli.py").write_text(VLLM_CLI)
     for name, body in shims.items():
         (bin_dir / name).write_text(f"#!/bin/sh\n{body}\n")
@@ -98,14 +102,17 @@ class NetNS:
 
     def create(self) -> None:
         host_if, job_if = f"{self.name[:12]}h", f"{self.name[:12]}j"
-        steps = [["ip", "netns", "add", self.name],
-                 ["ip", "link", "add", host_if, "type", "veth", "peer", "name", job_if],
-                 ["ip", "link", "set", job_if, "netns", self.name],
-                 ["ip", "addr", "add", f"{self.host_ip}/30", "dev", host_if], ["ip", "link", "set", host_if, "up"],
-                 ["ip", "netns", "exec", self.name, "ip", "link", "set", "lo", "up"],
-                 ["ip", "netns", "exec", self.name, "ip", "addr", "add", f"{self.job_ip}/30", "dev", job_if],
-                 ["ip", "netns", "exec", self.name, "ip", "link", "set", job_if, "up"],
-                 ["ip", "netns", "exec", self.name, "ip", "route", "add", "default", "via", self.host_ip]]
+        steps = [
+            ["ip", "netns", "add", self.name],
+            ["ip", "link", "add", host_if, "type", "veth", "peer", "name", job_if],
+            ["ip", "link", "set", job_if, "netns", self.name],
+            ["ip", "addr", "add", f"{self.host_ip}/30", "dev", host_if],
+            ["ip", "link", "set", host_if, "up"],
+            ["ip", "netns", "exec", self.name, "ip", "link", "set", "lo", "up"],
+            ["ip", "netns", "exec", self.name, "ip", "addr", "add", f"{self.job_ip}/30", "dev", job_if],
+            ["ip", "netns", "exec", self.name, "ip", "link", "set", job_if, "up"],
+            ["ip", "netns", "exec", self.name, "ip", "route", "add", "default", "via", self.host_ip],
+        ]
         for step in steps:
             subprocess.run(step, check=True, capture_output=True)
 
@@ -125,8 +132,9 @@ def free_subnet(index: int) -> tuple[str, str]:
     raise RuntimeError("no free /30 in 10.213.0.0/16")
 
 
-def wrapper_argv(command: list[str], mounts: list[tuple[str, str, bool]], hosts_file: Path | None, cwd: Path,
-                 netns: str | None) -> list[str]:
+def wrapper_argv(
+    command: list[str], mounts: list[tuple[str, str, bool]], hosts_file: Path | None, cwd: Path, netns: str | None
+) -> list[str]:
     """The Job's command under `unshare -m` (and `ip netns exec`): bind the bucket at its mount path, then exec."""
     lines = ["set -e"]
     for source, mount_path, read_only in mounts:
@@ -142,13 +150,23 @@ def wrapper_argv(command: list[str], mounts: list[tuple[str, str, bool]], hosts_
     return (["ip", "netns", "exec", netns, *inner]) if netns else inner
 
 
-def job_env(spec_env: dict[str, str], secrets: dict[str, str], bin_dir: Path, home: Path, job_id: str,
-            endpoint: str) -> dict[str, str]:
+def job_env(
+    spec_env: dict[str, str], secrets: dict[str, str], bin_dir: Path, home: Path, job_id: str, endpoint: str
+) -> dict[str, str]:
     env = {key: os.environ[key] for key in PASS_THROUGH if key in os.environ}
-    env.update({"PATH": f"{bin_dir}:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME": str(home),
-                "HF_ENDPOINT": endpoint, "PIP_NO_INDEX": "1", "PIP_DISABLE_PIP_VERSION_CHECK": "1",
-                "HF_HUB_DISABLE_TELEMETRY": "1", "NO_PROXY": "127.0.0.1,localhost,.hf.jobs",
-                "no_proxy": "127.0.0.1,localhost,.hf.jobs", ENV_MARKER: job_id})
+    env.update(
+        {
+            "PATH": f"{bin_dir}:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+            "HOME": str(home),
+            "HF_ENDPOINT": endpoint,
+            "PIP_NO_INDEX": "1",
+            "PIP_DISABLE_PIP_VERSION_CHECK": "1",
+            "HF_HUB_DISABLE_TELEMETRY": "1",
+            "NO_PROXY": "127.0.0.1,localhost,.hf.jobs",
+            "no_proxy": "127.0.0.1,localhost,.hf.jobs",
+            ENV_MARKER: job_id,
+        }
+    )
     env.update({str(k): str(v) for k, v in spec_env.items()})
     env.update({str(k): str(v) for k, v in secrets.items()})
     return env
@@ -157,8 +175,9 @@ def job_env(spec_env: dict[str, str], secrets: dict[str, str], bin_dir: Path, ho
 def start(argv: list[str], env: dict[str, str], log_path: Path) -> subprocess.Popen:
     with open(log_path, "ab") as log:
         log.write(b"===== Job started\n")
-        return subprocess.Popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                start_new_session=True)
+        return subprocess.Popen(
+            argv, env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True
+        )
 
 
 def stop_group(popen: subprocess.Popen, grace_s: float = 10.0) -> None:

@@ -82,8 +82,9 @@ def api_handler(stand_in: StandIn):
         def _buckets(self, method: str, bucket_id: str, rest: list[str]) -> None:
             if method == "POST" and not rest:
                 created = stand_in.create_bucket(bucket_id)
-                return self._send(200 if created else 409, {"url": f"{stand_in.api_url}/buckets/{bucket_id}",
-                                                            "id": bucket_id})
+                return self._send(
+                    200 if created else 409, {"url": f"{stand_in.api_url}/buckets/{bucket_id}", "id": bucket_id}
+                )
             if rest[:1] == ["tree"]:
                 if not stand_in.bucket_dir(bucket_id).exists():
                     return self._send(404, {"error": f"bucket {bucket_id} not found"})
@@ -100,8 +101,11 @@ def api_handler(stand_in: StandIn):
                 labels = [v for k, v in query if k == "label"]
                 stages = [v for k, v in query if k == "stage"]
                 with stand_in.lock:
-                    found = [j.to_json(stand_in.gateway) for j in stand_in.jobs.values()
-                             if J.matches_labels(j, labels) and (not stages or j.stage in stages)]
+                    found = [
+                        j.to_json(stand_in.gateway)
+                        for j in stand_in.jobs.values()
+                        if J.matches_labels(j, labels) and (not stages or j.stage in stages)
+                    ]
                 return self._send(200, found)
             job = stand_in.jobs.get(rest[0])
             if job is None:
@@ -132,11 +136,11 @@ def api_handler(stand_in: StandIn):
                         with open(path, "rb") as log:  # only what was added since the last poll
                             log.seek(offset)
                             text = log.read()
-                    complete = text[:text.rfind(b"\n") + 1] if not over else text
+                    complete = text[: text.rfind(b"\n") + 1] if not over else text
                     offset += len(complete)
                     lines = complete.decode(errors="replace").splitlines()
                     if first and tail:
-                        lines = lines[-int(tail):]
+                        lines = lines[-int(tail) :]
                     first = False
                     stamp = J.iso(time.time())
                     for line in lines:
@@ -198,8 +202,11 @@ def gateway_handler(stand_in: StandIn):
         def _reply(client: socket.socket, status: int, why: str, vllm_style: bool = False) -> None:
             payload = {"object": "error", "message": why, "type": "NotFoundError", "param": None, "code": status}
             body = json.dumps(payload if vllm_style else {"error": why}).encode()
-            client.sendall(f"HTTP/1.1 {status} X\r\nContent-Type: application/json\r\nContent-Length: {len(body)}\r\n"
-                           "Connection: close\r\n\r\n".encode() + body)
+            client.sendall(
+                f"HTTP/1.1 {status} X\r\nContent-Type: application/json\r\nContent-Length: {len(body)}\r\n"
+                "Connection: close\r\n\r\n".encode()
+                + body
+            )
 
     return Handler
 

@@ -26,8 +26,16 @@ REQUEUE_DELAY_S = 1.0  # how long a requeued Job shows ERROR before it runs agai
 
 
 class StandIn:
-    def __init__(self, root: Path, namespace: str, token: str, lag_s: float = 1.0, negative_cache_s: float = 30.0,
-                 stop_grace_s: float = 10.0, preempt_trainer_after_s: float | None = None):
+    def __init__(
+        self,
+        root: Path,
+        namespace: str,
+        token: str,
+        lag_s: float = 1.0,
+        negative_cache_s: float = 30.0,
+        stop_grace_s: float = 10.0,
+        preempt_trainer_after_s: float | None = None,
+    ):
         self.root, self.namespace, self.token = root, namespace, token
         self.preempt_trainer_after_s = preempt_trainer_after_s
         self.lag_s, self.negative_cache_s, self.stop_grace_s = lag_s, negative_cache_s, stop_grace_s
@@ -58,8 +66,10 @@ class StandIn:
             return not existed
 
     def _scan(self, bucket_id: str, now: float) -> dict[str, int]:
-        root, view = self.bucket_dir(bucket_id), self.views.setdefault(bucket_id, Visibility(self.lag_s,
-                                                                                             self.negative_cache_s))
+        root, view = (
+            self.bucket_dir(bucket_id),
+            self.views.setdefault(bucket_id, Visibility(self.lag_s, self.negative_cache_s)),
+        )
         files = {}
         if root.exists():
             for path in root.rglob("*"):
@@ -86,7 +96,8 @@ class StandIn:
         tmp.write_bytes(data)
         with self.lock:
             self.views.setdefault(bucket_id, Visibility(self.lag_s, self.negative_cache_s)).seen(
-                dest, time.time(), preexisting=True)
+                dest, time.time(), preexisting=True
+            )
             tmp.replace(target)
 
     def mount_lookup(self, job_id: str, path: str) -> bool:
@@ -95,7 +106,7 @@ class StandIn:
         for volume in (job.spec.get("volumes") or []) if job else []:
             mount = volume["mountPath"].rstrip("/") + "/"
             if path.startswith(mount):
-                rel = path[len(mount):].strip("/")
+                rel = path[len(mount) :].strip("/")
                 with self.lock:
                     self._scan(volume["source"], time.time())
                     return self.views[volume["source"]].lookup(rel, time.time())
@@ -116,8 +127,7 @@ class StandIn:
             if volume.get("type") != "bucket":
                 raise ValueError(f"rehearsal mounts only buckets (got {volume.get('type')})")
             self.create_bucket(volume["source"])
-            mounts.append((str(self.bucket_dir(volume["source"])), volume["mountPath"],
-                           bool(volume.get("readOnly"))))
+            mounts.append((str(self.bucket_dir(volume["source"])), volume["mountPath"], bool(volume.get("readOnly"))))
         return mounts
 
     def _hosts_file(self, job_dir: Path) -> Path:
@@ -145,10 +155,17 @@ class StandIn:
                         self.netns[job.id] = netns
                     netns.create()
             command = [*(job.spec.get("command") or []), *(job.spec.get("arguments") or [])]
-            argv = runner.wrapper_argv(command, self._mounts(job), self._hosts_file(job_dir), job_dir / "home",
-                                       netns.name if netns else None)
-            env = runner.job_env(job.spec.get("environment") or {}, job.spec.get("secrets") or {}, bin_dir,
-                                 job_dir / "home", job.id, self.api_url)
+            argv = runner.wrapper_argv(
+                command, self._mounts(job), self._hosts_file(job_dir), job_dir / "home", netns.name if netns else None
+            )
+            env = runner.job_env(
+                job.spec.get("environment") or {},
+                job.spec.get("secrets") or {},
+                bin_dir,
+                job_dir / "home",
+                job.id,
+                self.api_url,
+            )
         except Exception as error:  # the Job cannot start: it ends in ERROR, saying why
             with self.lock:
                 job.move("ERROR", f"rehearsal could not start the Job: {type(error).__name__}: {error}", time.time())
@@ -214,8 +231,13 @@ class StandIn:
                 del self.procs[job_id]
                 stage, message = J.outcome(code, job, self.reasons.pop(job_id, None))
                 job.move(stage, message, now)
-                log.info("rehearsal Job %s (%s) %s%s", job_id, job.labels.get("name"), stage,
-                         f": {message}" if message else "")
+                log.info(
+                    "rehearsal Job %s (%s) %s%s",
+                    job_id,
+                    job.labels.get("name"),
+                    stage,
+                    f": {message}" if message else "",
+                )
                 if J.requeues(job, stage):
                     threading.Timer(REQUEUE_DELAY_S, self._requeue, args=(job,)).start()
                 elif job_id in self.netns:
@@ -253,9 +275,17 @@ class StandIn:
     def write_summary(self, left: list[int]) -> None:
         """<root>/jobs.json: every Job's name, stages, attempts and end (what a rehearsal leaves to look at)."""
         with self.lock:
-            summary = {job_id: {"name": job.labels.get("name"), "labels": job.labels, "stage": job.stage,
-                                "message": job.message, "history": job.history, "attempt": job.attempt}
-                       for job_id, job in self.jobs.items()}
+            summary = {
+                job_id: {
+                    "name": job.labels.get("name"),
+                    "labels": job.labels,
+                    "stage": job.stage,
+                    "message": job.message,
+                    "history": job.history,
+                    "attempt": job.attempt,
+                }
+                for job_id, job in self.jobs.items()
+            }
         (self.root / "jobs.json").write_text(json.dumps({"jobs": summary, "killed_after_end": left}, indent=1))
 
     def remove_tree(self) -> None:
