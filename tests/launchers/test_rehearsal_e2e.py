@@ -33,7 +33,6 @@ def test_the_smoke_recipe_rehearses_as_hf_jobs_end_to_end(tmp_path):
         "sync=bucket",
         "inference.replicas=2",
         "launcher.hf_jobs.rehearse=true",
-        "inference.device=cpu",
         "trainer.max_steps=3",
         "launcher.hf_jobs.run_id=e2e",
         f"launcher.hf_jobs.rehearse_dir={root}",
