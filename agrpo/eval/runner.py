@@ -9,7 +9,6 @@ import contextlib
 import hashlib
 import json
 import logging
-import os
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor, as_completed
@@ -90,16 +89,15 @@ def connection_pool_size(concurrency: int) -> int:
 class Endpoint:
     """vLLM's OpenAI server (a replica or the proxy): adapter load/unload and token-id completions."""
 
-    def __init__(self, url: str, concurrency: int = 1):
+    def __init__(self, url: str, concurrency: int = 1, admin_token: str | None = None):
         self.url = url.rstrip("/")
         self.session = requests.Session()
         size = connection_pool_size(concurrency)
         adapter = requests.adapters.HTTPAdapter(pool_connections=1, pool_maxsize=size)
         self.session.mount("http://", adapter)
         self.session.mount("https://", adapter)
-        token = os.environ.get(ADMIN_TOKEN_ENV)  # set by `served` when it put agrpo's proxy in front
-        if token:
-            self.session.headers["Authorization"] = f"Bearer {token}"
+        if admin_token:  # agrpo's proxy in front: adapter loads need its admin token
+            self.session.headers["Authorization"] = f"Bearer {admin_token}"
 
     def base_model(self) -> str:
         """The served base model's name (the entry of /v1/models that is not an adapter)."""
@@ -130,27 +128,20 @@ class Endpoint:
 
 
 @contextlib.contextmanager
-def served(cfg: Any, out_dir: Path) -> Iterator[str]:
-    """Yield the URL to evaluate against: inference.urls (behind the proxy when several), or replicas (+ proxy) this
-    call starts from the config with the local launcher's plan, always stopped afterwards."""
+def served(cfg: Any, out_dir: Path) -> Iterator[tuple[str, str | None]]:
+    """Yield the URL to evaluate against and the proxy's admin token (None without a proxy): inference.urls (behind
+    the proxy when several), or replicas (+ proxy) this call starts from the config with the local launcher's plan,
+    always stopped afterwards."""
     from agrpo.launchers.local import plan_on_this_machine, start_services
     from agrpo.launchers.process import ManagedProcess, stop_all
 
     plan = plan_on_this_machine(cfg, str(out_dir))
     started: list[ManagedProcess] = []
-    token = plan.trainer.env.get(ADMIN_TOKEN_ENV)  # the proxy's admin token: adapter loads need it
-    previous = os.environ.get(ADMIN_TOKEN_ENV)
     try:
         start_services(plan, cfg.inference.startup_timeout_s, started)
-        if token:
-            os.environ[ADMIN_TOKEN_ENV] = token
-        yield plan.vllm_url
+        yield plan.vllm_url, plan.trainer.env.get(ADMIN_TOKEN_ENV)
     finally:
         stop_all(list(reversed(started)), cfg.launcher.stop_timeout_s)
-        if token and previous is None:
-            os.environ.pop(ADMIN_TOKEN_ENV, None)
-        elif token:
-            os.environ[ADMIN_TOKEN_ENV] = previous
 
 
 def serving_config(cfg: Any) -> Any:
@@ -268,8 +259,8 @@ def run_eval(cfg: Any, out_dir: Path) -> dict[str, Any]:
     }
     out_dir.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
-    with served(serving_config(cfg), out_dir) as url:
-        endpoint = Endpoint(url, ev.concurrency)
+    with served(serving_config(cfg), out_dir) as (url, admin_token):
+        endpoint = Endpoint(url, ev.concurrency, admin_token)
         model = endpoint.base_model()
         if lora:
             endpoint.load_adapter(lora, ev.adapter)
