@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import time
+from pathlib import Path
 
 from agrpo.launchers.watchdog import carries_token, proc_stat
 
@@ -58,3 +59,18 @@ class RunProcesses:
 def left_behind(token: str, timeout_s: float = 60.0) -> dict[int, str]:
     """Processes carrying the marker `token` (and their sessions' members) still alive after up to `timeout_s`."""
     return RunProcesses(token).left_behind(timeout_s)
+
+
+def trainer_pids(run_dir: Path) -> list[int]:
+    """The trainer process of this run (python -m agrpo.trainer <run_dir>/config.yaml), found by its command line:
+    it is agrpo's own process, not one of vLLM's renamed ones."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                argv = (entry / "cmdline").read_bytes().split(b"\0")
+            except OSError:
+                continue
+            if b"agrpo.trainer" in argv and str(run_dir / "config.yaml").encode() in argv:
+                found.append(int(entry.name))
+    return found

@@ -18,6 +18,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.processes import trainer_pids
+
 pytestmark = [pytest.mark.vllm, pytest.mark.e2e]
 
 ENGINE_FAILURES = ("No adapter found", "EngineDeadError", "EngineCore encountered a fatal error", "Traceback")
@@ -117,19 +119,6 @@ def test_serving_figures_reached_tensorboard_and_the_summary(two_replica_run):
 KILLED_RUN_STEPS = 60
 
 
-def trainer_pid(run_dir: Path) -> int:
-    """The run's trainer process (`python -m agrpo.trainer <run_dir>/config.yaml`: agrpo's own, not renamed)."""
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                argv = (entry / "cmdline").read_bytes().split(b"\0")
-            except OSError:
-                continue
-            if b"agrpo.trainer" in argv and str(run_dir / "config.yaml").encode() in argv:
-                return int(entry.name)
-    raise AssertionError("no trainer process")
-
-
 def replica_healthy(proxy_url: str, index: int) -> bool:
     import requests
 
@@ -188,7 +177,7 @@ def run_with_a_killed_replica(tmp_path_factory):
             600,
             "training to go on with replica 0 alone",
         )
-        trainer_group = os.getpgid(trainer_pid(run_dir))
+        trainer_group = os.getpgid(trainer_pids(run_dir)[0])
         os.killpg(trainer_group, signal.SIGSTOP)
         proxy_url = "http://127.0.0.1:" + re.search(r"\[proxy\] proxy\s+port=(\d+)", read(output)).group(1)
         wait_for(lambda: replica_healthy(proxy_url, 1), 900, "the proxy to re-admit the restarted replica 1")

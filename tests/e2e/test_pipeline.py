@@ -21,6 +21,7 @@ import pytest
 import requests
 
 from agrpo.inference.vllm_server import unload_adapters
+from tests.processes import trainer_pids
 
 pytestmark = [pytest.mark.vllm, pytest.mark.e2e]
 
@@ -191,21 +192,6 @@ def test_resume_continues_steps_and_adapter_versions(trained, vllm_server, tiny_
     # last two.
     served = {m["id"] for m in requests.get(f"{vllm_server.url}/v1/models", timeout=10).json()["data"]}
     assert sorted(int(n.rsplit("v", 1)[1]) for n in served if n.startswith("trl-policy-v")) == [63, 64]
-
-
-def trainer_pids(run_dir: Path) -> list[int]:
-    """The trainer process of this run (python -m agrpo.trainer <run_dir>/config.yaml), found by its command line:
-    it is agrpo's own process, not one of vLLM's renamed ones."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                argv = (entry / "cmdline").read_bytes().split(b"\0")
-            except OSError:
-                continue
-            if b"agrpo.trainer" in argv and str(run_dir / "config.yaml").encode() in argv:
-                found.append(int(entry.name))
-    return found
 
 
 def published_versions(run_dir: Path) -> list[int]:

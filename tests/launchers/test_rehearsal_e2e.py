@@ -3,17 +3,14 @@ inference.replicas=2 launcher.hf_jobs.rehearse=true` with two replica Jobs on re
 installs the uploaded wheel. Only the Hub is stood in for (agrpo/launchers/hf_jobs/rehearsal). Needs root."""
 
 import json
-import os
 import re
 import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
 from agrpo.launchers.hf_jobs.rehearsal.runner import marked_pids, namespaces_available
+from tests.launchers.rehearsal_run import REPO, bucket_run, rehearsal_command, rehearsal_env
 
-REPO = Path(__file__).resolve().parents[2]
 pytestmark = [
     pytest.mark.e2e,
     pytest.mark.vllm,
@@ -23,21 +20,8 @@ pytestmark = [
 
 def test_the_smoke_recipe_rehearses_as_hf_jobs_end_to_end(tmp_path):
     root = tmp_path / "rehearsal"
-    env = {**os.environ, "PYTHONPATH": str(REPO), "HF_HUB_OFFLINE": "1"}
-    command = [
-        sys.executable,
-        "-m",
-        "agrpo",
-        "+recipe=smoke",
-        "launcher=hf_jobs",
-        "sync=bucket",
-        "inference.replicas=2",
-        "launcher.hf_jobs.rehearse=true",
-        "trainer.max_steps=3",
-        "launcher.hf_jobs.run_id=e2e",
-        f"launcher.hf_jobs.rehearse_dir={root}",
-        "launcher.hf_jobs.poll_interval_s=2",
-    ]
+    env = rehearsal_env()
+    command = rehearsal_command(root, "e2e", "trainer.max_steps=3")
     done = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=1500)
     output = done.stdout + done.stderr
     assert done.returncode == 0, output[-6000:]
@@ -72,6 +56,6 @@ def test_the_smoke_recipe_rehearses_as_hf_jobs_end_to_end(tmp_path):
         assert len(loaded) >= 2, (job_id, sorted(loaded), log[-3000:])
         assert re.search(r'"POST /v1/completions HTTP/1.1" 200', log)  # rollouts reached it through the gateway
 
-    bucket_run = root / "buckets" / "rehearsal" / "agrpo-runs" / "e2e"
-    final = [p for p in bucket_run.rglob("adapter_model.safetensors") if "final" in str(p)]
-    assert final, sorted(str(p.relative_to(bucket_run)) for p in bucket_run.rglob("*"))[:50]
+    bucket_dir = bucket_run(root, "e2e")
+    final = [p for p in bucket_dir.rglob("adapter_model.safetensors") if "final" in str(p)]
+    assert final, sorted(str(p.relative_to(bucket_dir)) for p in bucket_dir.rglob("*"))[:50]

