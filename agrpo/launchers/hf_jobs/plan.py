@@ -1,9 +1,10 @@
 """The HF Jobs plan as plain data: everything a launch does, so the dry run prints exactly what the executor runs.
 
-A plan holds the preparation (the wheel built from the local package, the resolved config the trainer Job runs
-from, both uploaded into the run's folder on the bucket), every Job (image, flavor, command, env, secret names,
-volumes, exposed ports, labels, timeout) and the executor's settings (polling, readiness, requeue, detach). The
-executor (executor.py) takes only this; it computes nothing from the config. Secrets appear here by name only.
+A plan holds the preparation (the wheel built from the local package, this machine's model folder or data file when
+the config names one, the resolved config the trainer Job runs from, all uploaded into the run's folder on the
+bucket), every Job (image, flavor, command, env, secret names, volumes, exposed ports, labels, timeout) and the
+executor's settings (polling, readiness, requeue, detach). The executor (executor.py) takes only this; it computes
+nothing from the config. Secrets appear here by name only.
 """
 
 from __future__ import annotations
@@ -142,6 +143,25 @@ class WheelBuild:
 
 
 @dataclass
+class LocalInput:
+    """A model folder, data file or chat template on this machine that the Jobs read from the bucket instead: built
+    first when the config names a builder, then uploaded into the run's folder; the Jobs' config names `job_path`."""
+
+    key: str  # the config key it replaces: model.name_or_path, data.path or model.chat_template
+    source: str  # here
+    path_in_bucket: str  # a folder's files go under it, a file is it
+    job_path: str  # the same thing through the bucket mount, as the Jobs see it
+    builder: str | None = None  # model.builder: run here (into source) before the upload
+
+    def render(self, bucket: str) -> str:
+        built = f"build {self.source} with {self.builder}; " if self.builder else ""
+        return (
+            f"prepare: {built}upload {self.key}={self.source} to bucket {bucket}:{self.path_in_bucket} "
+            f"(the Jobs read {self.job_path})"
+        )
+
+
+@dataclass
 class ConfigUpload:
     """The resolved config the trainer Job runs from (`python -m agrpo.launchers.hf_jobs.trainer <path>`)."""
 
@@ -172,19 +192,17 @@ class Rehearse:
     listing_lag_s: float
     negative_cache_s: float
     root: str | None  # Jobs' folders, logs, bucket; None: a fresh temporary folder
-    model_builder: str | None  # built here before any Job starts (rehearsal Jobs see this machine's files)
-    model_path: str
     preempt_trainer_after_s: float | None = None
 
     def render(self) -> str:
         where = self.root or "a fresh temporary folder"
-        built = f"; build the model with {self.model_builder} into {self.model_path}" if self.model_builder else ""
+        preempt = ""
         if self.preempt_trainer_after_s is not None:
-            built += f"; preempt the trainer Job's first attempt after {self.preempt_trainer_after_s:g} s"
+            preempt = f"; preempt the trainer Job's first attempt after {self.preempt_trainer_after_s:g} s"
         return (
             f"rehearse: every Job below runs on this machine against a local stand-in of the Jobs and Buckets API "
             f"(listing lag {self.listing_lag_s:g} s, negative lookup cache {self.negative_cache_s:g} s) in "
-            f"{where}{built}; <rehearsal-gateway-port> is the stand-in's gateway port, chosen at start"
+            f"{where}{preempt}; <rehearsal-gateway-port> is the stand-in's gateway port, chosen at start"
         )
 
 
@@ -200,6 +218,7 @@ class JobsPlan:
     config: ConfigUpload
     watch: Watch
     wheel: WheelBuild | None = None  # None: the trainer installs a pinned requirement or its image has agrpo
+    inputs: list[LocalInput] = field(default_factory=list)  # this machine's model/data, uploaded for the Jobs
     launcher: str = "hf_jobs"
     notes: list[str] = field(default_factory=list)
     rehearse: Rehearse | None = None
@@ -238,6 +257,7 @@ class JobsPlan:
                 f"{shlex.join(self.wheel.argv('<tmp>'))} -> upload {self.wheel.filename} to bucket "
                 f"{self.bucket}:{self.wheel.path_in_bucket}"
             )
+        parts += [item.render(self.bucket) for item in self.inputs]
         parts.append(
             f"prepare: upload the resolved run config ({len(self.config.text.splitlines())} lines, sha256 "
             f"{self.config.digest()}) to bucket {self.bucket}:{self.config.path_in_bucket}"

@@ -1,7 +1,9 @@
-"""Config -> JobsPlan (pure apart from locating the local package): R vLLM replica Jobs and one trainer Job.
+"""Config -> JobsPlan (pure apart from locating the local package and local inputs): R vLLM replica Jobs and one
+trainer Job.
 
-The replicas run the command the local launcher derives from the config (same flags) through the image's
-`vllm serve`, listening on 0.0.0.0 and exposed as https://<job_id>--<port>.hf.jobs. The trainer Job installs the
+A model folder, data file or chat template on this machine is uploaded into the run's folder and the Jobs read it
+there (inputs.py). The replicas run the command the local launcher derives from the config (same flags) through
+the image's `vllm serve`, listening on 0.0.0.0 and exposed as https://<job_id>--<port>.hf.jobs. The trainer Job installs the
 wheel of the launching code from the bucket (or a pinned requirement, or nothing when its image has agrpo) without
 touching the image's vLLM/torch/transformers, then runs `python -m agrpo.launchers.hf_jobs.trainer CONFIG`: the run
 config resolved here, never re-composed from command-line overrides. Inside, it finds the replicas of its launch by
@@ -21,6 +23,7 @@ from omegaconf import OmegaConf
 from agrpo.errors import ConfigError
 from agrpo.inference.vllm_server import build_replica_launch
 from agrpo.config.hf_jobs_checks import hf_jobs_problems, walk
+from agrpo.launchers.hf_jobs.inputs import config_for_jobs, local_inputs
 from agrpo.launchers.hf_jobs.package import package_root, wheel_filename
 from agrpo.launchers.hf_jobs.plan import (
     LAUNCH_ID_ENV,
@@ -235,6 +238,8 @@ def build_jobs_plan(cfg: Any, launch_id: str | None = None) -> JobsPlan:
     wheel = None
     if not jobs.install and not jobs.trainer_image_has_agrpo:
         wheel = local_wheel(f"{run_dir_in_bucket}/{WHEEL_DIR}")
+    inputs = local_inputs(cfg, run_dir, run_dir_in_bucket)
+    cfg = config_for_jobs(cfg, inputs)  # from here on, the Jobs' view: local inputs replaced by their bucket copies
     config_text = job_config_text(cfg, namespace, bucket)
     secrets = list(dict.fromkeys([TOKEN_SECRET, *jobs.secrets]))
     refuse_secret_values(config_text, secrets)
@@ -273,8 +278,6 @@ def build_jobs_plan(cfg: Any, launch_id: str | None = None) -> JobsPlan:
             listing_lag_s=float(jobs.rehearse_listing_lag_s),
             negative_cache_s=float(jobs.rehearse_negative_cache_s),
             root=jobs.rehearse_dir,
-            model_builder=cfg.model.builder or None,
-            model_path=str(cfg.model.name_or_path),
             preempt_trainer_after_s=jobs.rehearse_preempt_trainer_after_s,
         )
     return JobsPlan(
@@ -288,6 +291,7 @@ def build_jobs_plan(cfg: Any, launch_id: str | None = None) -> JobsPlan:
         config=config,
         watch=watch,
         wheel=wheel,
+        inputs=inputs,
         notes=notes,
         rehearse=rehearse,
     )

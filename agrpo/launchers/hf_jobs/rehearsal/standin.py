@@ -273,12 +273,13 @@ class StandIn:
         return left
 
     def write_summary(self, left: list[int]) -> None:
-        """<root>/jobs.json: every Job's name, stages, attempts and end (what a rehearsal leaves to look at)."""
+        """<root>/jobs.json: every Job's name, command, stages, attempts and end (what a rehearsal leaves to look at)."""
         with self.lock:
             summary = {
                 job_id: {
                     "name": job.labels.get("name"),
                     "labels": job.labels,
+                    "command": job.spec.get("command"),
                     "stage": job.stage,
                     "message": job.message,
                     "history": job.history,
