@@ -72,6 +72,12 @@ def adapter_missing(reply: Reply) -> bool:
     return reply.status == 404 and b"No adapter found" in reply.body
 
 
+def already_loaded(reply: Reply) -> bool:
+    """vLLM's 400 for a name it already serves. Adapter names are versioned (trl-policy-vN), so the same name is the
+    same weights: a repeated load (a client retrying after its own timeout, a replay) has nothing left to do."""
+    return reply.status == 400 and b"has already been loaded" in reply.body
+
+
 def _name(replica: Replica) -> str:
     return f"replica {replica.index} ({replica.url})"
 
@@ -128,7 +134,7 @@ async def load_adapter(
         delay = retry.initial_s
         while True:
             reply = await send(replica, "POST", "/v1/load_lora_adapter", body)
-            if reply.ok or abort.is_set() or reply.status is None:  # no answer: down, not a veto
+            if reply.ok or already_loaded(reply) or abort.is_set() or reply.status is None:  # no answer: down
                 return reply
             if not adapter_missing(reply):
                 abort.set()  # a real failure: stop the others from retrying
@@ -148,17 +154,18 @@ async def load_adapter(
     if not up:
         return _none_answered(replicas, all_replies, "the adapter load")
     replicas = up
-    if all(reply.ok for reply in replies):
-        return _success(replies)
+    name = _adapter_name(body)
+    if all(reply.ok or already_loaded(reply) for reply in replies):
+        fresh = [reply for reply in replies if reply.ok]
+        return _success(fresh) if fresh else Outcome(200, f"Success: LoRA adapter '{name}' already loaded".encode())
 
-    accepted = [r for r, reply in zip(replicas, replies) if reply.ok]
-    failed = [(r, reply) for r, reply in zip(replicas, replies) if not reply.ok]
+    accepted = [r for r, reply in zip(replicas, replies) if reply.ok]  # loaded by this call: undone on failure
+    failed = [(r, reply) for r, reply in zip(replicas, replies) if not (reply.ok or already_loaded(reply))]
     # the cause is a hard failure if there is one; replicas merely stopped by the abort are not
     causes = [(r, p) for r, p in failed if p.error != "deadline" and not adapter_missing(p)]
     timed_out = [(r, p) for r, p in failed if p.error == "deadline"]
     culprits = causes or timed_out or failed
     status = _failure_status(culprits[0][1]) if causes else _DEADLINE
-    name = _adapter_name(body)
     details = "; ".join(
         f"{_name(r)} still found no adapter after {retry.deadline_s:g}s"
         if p.error == "deadline"

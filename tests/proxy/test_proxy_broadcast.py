@@ -65,6 +65,38 @@ def test_any_other_load_failure_rolls_back_and_reports_its_status():
     run(scenario())
 
 
+def test_a_repeated_load_is_a_success_and_unloads_nothing():
+    """A client that retries a load after its own timeout (the first one went through) must not see a failure, and
+    the all-or-nothing rollback must not unload a version the replicas already serve."""
+
+    async def scenario():
+        async with cluster(2) as (proxy, fakes, session):
+            assert (await post(session, proxy.url + "/v1/load_lora_adapter", LOAD))[0] == 200
+            status, _, body = await post(session, proxy.url + "/v1/load_lora_adapter", LOAD)
+            assert status == 200 and b"already loaded" in body
+            assert all(f.loaded == {"trl-policy-v2"} for f in fakes)
+            assert all(f.requests("/v1/unload_lora_adapter") == [] for f in fakes)
+
+    run(scenario())
+
+
+def test_a_replica_that_already_has_the_version_is_left_as_it_was_when_another_fails():
+    async def scenario():
+        async with cluster(3) as (proxy, fakes, session):
+            fakes[0].loaded.add("trl-policy-v2")  # e.g. a replay reached it first
+            status, _, _ = await post(session, proxy.url + "/v1/load_lora_adapter", LOAD)
+            assert status == 200 and all(f.loaded == {"trl-policy-v2"} for f in fakes)
+            fakes[2].fail_paths["/v1/load_lora_adapter"] = 500
+            fakes[1].loaded.clear()
+            status, _, body = await post(session, proxy.url + "/v1/load_lora_adapter", LOAD)
+            assert status == 500 and "replica 2" in message(body)
+            assert fakes[0].loaded == {"trl-policy-v2"}  # had it before the call: not unloaded
+            assert fakes[1].loaded == set()  # loaded by this call: rolled back
+            assert fakes[0].requests("/v1/unload_lora_adapter") == []
+
+    run(scenario())
+
+
 def test_hard_failure_stops_the_others_retrying():
     async def scenario():
         async with cluster(2, load_retry_deadline_s=30, load_retry_initial_s=0.05) as (proxy, fakes, session):
