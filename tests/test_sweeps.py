@@ -4,6 +4,7 @@ recipe, and (vllm) a real 2-point multirun of the smoke recipe, each point with 
 from __future__ import annotations
 
 import json
+import re
 import os
 import subprocess
 import sys
@@ -87,6 +88,7 @@ def test_multirun_runs_every_point_past_a_failed_one_then_exits_non_zero(tmp_pat
     assert "| 1 | inference.max_loras=3 | no metrics |" in result.stdout  # the next point still ran (dry run)
     summary = list(tmp_path.glob("outputs/multirun/smoke/*/sweep_summary.md"))
     assert len(summary) == 1 and "max_loras=3" in summary[0].read_text()
+    assert re.fullmatch(r"\d{4}-\d\d-\d\d_\d\d-\d\d-\d\d_\d+-[0-9a-f]{4}", summary[0].parent.name)  # unique
 
 
 def test_optuna_recipe_composes_with_the_optuna_sweeper(tmp_path):
