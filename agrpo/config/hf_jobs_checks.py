@@ -44,12 +44,16 @@ def interpolated_secrets(cfg: Any, secret_names: list[str]) -> list[tuple[str, s
     return found
 
 
+def under_mount(path: str, mount_path: str) -> bool:
+    """Whether `path` lies inside the bucket mount (so every Job sees it there)."""
+    return os.path.abspath(path).startswith(os.path.abspath(mount_path).rstrip("/") + "/")
+
+
 def bucket_problems(sync: Any) -> list[str]:
     problems = []
-    mount = os.path.abspath(sync.mount_path)
     if not os.path.isabs(sync.mount_path):
         problems.append(f"sync.mount_path={sync.mount_path!r} must be an absolute path")
-    elif not os.path.abspath(sync.output_dir).startswith(mount.rstrip("/") + "/"):
+    elif not under_mount(sync.output_dir, sync.mount_path):
         problems.append(
             f"sync.output_dir={sync.output_dir!r} is not under sync.mount_path={sync.mount_path!r}: "
             "adapters written there would never reach the bucket"

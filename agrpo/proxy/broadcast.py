@@ -78,6 +78,11 @@ def already_loaded(reply: Reply) -> bool:
     return reply.status == 400 and b"has already been loaded" in reply.body
 
 
+def serves_adapter(reply: Reply) -> bool:
+    """After this answer to a load the replica serves the adapter: it loaded it now, or already had it."""
+    return reply.ok or already_loaded(reply)
+
+
 def _name(replica: Replica) -> str:
     return f"replica {replica.index} ({replica.url})"
 
@@ -134,7 +139,7 @@ async def load_adapter(
         delay = retry.initial_s
         while True:
             reply = await send(replica, "POST", "/v1/load_lora_adapter", body)
-            if reply.ok or already_loaded(reply) or abort.is_set() or reply.status is None:  # no answer: down
+            if serves_adapter(reply) or abort.is_set() or reply.status is None:  # no answer: down, not a veto
                 return reply
             if not adapter_missing(reply):
                 abort.set()  # a real failure: stop the others from retrying
@@ -155,12 +160,12 @@ async def load_adapter(
         return _none_answered(replicas, all_replies, "the adapter load")
     replicas = up
     name = _adapter_name(body)
-    if all(reply.ok or already_loaded(reply) for reply in replies):
+    if all(serves_adapter(reply) for reply in replies):
         fresh = [reply for reply in replies if reply.ok]
         return _success(fresh) if fresh else Outcome(200, f"Success: LoRA adapter '{name}' already loaded".encode())
 
     accepted = [r for r, reply in zip(replicas, replies) if reply.ok]  # loaded by this call: undone on failure
-    failed = [(r, reply) for r, reply in zip(replicas, replies) if not (reply.ok or already_loaded(reply))]
+    failed = [(r, reply) for r, reply in zip(replicas, replies) if not serves_adapter(reply)]
     # the cause is a hard failure if there is one; replicas merely stopped by the abort are not
     causes = [(r, p) for r, p in failed if p.error != "deadline" and not adapter_missing(p)]
     timed_out = [(r, p) for r, p in failed if p.error == "deadline"]

@@ -201,7 +201,7 @@ class Control:
             loaded, paused_qs = dict(self.loaded), self.paused_qs
             for name, body in loaded.items():
                 reply = await self._send(replica, "POST", "/v1/load_lora_adapter", body)
-                if not (reply.ok or broadcast.already_loaded(reply)):
+                if not broadcast.serves_adapter(reply):
                     replica.last_error = f"replaying adapter {name}: {reply.summary()}"
                     log.warning("replica %d not re-admitted: %s", replica.index, replica.last_error)
                     return

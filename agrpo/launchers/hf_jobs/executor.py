@@ -1,9 +1,10 @@
 """Run a JobsPlan on the launching machine; the plan is the only input, so what runs is what the dry run printed.
 
 Build the wheel the plan names (and the model, when it is built here); create the bucket if missing; upload the
-wheel, this machine's model/data the Jobs read, and the resolved run config into the run's folder; launch the replica Jobs; wait until each serves /health through its exposed URL (a replica that
-fails or never gets healthy cancels everything, naming it and why); launch the trainer Job; stream its logs; when
-it ends, or on Ctrl-C, cancel every Job this launch created.
+wheel, this machine's model/data the Jobs read, and the resolved run config into the run's folder; launch the
+replica Jobs; wait until each serves /health through its exposed URL (a replica that fails or never gets healthy
+cancels everything, naming it and why); launch the trainer Job; stream its logs; when it ends, or on Ctrl-C, cancel
+every Job this launch created.
 """
 
 from __future__ import annotations

@@ -16,6 +16,7 @@ from typing import Any
 
 from omegaconf import OmegaConf
 
+from agrpo.config.hf_jobs_checks import under_mount
 from agrpo.errors import ConfigError
 from agrpo.launchers.hf_jobs.plan import LocalInput
 from agrpo.models.resolve import looks_like_path
@@ -23,15 +24,11 @@ from agrpo.models.resolve import looks_like_path
 INPUTS_DIR = "inputs"  # under the run's folder on the bucket
 
 
-def on_mount(path: str, mount_path: str) -> bool:
-    return os.path.abspath(path).startswith(os.path.abspath(mount_path).rstrip("/") + "/")
-
-
 def local_model(cfg: Any) -> tuple[str, str | None] | None:
     """(folder here, builder) when the model lives or is built on this machine; None for a Hub id or the bucket."""
     name, builder = str(cfg.model.name_or_path), cfg.model.builder or None
     path = os.path.expanduser(name)
-    if on_mount(path, cfg.sync.mount_path) and not builder:
+    if under_mount(path, cfg.sync.mount_path) and not builder:
         return None
     if builder or os.path.isdir(path):
         return os.path.abspath(path), builder
@@ -46,10 +43,13 @@ def local_model(cfg: Any) -> tuple[str, str | None] | None:
 def local_file(cfg: Any, key: str) -> str | None:
     """The local file or folder at `key` when the Jobs cannot see it; None when unset or already on the bucket."""
     value = OmegaConf.select(cfg, key)
-    if not value or on_mount(os.path.expanduser(str(value)), cfg.sync.mount_path):
+    if not value:
         return None
-    path = os.path.expanduser(str(value))
-    if key == "model.chat_template" and not (str(value).endswith(".jinja") or looks_like_path(str(value))):
+    value = str(value)
+    path = os.path.expanduser(value)
+    if under_mount(path, cfg.sync.mount_path):
+        return None
+    if key == "model.chat_template" and not (value.endswith(".jinja") or looks_like_path(value)):
         return None  # a TRL template name, not a file
     if not os.path.exists(path):
         raise ConfigError(

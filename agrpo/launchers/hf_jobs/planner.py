@@ -3,11 +3,12 @@ trainer Job.
 
 A model folder, data file or chat template on this machine is uploaded into the run's folder and the Jobs read it
 there (inputs.py). The replicas run the command the local launcher derives from the config (same flags) through
-the image's `vllm serve`, listening on 0.0.0.0 and exposed as https://<job_id>--<port>.hf.jobs. The trainer Job installs the
-wheel of the launching code from the bucket (or a pinned requirement, or nothing when its image has agrpo) without
-touching the image's vLLM/torch/transformers, then runs `python -m agrpo.launchers.hf_jobs.trainer CONFIG`: the run
-config resolved here, never re-composed from command-line overrides. Inside, it finds the replicas of its launch by
-label, starts agrpo's proxy (which adds the HF token upstream) and the trainer, and cancels the replicas at the end.
+the image's `vllm serve`, listening on 0.0.0.0 and exposed as https://<job_id>--<port>.hf.jobs. The trainer Job
+installs the wheel of the launching code from the bucket (or a pinned requirement, or nothing when its image has
+agrpo) without touching the image's vLLM/torch/transformers, then runs `python -m agrpo.launchers.hf_jobs.trainer
+CONFIG`: the run config resolved here, never re-composed from command-line overrides. Inside, it finds the replicas
+of its launch by label, starts agrpo's proxy (which adds the HF token upstream) and the trainer, and cancels the
+replicas at the end.
 """
 
 from __future__ import annotations
