@@ -70,6 +70,16 @@ class FakeJob:
         }
 
 
+def trainer_completes(*lines: str) -> Callable[[FakeJob], None]:
+    """An `on_create` under which the trainer Job streams `lines` and then COMPLETES (replicas keep running)."""
+
+    def on_create(job: FakeJob) -> None:
+        if job.spec["labels"]["agrpo-role"] == "trainer":
+            job.logs, job.stage_after_logs = list(lines), "COMPLETED"
+
+    return on_create
+
+
 class FakeHub:
     def __init__(self, on_create: Callable[[FakeJob], None] | None = None):
         self.requests: list[Request] = []

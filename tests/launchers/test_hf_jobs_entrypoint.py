@@ -10,7 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from fakes.fake_hub import FAKE_TOKEN, FakeHub
+from fakes.fake_hub import FAKE_TOKEN, FakeHub, trainer_completes
 from omegaconf import OmegaConf
 
 REPO = Path(__file__).resolve().parents[2]
@@ -31,9 +31,7 @@ def child_env(hub):
     }
 
 
-def finishing_trainer(job):
-    if job.spec["labels"]["agrpo-role"] == "trainer":
-        job.logs, job.stage_after_logs = ["trainer: done, 4 steps"], "COMPLETED"
+finishing_trainer = trainer_completes("trainer: done, 4 steps")
 
 
 def test_python_m_agrpo_launches_the_run_and_the_trainer_job_runs_the_uploaded_wheel_and_config(tmp_path):

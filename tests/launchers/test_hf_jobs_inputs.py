@@ -9,7 +9,7 @@ import json
 from pathlib import Path
 
 import pytest
-from fakes.fake_hub import FakeHub, use_fake_hub
+from fakes.fake_hub import FakeHub, trainer_completes, use_fake_hub
 from omegaconf import OmegaConf
 
 from agrpo.config.compose import compose_run_config
@@ -114,16 +114,11 @@ def test_a_local_input_that_is_not_there_is_refused_naming_its_key(override, fra
         plan_for("+recipe=gsm8k", override, PINNED)
 
 
-def finishing_trainer(job):
-    if job.spec["labels"]["agrpo-role"] == "trainer":
-        job.stage_after_logs = "COMPLETED"
-
-
 def test_the_executor_builds_the_model_and_uploads_its_files_before_any_job(monkeypatch, tmp_path):
     """The smoke recipe against the fake Hub: the tiny model is built here (in a fresh cache) and every file of it
     lands in the bucket under the path the replicas' command names, before the first Job is created."""
     monkeypatch.setenv("AGRPO_CACHE", str(tmp_path / "cache"))
-    with FakeHub(on_create=finishing_trainer) as hub:
+    with FakeHub(on_create=trainer_completes()) as hub:
         plan = plan_for(
             "+recipe=smoke",
             PINNED,

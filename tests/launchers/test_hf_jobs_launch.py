@@ -12,7 +12,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from fakes.fake_hub import FAKE_TOKEN, FakeHub, use_fake_hub
+from fakes.fake_hub import FAKE_TOKEN, FakeHub, trainer_completes, use_fake_hub
 from omegaconf import OmegaConf
 
 from agrpo.config.compose import compose_run_config
@@ -59,10 +59,7 @@ def launch(hub, monkeypatch, *extra, plan=None):
         return error, printed
 
 
-def finishing_trainer(job):
-    if job.spec["labels"]["agrpo-role"] == "trainer":
-        job.logs = ["step 1 reward 0.1", "step 2 reward 0.3"]
-        job.stage_after_logs = "COMPLETED"
+finishing_trainer = trainer_completes("step 1 reward 0.1", "step 2 reward 0.3")
 
 
 def test_golden_job_creation_bodies_for_a_two_replica_run(monkeypatch):
