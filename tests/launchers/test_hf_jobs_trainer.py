@@ -50,6 +50,27 @@ def write(path, text="x"):
     path.write_text(text)
 
 
+def uploaded_config(tmp_path, launch_id, *overrides):
+    """(plan, path) of the trainer Job's config.yaml as the launcher uploads it, for a gsm8k Jobs run of run id run1
+    with the bucket mounted at tmp_path."""
+    from agrpo.launchers.hf_jobs.planner import build_jobs_plan
+
+    cfg = compose_run_config(
+        [
+            "+recipe=gsm8k",
+            "launcher=hf_jobs",
+            "sync=bucket",
+            "launcher.hf_jobs.run_id=run1",
+            f"sync.mount_path={tmp_path}",
+            *overrides,
+        ]
+    )
+    plan = build_jobs_plan(cfg, launch_id=launch_id)
+    path = tmp_path / "run1" / "config.yaml"
+    write(path, plan.config.text)
+    return plan, path
+
+
 def test_attempts_count_within_one_launch_and_restart_with_a_new_one():
     assert next_attempt(None, "L1") == {"launch_id": "L1", "attempt": 1}
     assert next_attempt({"launch_id": "L1", "attempt": 1}, "L1") == {"launch_id": "L1", "attempt": 2}
@@ -102,26 +123,18 @@ def test_the_trainer_job_runs_from_the_uploaded_config_and_finds_its_launchs_rep
     """`python -m agrpo.launchers.hf_jobs.trainer CONFIG` as the Job runs it: the uploaded config (from the plan),
     this launch's running replicas found by label, the proxy in front of them adding the token, then cleanup."""
     import agrpo.launchers.base
-    from agrpo.launchers.hf_jobs.planner import build_jobs_plan
     from agrpo.launchers.hf_jobs.trainer import main
     from agrpo.launchers.local import LocalLauncher
 
     run_dir = tmp_path / "run1"
-    cfg = compose_run_config(
-        [
-            "+recipe=gsm8k",
-            "launcher=hf_jobs",
-            "sync=bucket",
-            "inference.replicas=2",
-            "launcher.hf_jobs.run_id=run1",
-            "launcher.hf_jobs.namespace=alice",
-            f"sync.mount_path={tmp_path}",
-            "lora.alpha=5",
-            f"launcher.hf_jobs.replica_url='{hub.replica_url_template()}'",
-        ]
+    plan, _ = uploaded_config(
+        tmp_path,
+        "L7",
+        "inference.replicas=2",
+        "launcher.hf_jobs.namespace=alice",
+        "lora.alpha=5",
+        f"launcher.hf_jobs.replica_url='{hub.replica_url_template()}'",
     )
-    plan = build_jobs_plan(cfg, launch_id="L7")
-    write(run_dir / "config.yaml", plan.config.text)
     ours = [hub.add_job(spec.labels) for spec in plan.replicas]
     stale = hub.add_job({**plan.replicas[0].labels, "agrpo-launch": "L6"})  # an earlier launch of the same run
     monkeypatch.setenv("AGRPO_LAUNCH_ID", "L7")
@@ -145,24 +158,12 @@ def test_the_trainer_job_runs_from_the_uploaded_config_and_finds_its_launchs_rep
 
 
 def test_the_trainer_job_stops_with_one_line_when_its_replicas_are_gone(hub, tmp_path, monkeypatch, capsys):
-    from agrpo.launchers.hf_jobs.planner import build_jobs_plan
     from agrpo.launchers.hf_jobs.trainer import main
 
-    cfg = compose_run_config(
-        [
-            "+recipe=gsm8k",
-            "launcher=hf_jobs",
-            "sync=bucket",
-            "inference.replicas=2",
-            "launcher.hf_jobs.run_id=run1",
-            "launcher.hf_jobs.namespace=alice",
-            f"sync.mount_path={tmp_path}",
-        ]
-    )
-    write(tmp_path / "run1" / "config.yaml", build_jobs_plan(cfg, launch_id="L9").config.text)
+    _, config = uploaded_config(tmp_path, "L9", "inference.replicas=2", "launcher.hf_jobs.namespace=alice")
     survivor = hub.add_job({"agrpo-run": "run1", "agrpo-role": "replica", "agrpo-launch": "L9"})
     monkeypatch.setenv("AGRPO_LAUNCH_ID", "L9")
-    assert main([str(tmp_path / "run1" / "config.yaml")]) == 1
+    assert main([str(config)]) == 1
     assert hub.cancelled() == [survivor.id]
     err = capsys.readouterr().err
     assert "found 1 running replica Job(s) of run run1 (launch L9) where inference.replicas=2" in err
@@ -177,21 +178,10 @@ def test_python_m_agrpo_refuses_the_trainer_jobs_role():
 
 
 def test_a_hub_error_while_finding_the_replicas_is_one_line(hub, tmp_path, monkeypatch, capsys):
-    from agrpo.launchers.hf_jobs.planner import build_jobs_plan
     from agrpo.launchers.hf_jobs.trainer import main
 
-    cfg = compose_run_config(
-        [
-            "+recipe=gsm8k",
-            "launcher=hf_jobs",
-            "sync=bucket",
-            "launcher.hf_jobs.run_id=run1",
-            "launcher.hf_jobs.namespace=bob",
-            f"sync.mount_path={tmp_path}",
-        ]
-    )  # no access to bob
-    write(tmp_path / "run1" / "config.yaml", build_jobs_plan(cfg, launch_id="L3").config.text)
-    assert main([str(tmp_path / "run1" / "config.yaml")]) == 1
+    _, config = uploaded_config(tmp_path, "L3", "launcher.hf_jobs.namespace=bob")  # no access to bob
+    assert main([str(config)]) == 1
     err = capsys.readouterr().err
     assert "could not list the replica Jobs of run run1 in bob (HfHubHTTPError" in err and "Traceback" not in err
 
