@@ -8,7 +8,7 @@ import sys
 import torch
 import torch.distributed as dist
 from torch.distributed.fsdp import fully_shard
-from transformers import Qwen2Config, Qwen2ForCausalLM
+from tiny_qwen2 import tiny_qwen2
 
 from agrpo.trainer.fsdp_compat import untie_embeddings
 
@@ -17,20 +17,6 @@ def say(line: str) -> None:
     """One write per line: both ranks share the pipe, and print() writes the text and the newline separately."""
     sys.stdout.write(line + "\n")
     sys.stdout.flush()
-
-
-def tied_model():
-    torch.manual_seed(0)
-    config = Qwen2Config(
-        vocab_size=300,
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=2,
-        num_attention_heads=2,
-        num_key_value_heads=1,
-        tie_word_embeddings=True,
-    )
-    return Qwen2ForCausalLM(config)
 
 
 def shard(model):
@@ -46,11 +32,11 @@ def shard(model):
 
 dist.init_process_group("gloo")
 try:
-    shard(tied_model())
+    shard(tiny_qwen2(tied=True))
     say("tied: ok")
 except ValueError as error:
     say(f"tied: refused: {error}")
-model = tied_model()
+model = tiny_qwen2(tied=True)
 untie_embeddings(model)
 say(f"untied: loss {shard(model):.4f}")
 # Without it, a rank that finishes first tears the group down under the other one, which then aborts

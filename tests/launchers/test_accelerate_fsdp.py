@@ -7,31 +7,16 @@ import sys
 from pathlib import Path
 
 import torch
-from transformers import Qwen2Config, Qwen2ForCausalLM
 
 from agrpo.trainer.fsdp_compat import running_under_fsdp, untie_embeddings
 from agrpo.trainer.trl_backend import fix_loaded_model
+from tests.launchers.tiny_qwen2 import tiny_qwen2
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
-def tiny(tied: bool) -> Qwen2ForCausalLM:
-    torch.manual_seed(0)
-    return Qwen2ForCausalLM(
-        Qwen2Config(
-            vocab_size=300,
-            hidden_size=64,
-            intermediate_size=128,
-            num_hidden_layers=2,
-            num_attention_heads=2,
-            num_key_value_heads=1,
-            tie_word_embeddings=tied,
-        )
-    )
-
-
 def test_untie_gives_the_head_its_own_copy_and_changes_no_output():
-    model = tiny(tied=True)
+    model = tiny_qwen2(tied=True)
     ids = torch.tensor([[5, 6, 7]])
     before = model(ids).logits
     assert untie_embeddings(model) is True
@@ -44,7 +29,7 @@ def test_untie_gives_the_head_its_own_copy_and_changes_no_output():
 
 
 def test_untie_leaves_an_untied_model_alone():
-    model = tiny(tied=False)
+    model = tiny_qwen2(tied=False)
     head = model.lm_head.weight
     assert untie_embeddings(model) is False and model.lm_head.weight is head
 
