@@ -1,6 +1,7 @@
 """Structured config: every knob of a run, its default and why it exists. The YAML under conf/ only picks values.
 
-Grouped as the config groups are: model, lora, data, reward, trainer, inference, sync, launcher, logger (+ proxy).
+Grouped as the config groups are: model, lora, data, reward, agent, trainer, inference, sync, launcher, logger
+(+ proxy).
 Hydra composes the YAML on top of these dataclasses in struct mode, so an unknown key is an error, not a silent no-op.
 """
 
@@ -74,6 +75,26 @@ class RewardConfig:
     # A list of reward terms, each `{_target_: dotted.callable, weight: 1.0, ...extra kwargs bound to it}`. Every
     # callable follows TRL's reward signature and must be importable at module level (TRL pickles it to a child).
     funcs: list[Any] = field(default_factory=list)
+
+
+@dataclass
+class AgentConfig:
+    """Multi-turn agent rollouts: tools the policy may call and environments that answer (docs/your_agent.md). They
+    run in the trainer's rollout worker (TRL's `tools` / `environment_factory`), never on the replicas."""
+
+    # Tool functions, named as rewards are: `my_tools.py:search`, a dotted path, or {_target_: ..., option: value}
+    # (options are bound and left out of the schema). TRL shows the model each one's name, type hints and docstring.
+    tools: list[Any] = field(default_factory=list)
+    # An environment factory {_target_: my_env.py:Env, option: value} (a class with `reset`, public methods that are
+    # tools, optional `get_reward`), or {name: factory, ...} chosen per row by the data's `environment` column. None:
+    # tools only. One instance per rollout, reused across rollouts (reset between them).
+    environment: Optional[Any] = None
+    # Tool-calling turns per episode (TRL's max_tool_calling_iterations); a finite default, so a policy that never
+    # stops calling cannot run a rollout into the context limit. null: no limit.
+    max_tool_calling_iterations: Optional[int] = 4
+    # Seconds one tool call (or an environment's tool method) may take; past it the turn ends with a timeout error
+    # the model sees and TRL counts a failure, so a hung tool never stalls training. null: no limit.
+    tool_timeout_s: Optional[float] = 30.0
 
 
 @dataclass
@@ -354,6 +375,7 @@ class RunConfig:
     lora: LoraConfig = field(default_factory=LoraConfig)
     data: DataConfig = field(default_factory=DataConfig)
     reward: RewardConfig = field(default_factory=RewardConfig)
+    agent: AgentConfig = field(default_factory=AgentConfig)
     trainer: TrainerConfig = field(default_factory=TrainerConfig)
     inference: InferenceConfig = field(default_factory=InferenceConfig)
     proxy: ProxySettings = field(default_factory=ProxySettings)

@@ -90,7 +90,7 @@ def cross_field_problems(cfg: Any) -> list[str]:
         )
     problems += hf_jobs_problems(cfg)
     funcs = cfg.reward.funcs or []
-    if not funcs:
+    if not funcs and cfg.agent.environment is None:  # an environment may own the reward (agrpo/agents/checks.py)
         problems.append("reward.funcs is empty: choose a reward group (e.g. reward=smoke) or add a term")
     for index, term in enumerate(funcs):
         if not hasattr(term, "get") or not term.get("_target_"):
@@ -112,6 +112,7 @@ def resolution_problems(cfg: Any) -> list[str]:
 def validate(cfg: Any, check_environment: bool = True) -> None:
     """Raise one ConfigError listing every problem, so the user fixes them in one go. `check_environment=False`
     skips the checks against this machine (imports, files, packages, device)."""
+    from agrpo.agents.checks import agent_problems
     from agrpo.config.environment import environment_problems
 
     problems = resolution_problems(cfg)  # the other checks read resolved values
@@ -119,6 +120,7 @@ def validate(cfg: Any, check_environment: bool = True) -> None:
         problems = unknown_key_problems(cfg)  # stray keys first: the rest assumes the schema's shape
     if not problems:
         problems = find_problems(cfg) + (environment_problems(cfg) if check_environment else [])
+        problems += agent_problems(cfg, check_environment)  # tools and environments (agrpo/agents/checks.py)
     if problems:
         listing = "; ".join(problems)
         raise ConfigError(f"invalid config ({len(problems)} problem{'s' if len(problems) > 1 else ''}): {listing}.")

@@ -223,16 +223,18 @@ def run_eval(cfg: Any, out_dir: Path) -> dict[str, Any]:
     """Evaluate, write `eval.results_file` (one JSON line per problem) and `eval.summary_file`; return the summary."""
     from transformers import AutoTokenizer
 
+    from agrpo.agents.build import Agent
     from agrpo.models.resolve import prepare_model
     from agrpo.rewards.registry import build_reward_funcs
 
     ev = cfg.eval
     if ev.k < 1:
         raise ConfigError(f"eval.k={ev.k} must be >= 1")
-    rewards = build_reward_funcs(cfg.reward.funcs)
-    if not 0 <= ev.correct_term < len(rewards):
-        raise ConfigError(f"eval.correct_term={ev.correct_term} is not a reward term index (0..{len(rewards) - 1})")
-    names = term_names([r.__name__ for r in rewards])
+    agent = Agent.from_config(cfg.agent)  # tools/environment: episodes with the same tools (agrpo/agents/episodes.py)
+    rewards = build_reward_funcs(cfg.reward.funcs) if cfg.reward.funcs or agent is None else []
+    names = term_names([r.__name__ for r in rewards] + (agent.reward_names() if agent else []))
+    if not 0 <= ev.correct_term < len(names):
+        raise ConfigError(f"eval.correct_term={ev.correct_term} is not a reward term index (0..{len(names) - 1})")
     lora = adapter_name(ev.adapter) if ev.adapter else None
     problems = load_problems(cfg)
     from agrpo.rewards.generic import missing_columns
@@ -257,6 +259,11 @@ def run_eval(cfg: Any, out_dir: Path) -> dict[str, Any]:
         "temperature": ev.temperature,
         "top_p": ev.top_p,
     }
+    episodes = None
+    if agent is not None:
+        from agrpo.agents.episodes import AgentEpisodes
+
+        episodes = AgentEpisodes(agent, tokenizer, params)
     out_dir.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
     with served(serving_config(cfg), out_dir) as (url, admin_token):
@@ -268,7 +275,9 @@ def run_eval(cfg: Any, out_dir: Path) -> dict[str, Any]:
         try:
             with progress_bar(len(prompts), f"sampling k={ev.k}") as bar:
                 outputs = sample_all(
-                    lambda i: endpoint.complete(model, prompts[i], ev.k, ev.seed + i * ev.k, params),
+                    (lambda i: episodes.sample(endpoint, model, problems[i], ev.k, ev.seed + i * ev.k))
+                    if episodes
+                    else (lambda i: endpoint.complete(model, prompts[i], ev.k, ev.seed + i * ev.k, params)),
                     len(prompts),
                     ev.concurrency,
                     bar.update,
@@ -276,8 +285,11 @@ def run_eval(cfg: Any, out_dir: Path) -> dict[str, Any]:
         finally:
             if lora:
                 endpoint.unload_adapter(lora)
-    results = [score_problem(i, problems[i], outputs[i], rewards, names, cfg) for i in range(len(outputs))]
+    score = episodes.score if episodes else score_problem
+    results = [score(i, problems[i], outputs[i], rewards, names, cfg) for i in range(len(outputs))]
     summary = summarize(results, ev.k)
+    if episodes:
+        summary["agent"] = episodes.summary(outputs)
     summary.update(
         model=str(cfg.model.name_or_path),
         served_as=model,

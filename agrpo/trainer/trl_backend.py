@@ -276,11 +276,13 @@ def run_training(cfg: Any, vllm_url: str, num_replicas: int) -> dict[str, Any]:
     missing = missing_columns(OmegaConf.to_container(cfg.reward.funcs, resolve=True), dataset.column_names)
     if missing:  # a typo in a reward's `column:` would otherwise crash inside TRL's scoring process
         raise ConfigError(" ".join(missing))
-    rewards = build_reward_funcs(cfg.reward.funcs)
+    rewards = build_reward_funcs(cfg.reward.funcs) if cfg.reward.funcs else []  # an environment may own the reward
+    from agrpo.agents.build import log_agent_summary, prepare_agent
     from agrpo.trainer.fsdp_compat import running_under_fsdp, untie_embeddings
 
+    agent_kwargs, agent_rollouts = prepare_agent(cfg, args)  # tools, environment_factory ({} without an agent)
     untie = cfg.launcher.accelerate.untie_embeddings and running_under_fsdp()
-    with fix_loaded_model(untie_embeddings) if untie else contextlib.nullcontext():
+    with fix_loaded_model(untie_embeddings) if untie else contextlib.nullcontext(), agent_rollouts:
         trainer = AsyncGRPOTrainer(
             model=cfg.model.name_or_path,
             reward_funcs=rewards,
@@ -288,6 +290,7 @@ def run_training(cfg: Any, vllm_url: str, num_replicas: int) -> dict[str, Any]:
             train_dataset=dataset,
             processing_class=load_tokenizer(cfg.model),
             peft_config=build_peft_config(cfg.lora),
+            **agent_kwargs,
         )
     install_sync_hook(trainer, get_store(cfg), cfg.inference.startup_timeout_s, gate=cfg.sync.visibility_gate)
     serving = ServingCollector(vllm_url, via_proxy=num_replicas > 1 or cfg.inference.use_proxy is True)
@@ -319,6 +322,7 @@ def run_training(cfg: Any, vllm_url: str, num_replicas: int) -> dict[str, Any]:
     if serving.last:
         summary["serving"] = serving.last
         log.info("serving: %s", summary_line(serving.last))
+    log_agent_summary(summary, trainer.state.log_history)  # tool use, turns, continuation routing (agents only)
     if bottleneck.final is not None:
         summary["bottleneck"] = {"kind": bottleneck.final.kind, "line": bottleneck.final.line}
     summary["wall_time_s"] = time.monotonic() - started  # model load + training + final save (sweep tables)

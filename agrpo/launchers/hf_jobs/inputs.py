@@ -74,7 +74,9 @@ def local_inputs(cfg: Any, run_dir: str, run_dir_in_bucket: str) -> list[LocalIn
         source = local_file(cfg, key)
         if source:
             inputs.append(placed(key, source, f"{folder}/{os.path.basename(source.rstrip('/'))}"))
-    return inputs
+    from agrpo.agents.jobs import code_inputs  # tool, environment and reward files here (agrpo/agents/jobs.py)
+
+    return inputs + code_inputs(cfg, placed)
 
 
 def config_for_jobs(cfg: Any, inputs: list[LocalInput]) -> Any:

@@ -1,0 +1,7 @@
+"""Agents: tools and environments from the `agent:` config, run in TRL's rollout worker (docs/your_agent.md).
+
+tools.py and environments.py build what TRL takes (picklable, guarded); checks.py is the validation pass's part;
+build.py hands TRL its arguments; rollout.py measures where each turn of an episode was served (metrics.py);
+episodes.py plays the same episodes for `agrpo eval`; secret_word.py is the agent_smoke task; jobs.py lists the code
+files a Jobs run uploads.
+"""

@@ -1,0 +1,78 @@
+"""Environments from config as TRL takes them (agrpo/agents/environments.py): what TRL's own rollout loop finds in
+them, the pickle trip into a spawned process, guarded tool methods, and a reset or get_reward that raises."""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+
+import pytest
+from transformers.utils import get_json_schema
+
+from agrpo.agents.environments import EnvironmentFactory, EnvironmentFailed, build_environment
+from agrpo.agents.tools import ToolTimeout, load_target
+from agrpo.errors import ConfigError
+
+
+def play(factory):
+    """Runs in a spawned process, as TRL's rollout worker does: make, reset, use a tool, score."""
+    env = factory()
+    env.reset(prompt="p")
+    return type(env).__name__, env.increment(by=4), env.get_reward()
+
+
+def test_the_instance_is_the_users_class_with_the_same_tools(user_code):
+    env = EnvironmentFactory("my_env.py:Counter", {"start": 2})()
+    counter = load_target("my_env.py:Counter")
+    assert isinstance(env, counter) and type(env).__name__ == "Counter"
+    assert env.reset(prompt="p") == " (start at 2)"
+    assert env.increment(by=3) == 5 and env.get_reward() == 5.0
+    assert get_json_schema(env.increment) == get_json_schema(counter(2).increment)
+
+
+def test_a_factory_survives_a_spawned_process(user_code):
+    factory = EnvironmentFactory("my_env.py:Counter", {"start": 1})
+    with mp.get_context("spawn").Pool(1) as pool:
+        assert pool.apply(play, (factory,)) == ("Counter", 5, 5.0)
+
+
+def test_trls_rollout_loop_finds_the_tools_and_the_reward(user_code, rollout_loop):
+    """TRL probes one instance per environment: its public methods are the tools, get_reward a reward column."""
+    factories = build_environment({"a": "my_env.py:Counter", "b": {"_target_": "my_env.py:Counter", "start": 3}}, 5)
+    loop = rollout_loop(environment_factory=factories)
+    assert {name: [t.__name__ for t in tools] for name, tools in loop._env_tools.items()} == {
+        "a": ["increment", "wait"],
+        "b": ["increment", "wait"],
+    }
+    assert loop.reward_func_names == ["reward_zero", "Counter"]
+
+
+def test_a_tool_method_that_hangs_times_out(user_code):
+    env = EnvironmentFactory("my_env.py:Counter", timeout_s=0.3)()
+    with pytest.raises(ToolTimeout, match="wait did not return within 0.3 s"):
+        env.wait(seconds=30)
+    assert env.wait(seconds=0) == "done"
+
+
+def test_a_reset_that_raises_is_reported_with_its_row(user_code):
+    env = EnvironmentFactory("my_env.py:Counter")()
+    with pytest.raises(EnvironmentFailed) as raised:
+        env.reset(prompt=[{"role": "user", "content": "count"}], poison=True, answer=3)
+    message = str(raised.value)
+    assert message.startswith("environment Counter.reset raised on the row {prompt=")
+    assert "poison=True" in message and "answer=3" in message and "ValueError: poisoned row" in message
+
+
+def test_a_get_reward_that_raises_names_the_row_of_its_reset(user_code):
+    env = EnvironmentFactory("my_env.py:Counter")()
+    env.reset(prompt="p", answer=7)
+    env.increment(by=-1)
+    with pytest.raises(EnvironmentFailed, match=r"Counter.get_reward raised after the row \{prompt='p', answer=7\}"):
+        env.get_reward()
+
+
+def test_bad_environment_entries_name_their_key(user_code):
+    with pytest.raises(ConfigError, match=r"agent.environment.b='nowhere.py:Env' cannot be loaded"):
+        build_environment({"a": "my_env.py:Counter", "b": "nowhere.py:Env"}, timeout_s=None)
+    with pytest.raises(ConfigError, match="agent.environment must be"):
+        build_environment([1, 2], timeout_s=None)
+    assert build_environment(None, timeout_s=None) is None

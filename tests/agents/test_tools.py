@@ -1,0 +1,75 @@
+"""Tools from config as TRL takes them (agrpo/agents/tools.py): the schema the model sees, the pickle trip into a
+spawned process, and bad tools (raising, hanging, unserialisable, unknown) run through TRL's own tool execution."""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import pickle
+
+import pytest
+from transformers.utils import get_json_schema
+
+from agrpo.agents.tools import GuardedTool, build_tools, load_target
+from agrpo.errors import ConfigError
+
+
+def call(tool, kwargs):
+    """Runs in a spawned process, as TRL's rollout worker does."""
+    return tool.__name__, tool(**kwargs)
+
+
+def test_a_file_tool_shows_its_own_schema_and_survives_a_spawned_process(user_code):
+    tool = GuardedTool("my_tools.py:search")
+    original = load_target("my_tools.py:search")
+    assert tool.method.__name__ == "search"
+    assert get_json_schema(tool.method) == get_json_schema(original)
+    assert get_json_schema(tool.method)["function"]["parameters"]["required"] == ["query"]
+    restored = pickle.loads(pickle.dumps(tool.method))
+    assert restored(query="cats") == "3 notes about cats"
+    with mp.get_context("spawn").Pool(1) as pool:  # TRL's rollout process is spawned the same way
+        assert pool.apply(call, (tool.method, {"query": "dogs"})) == ("search", "3 notes about dogs")
+
+
+def test_bound_options_leave_the_schema_and_reach_the_call(user_code):
+    tool = GuardedTool("my_tools.search", {"limit": 5})  # a dotted path into the working directory
+    assert set(get_json_schema(tool.method)["function"]["parameters"]["properties"]) == {"query"}
+    assert tool.method(query="owls") == "5 notes about owls"
+    with pytest.raises(TypeError, match="takes no option"):
+        GuardedTool("my_tools.py:search", {"limt": 5})
+
+
+def test_async_tools_run_in_a_worker_thread(user_code):
+    (add,) = build_tools(["my_tools.py:add"], timeout_s=5)
+    assert add.method(a=2, b=3) == 5
+
+
+def test_a_tool_that_does_not_load_names_its_entry(user_code):
+    with pytest.raises(ConfigError, match=r"agent.tools\[1\]='nowhere.py:search' cannot be loaded"):
+        build_tools(["my_tools.py:search", "nowhere.py:search"], timeout_s=None)
+    with pytest.raises(ConfigError, match=r"agent.tools\[0\].*mapping with `_target_`"):
+        build_tools([{"name": "search"}], timeout_s=None)
+
+
+def test_bad_tools_end_their_turn_with_an_error_the_model_sees_and_are_counted(user_code, rollout_loop):
+    """TRL's `_execute_tool_calls` on one turn calling a good tool, a raising one, a hung one, one returning an
+    object, and a name that does not exist: every call answers, the run goes on, each failure is counted."""
+    tools = build_tools(["my_tools.py:" + n for n in ("search", "broken", "stuck", "opaque")], timeout_s=0.5)
+    methods = [tool.method for tool in tools]
+    loop = rollout_loop(tools=methods)
+    calls = [
+        {"function": {"name": name, "arguments": {"query": "q"}}}
+        for name in ("search", "broken", "stuck", "opaque", "missing")
+    ]
+    messages, n_calls, n_failures = loop._loop.run_until_complete(
+        loop._execute_tool_calls(calls, {m.__name__: m for m in methods})
+    )
+    answers = {m["name"]: m["content"] for m in messages}
+    assert (n_calls, n_failures) == (5, 4)
+    assert answers["search"] == "3 notes about q"
+    assert "the index is down" in answers["broken"]
+    assert "did not return within 0.5 s (agent.tool_timeout_s)" in answers["stuck"]
+    assert "returned a dict, which a tool message cannot carry" in answers["opaque"]
+    assert "unknown tool missing" in answers["missing"]
+    for name in ("broken", "stuck", "opaque", "missing"):
+        assert loop._counters[f"tools/{name}/failure_total"] == 1
+    assert loop._counters["tools/search/failure_total"] == 0
