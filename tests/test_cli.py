@@ -172,6 +172,6 @@ def test_every_group_of_the_defaults_list_has_a_description():
 
     lines = group_lines((Path(CONF_DIR) / "config.yaml").read_text())
     groups = {group for group, _, _ in lines}
-    assert groups == {"model", "lora", "data", "reward", "trainer", "inference", "sync", "launcher", "logger"}
+    assert groups == {"model", "lora", "data", "reward", "agent", "trainer", "inference", "sync", "launcher", "logger"}
     for group, default, why in lines:
         assert default in options(Path(CONF_DIR), group) and len(why) > 10, (group, default, why)

@@ -191,7 +191,7 @@ def warm_start(model: Any, tokenizer: Any, steps: int, batch_size: int, call_sha
 def build_secret_word_model(
     output_dir: str | os.PathLike,
     *,
-    call_share: float = 0.25,
+    call_share: float = 0.15,
     steps: int = 120,
     batch_size: int = 8,
     learning_rate: float = 3e-3,
