@@ -47,7 +47,9 @@ def row(label: str, metrics: dict) -> str:
     tool_use = metrics["tool_use"]
     cells = [
         label,
-        f"{agent.get('agent/continuation_affinity', float('nan')):.1%}" if "agent/continuation_affinity" in agent else "-",
+        f"{agent.get('agent/continuation_affinity', float('nan')):.1%}"
+        if "agent/continuation_affinity" in agent
+        else "-",
         f"{int(agent.get('agent/continuations_routed', 0))} / {int(agent.get('agent/continuations_new_adapter', 0))}",
         f"{serving.get('serving/prefix_cache_hit_rate', float('nan')):.1%}",
         f"{agent.get('agent/tool_calls_per_episode', float('nan')):.2f}",

@@ -64,7 +64,12 @@ def test_rows_must_name_environments_that_exist(user_code):
     rows = [{"prompt": "count", "environment": "counter"}, {"prompt": "look", "environment": "lookr"}]
     (user_code / "rows.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
     several = 'agent.environment={counter: {_target_: "my_env.py:Counter"}, look: {_target_: "my_env.py:Quiet"}}'
-    data = ["data.loader=agrpo.data.jsonl.load_jsonl", f"data.path={user_code / 'rows.jsonl'}", "data.shuffle=false", "data.max_prompts=null"]
+    data = [
+        "data.loader=agrpo.data.jsonl.load_jsonl",
+        f"data.path={user_code / 'rows.jsonl'}",
+        "data.shuffle=false",
+        "data.max_prompts=null",
+    ]
     assert "data row 1 has environment='lookr', which agent.environment does not define (it defines counter, look)" in (
         problems_of("agent=none", several, *data)
     )

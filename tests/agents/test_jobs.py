@@ -31,7 +31,9 @@ def plan_for(*overrides):
 
 @pytest.fixture()
 def rewards_file(user_code):
-    (user_code / "my_rewards.py").write_text("def score(completions, **columns):\n    return [1.0] * len(completions)\n")
+    (user_code / "my_rewards.py").write_text(
+        "def score(completions, **columns):\n    return [1.0] * len(completions)\n"
+    )
     return user_code
 
 

@@ -17,7 +17,9 @@ def tokenizer():
 
 def test_an_episode_is_rendered_as_trl_renders_it(tokenizer):
     tools = episode_tools()
-    ids, labels, tool_start = transcript(Renderer(tokenizer, tools), "Player 7: What is the secret word?", "tiger", True)
+    ids, labels, tool_start = transcript(
+        Renderer(tokenizer, tools), "Player 7: What is the secret word?", "tiger", True
+    )
     conversation = [
         {"role": "user", "content": "Player 7: What is the secret word?"},
         {"role": "assistant", "content": "", "tool_calls": [{"function": {"name": "get_secret", "arguments": {}}}]},
