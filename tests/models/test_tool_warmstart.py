@@ -58,3 +58,14 @@ def test_added_tokens_shorten_the_prompt_and_survive_a_save(tokenizer, tmp_path)
     tokenizer.save_pretrained(tmp_path)
     reloaded = AutoTokenizer.from_pretrained(tmp_path)
     assert reloaded.apply_chat_template(prompt, tools=tools, add_generation_prompt=True, return_dict=False) == ids
+
+
+def test_the_plain_tool_variant_shows_the_model_the_same_tool(tokenizer):
+    """agent=secret_word_tool offers get_secret as a function: the prompt is the one the model was warm-started on."""
+    from agrpo.agents.tools import GuardedTool
+
+    prompt = [{"role": "user", "content": "Player 7: What is the secret word?"}]
+    plain = [GuardedTool("agrpo.agents.secret_word.get_secret").method]
+    assert tokenizer.apply_chat_template(prompt, tools=plain, return_dict=False) == tokenizer.apply_chat_template(
+        prompt, tools=episode_tools(), return_dict=False
+    )
