@@ -92,10 +92,11 @@ class TrainerConfig:
     # Async pipeline: how many weight versions a rollout may lag, and how often the adapter is published.
     max_staleness: int = 4
     weight_sync_steps: int = 1
-    # Requests in flight; -1: TRL's auto (max_staleness x samples per step) scaled by the replica count.
-    max_inflight_tasks: int = -1
-    # Rollout samples buffered ahead of the trainer; -1: 2 x requests in flight, so generation runs ahead by about
-    # two steps and is back-pressured instead of producing samples that go stale (TRL's fixed default is 1024).
+    # auto: sized at run time from what the trainer consumes and waits for, so that few samples go stale while the
+    # trainer is kept fed (agrpo/trainer/inflight.py). A number: that many requests in flight, fixed (TRL's way).
+    max_inflight_tasks: str = "auto"
+    # Rollout samples buffered ahead of the trainer; -1: derived (with auto, the most samples the controller may keep
+    # ahead; with a fixed number, 2 x requests in flight). TRL's fixed default (1024) lets samples go stale.
     queue_maxsize: int = -1
     # Packed token-budget batching; None: the server's max_model_len. <= 0: fixed-size micro-batches.
     token_budget: Optional[int] = None
@@ -178,6 +179,9 @@ class SyncConfig:
     """Where adapters travel: a directory that the trainer writes and every replica reads at the same path."""
 
     kind: str = "shared_dir"
+    # background: publish vN and train on, load it on the replicas without pausing them, move the rollouts to vN once
+    # it is served (agrpo/trainer/background_sync.py). blocking: TRL's pause -> save -> load -> resume, kept for A/B.
+    mode: str = "background"
     # Root of the run's outputs (adapters under <output_dir>/.vllm_lora). Must be the same absolute path everywhere.
     output_dir: str = MISSING
     # sync=bucket: the Hugging Face Storage Bucket ("name" in launcher.hf_jobs.namespace, or "namespace/name"). One

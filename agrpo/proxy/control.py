@@ -9,11 +9,12 @@ import asyncio
 import json
 import logging
 from time import perf_counter
+from urllib.parse import parse_qs, urlsplit
 
 import aiohttp
 from aiohttp import web
 
-from agrpo.proxy import broadcast
+from agrpo.proxy import availability, broadcast
 from agrpo.proxy.broadcast import LoadRetry, Outcome, Reply
 from agrpo.proxy.replicas import Replica
 from agrpo.proxy.settings import url_problems
@@ -43,6 +44,7 @@ class Control:
         self.generation = 0  # bumped by every state change; an admission replays until stable
         self._lock = asyncio.Lock()
         self._probe_task: asyncio.Task | None = None
+        self._loading: set[asyncio.Task] = set()  # serve=first loads still running on slower replicas
         self._broadcast_timeout = aiohttp.ClientTimeout(
             total=self.settings.broadcast_timeout_s, connect=self.settings.connect_timeout_s
         )
@@ -125,25 +127,26 @@ class Control:
                 return broadcast.error_outcome(
                     400, "load_lora_adapter needs a JSON body with a string 'lora_name'", "BadRequestError"
                 )
+            if _query(path_qs, "serve") == availability.SERVE_FIRST:
+                return await self._load_first(targets, name, body)
             outcome = await broadcast.load_adapter(targets, body, self._send, self.retry)
             if outcome.ok:
-                self.loaded[name] = body
-                forgotten = self.server.router.forget_adapters(self.unloaded | {name})
-                log.info(
-                    "adapter %s loaded on %d replica(s); forgot %d routing entries of %s",
-                    name,
-                    len(targets),
-                    forgotten,
-                    sorted(self.unloaded) or "none",
-                )
-                self.unloaded.clear()
+                for replica in targets:
+                    if replica.healthy:
+                        replica.adapters.add(name)
+                self._loaded(name, body, f"loaded on {len(targets)} replica(s)")
             return outcome
         if path == "/v1/unload_lora_adapter":
             name = _lora_name(body)
+            if name in self.replicas.adapters:  # only where it is loaded: the others have nothing to unload
+                targets = [r for r in targets if name in r.adapters]
             outcome = await broadcast.unload_adapter(targets, body, self._send)
             if name is not None:
                 self.loaded.pop(name, None)
                 self.unloaded.add(name)
+                self.replicas.adapters.discard(name)
+                for replica in self.replicas:
+                    replica.adapters.discard(name)
             return outcome
         if path == "/pause":
             outcome = await broadcast.everywhere_or_undo(targets, path_qs, body, self._send, "/resume")
@@ -158,6 +161,52 @@ class Control:
                 self.paused_qs = None
             return outcome
         return await broadcast.everywhere(targets, "POST", path_qs, body, self._send)
+
+    def _loaded(self, name: str, body: bytes, where: str) -> None:
+        self.loaded[name] = body
+        self.replicas.adapters.add(name)
+        forgotten = self.server.router.forget_adapters(self.unloaded | {name})
+        log.info(
+            "adapter %s %s; forgot %d routing entries of %s", name, where, forgotten, sorted(self.unloaded) or "none"
+        )
+        self.unloaded.clear()
+
+    async def _load_first(self, targets: list[Replica], name: str, body: bytes) -> Outcome:
+        """`?serve=first`: answer once one replica serves the adapter; the others load on (availability.py)."""
+        first = [True]
+
+        async def served(replica: Replica) -> None:
+            if first[0]:
+                first[0] = False
+                replica.adapters.add(name)
+                self._loaded(name, body, f"served by replica {replica.index} (first of {len(targets)})")
+            elif name in self.loaded:
+                replica.adapters.add(name)
+            else:  # unloaded while this replica was still loading it: undo it here too
+                await self._send(replica, "POST", "/v1/unload_lora_adapter", json.dumps({"lora_name": name}).encode())
+
+        def failed(replica: Replica, reply: Reply) -> None:
+            if reply.status is None:
+                return  # no answer: already out of rotation (_send), re-admitted with a replay
+            replica.healthy = False
+            replica.last_error = f"could not load adapter {name}: {reply.summary()}"
+            log.warning("replica %d (%s) out of rotation: %s", replica.index, replica.url, replica.last_error)
+
+        def done() -> None:
+            holders = sum(1 for r in self.replicas if name in r.adapters)
+            log.info("adapter %s loaded on %d replica(s)", name, holders)
+
+        return await availability.load_first(
+            targets,
+            name,
+            body,
+            self._send,
+            self.retry,
+            on_served=served,
+            on_failed=failed,
+            on_done=done,
+            tasks=self._loading,
+        )
 
     # ------------------------------------------------------------------ health
     async def probe_all(self) -> None:
@@ -217,6 +266,7 @@ class Control:
                 if self.replicas.get(replica.index) is not replica:
                     return  # removed meanwhile
                 if self.generation == generation:
+                    replica.adapters = set(loaded)
                     replica.healthy = True
                     replica.consecutive_errors = 0
                     replica.last_error = ""
@@ -227,6 +277,8 @@ class Control:
         self._probe_task = asyncio.get_running_loop().create_task(self._probe_forever())
 
     async def stop_probing(self) -> None:
+        for task in list(self._loading):
+            task.cancel()
         if self._probe_task is not None:
             self._probe_task.cancel()
             try:
@@ -301,6 +353,11 @@ async def _url_from(request: web.Request):
     if problems:
         return json_error(400, f"not a replica URL: {'; '.join(problems)}", "BadRequestError")
     return url.rstrip("/")
+
+
+def _query(path_qs: str, key: str) -> str | None:
+    values = parse_qs(urlsplit(path_qs).query).get(key)
+    return values[-1] if values else None
 
 
 def _lora_name(body: bytes) -> str | None:

@@ -117,7 +117,7 @@ class RoutedPath:
         kind = None
         last_error, replica = "no replica is available", None
         for attempt in range(2):
-            loads = self.replicas.loads(tried)
+            loads = self.replicas.loads(tried, fields.model)
             if not loads:
                 break
             decision = self.router.route(fields, loads)
@@ -135,7 +135,7 @@ class RoutedPath:
                     upstream = await exchange.send(method, path_qs, head_lines, raw)
                     if upstream.status >= 500:
                         self.control.error_status(replica, upstream.status)
-                        if attempt == 0 and self.replicas.loads(tried):  # another to try
+                        if attempt == 0 and self.replicas.loads(tried, fields.model):  # another to try
                             last_error = f"replica {replica.index} answered {upstream.status}"
                             continue
                     else:
