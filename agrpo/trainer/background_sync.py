@@ -52,8 +52,18 @@ def versions_to_unload(loaded: Iterable[int], served: int, max_staleness: int) -
     return sorted(v for v in loaded if v < served - max_staleness)
 
 
-def newest(pending: Iterable[tuple[int, str, float]]) -> tuple[int, str, float] | None:
-    """Of the versions waiting to be loaded, the one worth loading."""
+@dataclass(frozen=True, order=True)
+class Pending:
+    """A version handed over by the trainer: written by `write` (None: already on disk), then loaded."""
+
+    version: int
+    path: str = field(compare=False)
+    handed_over_at: float = field(compare=False)
+    write: Callable[[str], None] | None = field(default=None, compare=False)
+
+
+def newest(pending: Iterable[Pending]) -> Pending | None:
+    """Of the versions waiting to be loaded, the one worth loading (the others are never written or loaded)."""
     return max(pending, default=None)
 
 
@@ -95,7 +105,7 @@ class BackgroundSync:
         self.clock = clock
         self.state = SyncState()
         self.metrics: queue.SimpleQueue[tuple[str, float]] = queue.SimpleQueue()
-        self._pending: list[tuple[int, str, float]] = []
+        self._pending: list[Pending] = []
         self._changed = threading.Condition()
         self._closing = False
         self._thread = threading.Thread(target=self._run, name="agrpo-background-sync", daemon=True)
@@ -108,9 +118,10 @@ class BackgroundSync:
         return os.path.join(self.lora_dir, self.name(version))
 
     # ---- the trainer's side
-    def publish(self, version: int, path: str) -> None:
+    def publish(self, version: int, path: str, write: Callable[[str], None] | None = None) -> None:
+        """Hand vN over: `write(path)` (if given) puts its files in place, then it is loaded."""
         with self._changed:
-            self._pending.append((version, path, self.clock()))
+            self._pending.append(Pending(version, path, self.clock(), write))
             self.state.published = max(self.state.published, version)
             self._changed.notify_all()
 
@@ -142,14 +153,14 @@ class BackgroundSync:
             self._thread.join(timeout=timeout_s if drain else 5.0)
 
     # ---- the thread
-    def _next(self) -> tuple[int, str, float] | None:
+    def _next(self) -> Pending | None:
         with self._changed:
             while not self._pending and not self._closing:
                 self._changed.wait()
             if not self._pending:
                 return None
             chosen = newest(self._pending)
-            self.state.skipped += sorted(v for v, _, _ in self._pending if v != chosen[0])
+            self.state.skipped += sorted(p.version for p in self._pending if p.version != chosen.version)
             self._pending.clear()
             return chosen
 
@@ -159,17 +170,22 @@ class BackgroundSync:
             if item is None:
                 return
             try:
-                self._serve(*item)
+                self._serve(item)
             except BaseException as error:  # noqa: BLE001 - reported to the trainer, which raises it
-                log.error("background sync of %s failed: %s", self.name(item[0]), error)
+                log.error("background sync of %s failed: %s", self.name(item.version), error)
                 with self._changed:
                     self.state.error = error
                     self._changed.notify_all()
                 return
 
-    def _serve(self, version: int, path: str, published_at: float) -> None:
-        self._load(self.name(version), path)
-        self.metrics.put(("sync/publish_to_loaded_s", self.clock() - published_at))
+    def _serve(self, item: Pending) -> None:
+        version = item.version
+        if item.write is not None:
+            started = self.clock()
+            item.write(item.path)
+            self.metrics.put(("sync/write_s", self.clock() - started))
+        self._load(self.name(version), item.path)
+        self.metrics.put(("sync/publish_to_loaded_s", self.clock() - item.handed_over_at))
         self._on_served(version)
         with self._changed:
             self.state.served = version
@@ -182,5 +198,5 @@ class BackgroundSync:
             self.state.loaded.discard(stale)
             self._delete(self.path(stale))
         for skipped in self.state.skipped:
-            self._delete(self.path(skipped))  # never loaded: nothing can ask for it
+            self._delete(self.path(skipped))  # never loaded (usually never written): nothing can ask for it
         self.state.skipped = []

@@ -18,7 +18,7 @@ from typing import Any, TextIO
 from transformers import TrainerCallback
 
 from agrpo.config.resolve import round_lora_rank
-from agrpo.trainer.bottleneck import stale_share
+from agrpo.trainer.bottleneck import accounting_line, sample_accounting, stale_share
 from agrpo.trainer.logs import CONSOLE_LOGGER, level_number, current_log_file
 
 TENSORBOARD_DIR = "tensorboard"  # as trl_backend.TENSORBOARD_DIR (importing it here would import TRL)
@@ -71,6 +71,7 @@ def run_summary(log_history: list[dict[str, Any]], window: int = 5) -> dict[str,
         "steps": max((int(e.get("step", 0)) for e in steps), default=len(steps)),
         "runtime_s": runtime,
         "stale_share": stale_share(steps),
+        "samples": sample_accounting(steps),
     }
     if rewards:
         summary["reward_first"] = fmean(rewards[:window])
@@ -145,6 +146,8 @@ def summary_lines(
         speed.append(f"{summary['stale_share']:.0%} of generated samples dropped as stale")
     if speed:
         lines.append("  speed        " + ", ".join(speed))
+    if summary.get("samples", {}).get("used"):
+        lines.append("  samples      " + accounting_line(summary["samples"]))
     if verdict:
         lines.append(f"  bottleneck   {verdict}")
     lines.append(f"  adapter      {adapter}")

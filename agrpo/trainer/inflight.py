@@ -5,10 +5,11 @@ rollouts waiting for their group, scored samples in the queue. The budget bounds
 in flight and the queue at once (a fixed number of requests in flight, as TRL has, lets the queue fill with samples
 that go stale: 52-87% of them were thrown away on this machine).
 
-Why that quantity: samples are trained in the order they finish, so by Little's law a sample waits about
-`ahead / samples_per_step` steps before it is trained, i.e. `ahead / (samples_per_step x weight_sync_steps)` policy
-versions. It is usable while that lag is at most `max_staleness`: the ceiling below. And the trainer never waits for
-rollouts when `ahead >= consumption rate x time a rollout takes`: the estimate used when it grows.
+Why that quantity: samples are trained in about the order they finish, and the trainer takes `samples_per_step` of
+them per step. A sample started while v(N-1) is served must be trained before the trainer publishes
+v(N-1+max_staleness+1), i.e. within the next `samples_per_step x weight_sync_steps x max_staleness` samples it takes:
+more samples ahead than that are thrown away (the ceiling below). And the trainer never waits for rollouts when
+`ahead >= consumption rate x time a rollout takes`: the estimate used when it grows.
 
 The controller is pure (figures in, budget out) and table-tested; agrpo/trainer/rollout_pacing.py measures and
 applies it. Hysteresis: a decision needs `settle_steps` steps of figures taken after the last change (samples started
@@ -58,14 +59,17 @@ class Limits:
 
     @property
     def ceiling(self) -> int:
-        """Beyond this many samples ahead, the average sample is older than max_staleness + 1 versions when
-        trained: raising the budget further only raises the waste."""
-        return max(self.floor, self.samples_per_step * self.weight_sync_steps * (self.max_staleness + 1))
+        """The staleness bound: a sample started before vN is published carries v(N-1) at best and must be trained
+        within the next max_staleness versions, i.e. the next `samples_per_step x weight_sync_steps x max_staleness`
+        samples the trainer takes (one version's worth when max_staleness is 0: nothing is started while a version
+        loads). Samples ahead beyond that are thrown away in the steady state, whatever the number of replicas."""
+        return max(self.floor, self.samples_per_step * self.weight_sync_steps * max(self.max_staleness, 1))
 
     @property
     def initial(self) -> int:
-        """Where the staleness bound holds on average (TRL's own automatic value for one replica)."""
-        return self.clamp(self.samples_per_step * self.weight_sync_steps * max(self.max_staleness, 1))
+        """The ceiling (TRL's own automatic value, for one replica): the controller shrinks from there when samples
+        still go stale (rollouts slower than expected, versions loading late) and grows back when the trainer waits."""
+        return self.ceiling
 
     @property
     def settle_steps(self) -> int:

@@ -4,15 +4,16 @@ Two changes to `_AsyncRolloutLoop`, both small overrides:
 
 - **Pacing.** A rollout starts only while the samples ahead of the trainer (started and not yet taken by it) are
   under the budget the trainer sets (agrpo/trainer/inflight.py decides it, agrpo/trainer/rollout_control.py carries
-  it). TRL starts every slot at once and lets its queue fill; samples then wait until they are too stale to train.
-  Admission is first come, first served, so groups start in order and finish together.
-- **A sample's version is the adapter that generated it.** TRL labels a group with the version current when the
-  group was created, while each rollout asks for the version current when its request is sent: with the version
-  moving in the background, members of one group could come from different adapters under one label. Here every
-  rollout of a group asks for the group's version (all turns of a conversation too), and the label is the oldest
-  version any of its rollouts used. A group whose version has fallen more than `max_staleness` behind the served one
-  (its adapter may be unloaded) asks for the served version instead: its label stays the old one, so the trainer
-  drops it as stale, truthfully.
+  it), and not while the newest published version is still loading if the served one would be stale by the time
+  the sample is trained (with max_staleness 1: while vN loads, a sample of v(N-1) could only be trained if it were
+  done before the trainer's current batch, which it will not be). TRL starts every slot at once and lets its queue
+  fill; samples then wait until they are too stale to train. Admission is first come, first served, so groups start
+  in order.
+- **A sample's version is the adapter that generated it.** TRL labels every sample of a group with the version
+  current when the group was created, while each request asks for the version current when it is sent: with the
+  version moving in the background, a group can hold samples of two adapters under the older label (their staleness
+  overstated, so dropped for nothing). Here each sample is labelled with the version its rollout's requests asked
+  for (the oldest one, for a conversation of several turns).
 
 The trainer installs it with `worker._loop_cls = PacedRolloutLoop` (TRL passes the class to the child by reference)
 and two keyword arguments (`agrpo_control`, `agrpo_max_staleness`); see agrpo/trainer/rollout_pacing.py.
@@ -22,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import itertools
 from collections import deque
 from typing import Any
 
@@ -30,14 +32,13 @@ from trl.experimental.async_grpo.async_rollout_worker import _AsyncRolloutLoop
 from agrpo.trainer.rollout_control import ControlBlock, samples_ahead
 
 ADMIT_POLL_S = 0.005  # how often waiting rollouts look at the trainer's consumption
-_PINNED: contextvars.ContextVar[int | None] = contextvars.ContextVar("agrpo_pinned_version", default=None)
+_VERSIONS_USED: contextvars.ContextVar[list[int] | None] = contextvars.ContextVar("agrpo_versions", default=None)
 
 
-def pinned_version(group_version: int | None, served: int, max_staleness: int) -> int:
-    """The version a rollout of a group asks for: the group's, unless it may be unloaded by now."""
-    if group_version is None or group_version < served - max_staleness:
-        return served
-    return group_version
+def worth_starting(served: int, published: int, max_staleness: int) -> bool:
+    """Whether a rollout of the served version may still be trained: not while a version is loading that will make
+    it too stale before the trainer's next batch (published counts only in background sync; 0 otherwise)."""
+    return served >= published - max(max_staleness - 1, 0)
 
 
 class PacingMixin:
@@ -47,7 +48,7 @@ class PacingMixin:
         super().__init__(**kwargs)
         self._control = ControlBlock.attach(agrpo_control) if agrpo_control else None
         self._max_staleness = agrpo_max_staleness
-        self._group_versions: dict[int, list[int]] = {}
+        self._rollout_versions: dict[str, int] = {}  # rollout id -> the oldest version its requests asked for
         self._waiting: deque[asyncio.Future] = deque()
         self._admitter: asyncio.Task | None = None
         self._counts = {"admitted": 0, "finished": 0, "scored": 0, "produced": 0}
@@ -57,36 +58,36 @@ class PacingMixin:
     def _request_model(self) -> str:
         if self.lora_name is None:
             return self.model_name
-        served = self.model_version
-        version = pinned_version(_PINNED.get(), served, self._max_staleness)
+        version = self.model_version
+        used = _VERSIONS_USED.get()
+        if used is not None:
+            used.append(version)
         return f"{self.lora_name}-v{version}"
-
-    def _pin(self, group_id: int) -> int:
-        versions = self._group_versions.setdefault(group_id, [])
-        version = pinned_version(versions[0] if versions else None, self.model_version, self._max_staleness)
-        versions.append(version)
-        return version
 
     async def _generate_one(self, prompt, tool_dict, tools, group_id: int = 0):
         await self._admit()
-        token = _PINNED.set(self._pin(group_id))
+        token = _VERSIONS_USED.set([])
         try:
-            return await super()._generate_one(prompt, tool_dict=tool_dict, tools=tools, group_id=group_id)
+            result = await super()._generate_one(prompt, tool_dict=tool_dict, tools=tools, group_id=group_id)
+            used = _VERSIONS_USED.get()
+            if used:
+                for sequence in result[2]:  # the rollout's training rows
+                    self._rollout_versions[sequence.rollout_id] = min(used)
+            return result
         finally:
-            _PINNED.reset(token)
+            _VERSIONS_USED.reset(token)
             self._count("finished", 1)
 
     async def _score_group(self, group):
-        versions = self._group_versions.pop(group.group_id, None)
-        if versions:
-            group.model_version = min(versions)
         samples = await super()._score_group(group)
+        rows = itertools.chain.from_iterable(group.completions_sequences)  # the samples' order
+        for sample, row in zip(samples, rows):
+            sample.model_version = self._rollout_versions.pop(row.rollout_id, sample.model_version)
         self._count("scored", len(group.completions))
         self._count("produced", len(samples))
-        ahead = samples_ahead({**self._counts, "consumed": self._control.get("consumed")}) if self._control else None
         figures = {"rollout/samples_generated_total": float(len(samples))}
-        if ahead is not None:
-            figures["rollout/samples_ahead"] = float(ahead)
+        if self._control is not None:
+            figures["rollout/samples_ahead"] = float(samples_ahead(self._snapshot()))
             figures["rollout/requests_in_flight"] = float(self._counts["admitted"] - self._counts["finished"])
         self._push_metrics(figures)
         return samples
@@ -97,11 +98,14 @@ class PacingMixin:
         if self._control is not None:
             self._control.set(name, self._counts[name])
 
+    def _snapshot(self) -> dict[str, int]:
+        return {**self._counts, "consumed": self._control.get("consumed")}
+
     def _room(self) -> bool:
+        if not worth_starting(self.model_version, self._control.get("published"), self._max_staleness):
+            return False
         budget = self._control.get("budget")
-        if budget <= 0:
-            return True
-        return samples_ahead({**self._counts, "consumed": self._control.get("consumed")}) < budget
+        return budget <= 0 or samples_ahead(self._snapshot()) < budget
 
     async def _admit(self) -> None:
         if self._control is None or (not self._waiting and self._room()):
@@ -115,9 +119,10 @@ class PacingMixin:
 
     async def _admit_in_order(self) -> None:
         while self._waiting:
-            while self._waiting and self._room():
+            stopping = self._stop_event.is_set()  # let the waiting rollouts end so TRL's loop can finish
+            while self._waiting and (stopping or self._room()):
                 ticket = self._waiting.popleft()
-                if not ticket.done():  # a cancelled rollout (the worker stopping) takes no room
+                if not ticket.done():  # a cancelled rollout takes no room
                     self._count("admitted", 1)
                     ticket.set_result(None)
             await asyncio.sleep(ADMIT_POLL_S)

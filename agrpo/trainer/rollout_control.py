@@ -5,8 +5,9 @@ TRL spawns its rollout worker as a child process and passes it a fixed set of qu
 refuses outside of spawning). So the two processes share a small memory-mapped file instead, whose path is a plain
 string: each slot is an aligned 64-bit integer written by one side only, read by the other.
 
-Written by the trainer: `budget` (samples the generator may have ahead of the trainer; 0 = no limit) and `consumed`
-(samples the trainer took off the queue, trained or dropped). Written by the child: `admitted` (rollouts started),
+Written by the trainer: `budget` (samples the generator may have ahead of the trainer; 0 = no limit), `consumed`
+(samples the trainer took off the queue, trained or dropped) and `published` (the newest adapter version saved, which
+may still be loading; background sync only). Written by the child: `admitted` (rollouts started),
 `finished` (rollouts done), `scored` (rollouts whose group was scored) and `produced` (samples put on the queue).
 """
 
@@ -18,7 +19,7 @@ import struct
 import tempfile
 from typing import Any
 
-SLOTS = ("budget", "consumed", "admitted", "finished", "scored", "produced")
+SLOTS = ("budget", "consumed", "published", "admitted", "finished", "scored", "produced")
 _SIZE = 8 * len(SLOTS)
 _INT = struct.Struct("<q")
 

@@ -22,6 +22,14 @@ from agrpo.trainer.rollout_control import ControlBlock, CountingQueue
 log = logging.getLogger(__name__)
 
 TARGET_METRIC = "rollout/inflight_target"
+CONTROL_ATTR = "_agrpo_rollout_control"  # the shared block, on the trainer for the background sync to find
+
+
+def note_published(trainer: Any, version: int) -> None:
+    """Tell the rollout child that `version` is published (it starts no rollout that would be stale on arrival)."""
+    block = getattr(trainer, CONTROL_ATTR, None)
+    if block is not None:
+        block.set("published", version)
 
 
 def run_limits(args: Any, num_processes: int = 1) -> Limits:
@@ -42,11 +50,9 @@ class PacingCallback(TrainerCallback):
         self.block = block
         self.controller = controller
 
-    def _record_target(self) -> None:
+    def on_step_end(self, args, state, control, **kwargs):
+        # before TRL's log() of this step reads (and then clears) its metrics: the budget in force during the step
         self.trainer._metrics["train"][TARGET_METRIC].append(float(self.controller.target))
-
-    def on_train_begin(self, args, state, control, **kwargs):
-        self._record_target()
 
     def on_log(self, args, state, control, logs=None, **kwargs):
         if not logs or "perf/step_s" not in logs:
@@ -54,10 +60,9 @@ class PacingCallback(TrainerCallback):
         decision = self.controller.observe(StepFigures.from_logs(logs), state.global_step)
         if decision.changed:
             self.block.set("budget", decision.target)
-            log.info(
+            log.debug(
                 "step %d: samples ahead of the trainer now %d (%s)", state.global_step, decision.target, decision.reason
             )
-        self._record_target()
 
 
 @contextlib.contextmanager
@@ -77,12 +82,13 @@ def attach_pacing(trainer: Any, auto: bool) -> Iterator[InflightController | Non
         worker._loop_cls = PacedRolloutLoop
         worker._loop_kwargs.update(agrpo_control=block.path, agrpo_max_staleness=trainer.args.max_staleness)
         trainer.rollout_queue = CountingQueue(trainer.rollout_queue, block)
+        setattr(trainer, CONTROL_ATTR, block)
         if auto:
             controller = InflightController(run_limits(trainer.args, trainer.accelerator.num_processes))
             block.set("budget", controller.target)
             callback = PacingCallback(trainer, block, controller)
             trainer.add_callback(callback)
-            log.info(
+            log.debug(
                 "samples ahead of the trainer: %d to start, between %d and %d (trainer.max_inflight_tasks=auto)",
                 controller.target,
                 controller.limits.floor,
@@ -92,4 +98,5 @@ def attach_pacing(trainer: Any, auto: bool) -> Iterator[InflightController | Non
     finally:
         if callback is not None:
             trainer.remove_callback(callback)
+        setattr(trainer, CONTROL_ATTR, None)
         block.close()

@@ -2,8 +2,9 @@
 
 TRL's `_sync_weight` times whatever `_sync_weight_lora(t0)` does and logs it as `perf/weight_sync_s` (plus the
 pause, barrier and transfer phases it returns). `background_sync` replaces `_sync_weight_lora` on one trainer with
-`sync_without_pause`: no pause, the collective save (TRL's atomic `save_lora_adapter`), the load handed to the
-thread, and a wait only when the trainer would otherwise train on nothing usable. So TRL's metric keeps its meaning,
+`sync_without_pause`: no pause, a snapshot of the adapter's tensors (agrpo/trainer/adapter_snapshot.py: the files are
+written by the thread, with TRL's atomic rename), the load handed to the thread, and a wait only when the trainer
+would otherwise train on nothing usable. So TRL's metric keeps its meaning,
 the time a sync blocked the trainer, and `sync/publish_to_loaded_s` is publish -> served, measured by the thread.
 """
 
@@ -18,7 +19,9 @@ from typing import Any
 
 from transformers import TrainerCallback
 
+from agrpo.trainer.adapter_snapshot import snapshot_adapter
 from agrpo.trainer.background_sync import BackgroundSync, version_needed
+from agrpo.trainer.rollout_pacing import note_published
 
 log = logging.getLogger(__name__)
 
@@ -44,21 +47,20 @@ def serve_first_loader(client: Any) -> Any:
 def sync_without_pause(
     trainer: Any, sync: BackgroundSync | None, timeout_s: float, t0: float
 ) -> tuple[float, float, float]:
-    """Stands in for TRL's `_sync_weight_lora(t0)`; returns its (pause, barrier, transfer) marks. `sync` is None on
-    the ranks other than the main one, which only take part in the collective save."""
-    from trl.experimental.async_grpo.async_grpo_trainer import save_lora_adapter
-
+    """Stands in for TRL's `_sync_weight_lora(t0)`; returns its (pause, barrier, transfer) marks. The trainer only
+    snapshots the adapter (a collective under FSDP: every rank calls this; `sync` is None on the other ranks); the
+    thread writes, loads and serves it."""
     version = trainer.model_version + 1
     adapter_dir = os.path.join(trainer._lora_dir, f"{trainer._lora_name}-v{version}")
     model = trainer.accelerator.unwrap_model(trainer.model)
     t_pause = time.time()  # nothing is paused
     trainer.accelerator.wait_for_everyone()
     t_barrier = time.time()
-    save_lora_adapter(model, trainer.accelerator, trainer._adapter_name, adapter_dir)  # every rank: a collective
-    trainer.accelerator.wait_for_everyone()
+    snapshot = snapshot_adapter(model, trainer.accelerator, trainer._adapter_name)
     if sync is not None:
         needed = version_needed(version, sync.state.served, trainer.args.max_staleness)
-        sync.publish(version, adapter_dir)
+        note_published(trainer, version)
+        sync.publish(version, adapter_dir, snapshot.write)
         waited = sync.wait_until_served(needed, timeout_s)
         trainer._metrics["train"]["sync/wait_for_served_s"].append(waited)
         trainer.model_version = version  # the policy the trainer holds: staleness is measured against it

@@ -24,7 +24,7 @@ from agrpo.errors import ConfigError
 from agrpo.sync.resume import checkpoint_to_resume
 from agrpo.trainer.adapter_retention import default_retain_s, retain_adapter_files
 from agrpo.trainer.background_sync import BACKGROUND
-from agrpo.trainer.bottleneck import Verdict, diagnose
+from agrpo.trainer.bottleneck import Verdict, diagnose, sample_accounting
 from agrpo.trainer.inflight import is_auto
 from agrpo.trainer.rollout_pacing import attach_pacing
 from agrpo.trainer.serving_metrics import ServingCollector, log_serving_figures, summary_line
@@ -324,6 +324,7 @@ def run_training(cfg: Any, vllm_url: str, num_replicas: int) -> dict[str, Any]:
     final_dir = Path(args.output_dir) / FINAL_ADAPTER
     save_final_adapter(trainer, final_dir)
     summary = final_metrics(trainer.state.log_history)
+    summary["samples"] = sample_accounting(trainer.state.log_history)  # generated, used, dropped as stale, left
     summary["final_adapter"] = str(final_dir)
     summary["global_step"] = trainer.state.global_step
     if serving.last:

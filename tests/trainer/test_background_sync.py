@@ -5,8 +5,8 @@ import time
 
 import pytest
 
-from agrpo.trainer.background_sync import BackgroundSync, newest, version_needed, versions_to_unload
-from agrpo.trainer.rollout_child import pinned_version
+from agrpo.trainer.background_sync import BackgroundSync, Pending, newest, version_needed, versions_to_unload
+from agrpo.trainer.rollout_child import worth_starting
 from agrpo.trainer.rollout_control import ControlBlock, CountingQueue, samples_ahead
 
 
@@ -28,14 +28,24 @@ def test_version_the_trainer_needs_served(published, served, staleness, needed):
 def test_versions_to_unload_and_the_newest_pending():
     assert versions_to_unload({3, 4, 5, 6}, served=6, max_staleness=1) == [3, 4]
     assert versions_to_unload({6}, served=6, max_staleness=0) == []
-    assert newest([(4, "a", 1.0), (6, "c", 3.0), (5, "b", 2.0)]) == (6, "c", 3.0)
+    assert newest([Pending(4, "a", 1.0), Pending(6, "c", 3.0), Pending(5, "b", 2.0)]).path == "c"
     assert newest([]) is None
 
 
-def test_pinned_version_of_a_group():
-    assert pinned_version(None, served=7, max_staleness=1) == 7  # the group's first rollout takes the served one
-    assert pinned_version(6, served=7, max_staleness=1) == 6  # the others keep the group's
-    assert pinned_version(5, served=7, max_staleness=1) == 7  # v5 may be unloaded: ask for v7 (the label stays v5)
+@pytest.mark.parametrize(
+    "served, published, staleness, start",
+    [
+        (4, 0, 1, True),  # blocking sync: nothing is published ahead of what is served
+        (4, 4, 1, True),
+        (4, 5, 1, False),  # v5 loads: a v4 sample started now would be trained at v6 at best (2 behind)
+        (4, 5, 2, True),  # ... which max_staleness 2 allows
+        (4, 6, 2, False),
+        (5, 5, 0, True),
+        (4, 5, 0, False),  # lock-step: only the version being trained on is any use
+    ],
+)
+def test_a_rollout_starts_only_if_it_can_still_be_trained(served, published, staleness, start):
+    assert worth_starting(served, published, staleness) is start
 
 
 class Recorder:
