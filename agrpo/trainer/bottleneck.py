@@ -38,6 +38,10 @@ STALE_KNOBS = (
 STALE_KNOBS_AUTO = (  # the controller already sizes requests in flight: what is left is the bound, or capacity
     "raise trainer.max_staleness (accept older samples) or speed up generation (inference.replicas)"
 )
+GENERATION_KNOBS_AUTO = (  # requests in flight are already at what the staleness bound allows, or growing to it
+    f"{REPLICAS_KNOB}, or let more samples be ahead of the trainer: raise trainer.max_staleness or "
+    "trainer.weight_sync_steps (the in-flight budget is at most samples per step x weight_sync_steps x max_staleness)"
+)
 TRAINER_KNOBS = (
     "speed up steps: packed batches (trainer.token_budget), trainer.gradient_checkpointing=false if "
     "memory allows, more trainer GPUs"
@@ -118,7 +122,7 @@ def diagnose(window: list[dict[str, Any]]) -> Verdict | None:
         if wasteful:  # more requests in flight would finish even later: stop the waste first
             knobs = f"first stop the waste: {stale_knobs}; then {REPLICAS_KNOB}"
         else:
-            knobs = GENERATION_KNOBS
+            knobs = GENERATION_KNOBS_AUTO if stale_knobs is STALE_KNOBS_AUTO else GENERATION_KNOBS
         return Verdict("generation-bound", f"generation-bound ({facts}): {knobs}{sync_note}", share)
     if backpressure > 0 or wasteful:
         detail = facts + (f", generator back-pressured {backpressure:.2f} s" if backpressure > 0 else "")

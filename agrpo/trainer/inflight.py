@@ -29,7 +29,7 @@ MAX_DROP_SHARE = 0.05  # at most 5% of generated samples thrown away as stale ..
 MAX_WAIT_SHARE = 0.10  # ... while the trainer waits at most 10% of a step for rollouts
 GROWTH_CAP = 1.5  # one decision raises the budget by at most half
 LATENCY_MARGIN = 1.25  # a group is trainable when its slowest rollout is done: more than the mean rollout time
-WARMUP_STEPS = 2  # the first steps compile and warm the server: their figures say nothing about the steady state
+WARMUP_STEPS = 5  # the first steps warm the server (first requests with logprobs, first adapters): not the steady state
 
 
 def is_auto(value: Any) -> bool:
@@ -53,23 +53,24 @@ class Limits:
     max_wait_share: float = MAX_WAIT_SHARE
 
     @property
-    def floor(self) -> int:
-        """One group: a budget below it could never finish a group, and generation would stop."""
-        return max(self.group_size, 1)
-
-    @property
     def ceiling(self) -> int:
         """The staleness bound: a sample started before vN is published carries v(N-1) at best and must be trained
         within the next max_staleness versions, i.e. the next `samples_per_step x weight_sync_steps x max_staleness`
         samples the trainer takes (one version's worth when max_staleness is 0: nothing is started while a version
         loads). Samples ahead beyond that are thrown away in the steady state, whatever the number of replicas."""
-        return max(self.floor, self.samples_per_step * self.weight_sync_steps * max(self.max_staleness, 1))
+        return max(self.group_size, self.samples_per_step * self.weight_sync_steps * max(self.max_staleness, 1))
+
+    @property
+    def floor(self) -> int:
+        """One step's worth (and one group at least): the trainer takes that many at once, so with fewer ahead each
+        batch is generated in pieces, one after the other, and the trainer waits for every piece."""
+        return min(max(self.group_size, self.samples_per_step), self.ceiling)
 
     @property
     def initial(self) -> int:
-        """The ceiling (TRL's own automatic value, for one replica): the controller shrinks from there when samples
-        still go stale (rollouts slower than expected, versions loading late) and grows back when the trainer waits."""
-        return self.ceiling
+        """TRL's own automatic value (max_staleness x samples per step): the controller shrinks from there when
+        samples still go stale (rollouts slower than a version lasts) and grows when the trainer waits."""
+        return self.clamp(self.samples_per_step * max(self.max_staleness, 1))
 
     @property
     def settle_steps(self) -> int:
@@ -78,7 +79,7 @@ class Limits:
 
     @property
     def relax_steps(self) -> int:
-        return 5 * self.settle_steps
+        return 3 * self.settle_steps
 
     def clamp(self, value: float) -> int:
         return int(min(max(value, self.floor), self.ceiling))

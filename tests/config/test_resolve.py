@@ -45,7 +45,7 @@ def test_resolved_config_has_nothing_left_to_derive():
     assert resolved.trainer.token_budget == 0  # the recipe's own value is kept
     assert resolved.eval.max_tokens == resolved.trainer.max_completion_length == 16
     assert resolved.trainer.max_inflight_tasks == "auto"
-    assert resolved.trainer.queue_maxsize == 16 * 1 * (1 + 1)  # the controller's ceiling: C x W x (S + 1)
+    assert resolved.trainer.queue_maxsize == 16 * 1 * 1  # the controller's ceiling: C x W x max(S, 1)
     assert OmegaConf.get_type(resolved.trainer).__name__ == "TrainerConfig"  # still typed: unknown keys fail
 
 

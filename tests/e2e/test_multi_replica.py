@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -221,3 +222,59 @@ def test_the_restarted_replica_was_readmitted_with_the_current_adapters(run_with
     assert second == list(range(second[0], last + 1)), second
     for failure in ENGINE_FAILURES:
         assert failure not in before_shutdown(run_with_a_killed_replica["second_life"])
+
+
+# --- a straggler: one replica held to a quarter of a core ----------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def run_with_a_straggler(tmp_path_factory):
+    """`python -m agrpo +recipe=smoke inference.replicas=2` with replica 1 held to 25% of one core (a cgroup CPU
+    quota on its whole process group, set as soon as it is healthy, before training starts): a replica several
+    times slower than the other, for the whole run."""
+    from tests.cpu_quota import cpu_quota, cpu_quota_unavailable, process_group
+
+    reason = cpu_quota_unavailable()
+    if reason is not None:
+        pytest.skip(f"straggler: {reason}")
+    run_dir = tmp_path_factory.mktemp("straggler") / "run"
+    argv = [sys.executable, "-m", "agrpo", "+recipe=smoke", "inference.replicas=2", f"hydra.run.dir={run_dir}"]
+    output = run_dir.parent / "launcher.out"
+    with open(output, "wb") as sink:
+        launcher = subprocess.Popen(
+            argv,
+            stdout=sink,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            env={**os.environ, "HF_HUB_OFFLINE": "1"},
+        )
+    try:
+        replica_log = run_dir / "logs" / "vllm-1.log"
+        wait_for(lambda: "Application startup complete" in read(replica_log), 900, "replica 1 to start")
+        pid = int(re.search(r"\(APIServer pid=(\d+)\)", read(replica_log)).group(1))
+        with cpu_quota(process_group(os.getpgid(pid)), share=0.25, name=f"straggler-{os.getpid()}"):
+            code = launcher.wait(timeout=1500)
+    finally:
+        if launcher.poll() is None:
+            os.killpg(launcher.pid, signal.SIGKILL)
+    assert code == 0, read(output)[-5000:]
+    return run_dir
+
+
+def test_a_straggler_gets_less_work_and_sets_no_pace(run_with_a_straggler):
+    run_dir = run_with_a_straggler
+    metrics = json.loads((run_dir / "metrics.json").read_text())
+    assert metrics["global_step"] == 60
+    assert metrics["reward_last"] > metrics["reward_first"] + 0.3, metrics
+    history = [e for e in json.loads((run_dir / "log_history.json").read_text()) if "perf/step_s" in e][2:]
+    step = sum(e["perf/step_s"] for e in history)
+    blocked = sum(e.get("perf/weight_sync_s") or 0.0 for e in history)
+    assert blocked / step <= 0.10, f"syncs blocked the trainer {blocked / step:.0%} of its steps"
+    last = [e for e in history if "proxy/routed" in e][-1]
+    assert last["proxy/replica1/routed"] < 0.75 * last["proxy/replica0/routed"], last  # less work for the slow one
+    assert last["proxy/healthy_replicas"] == 2 and last["proxy/failed"] == 0
+    # it still loads every version it is asked for, later than the other (no adapter is routed to it before)
+    slow = before_shutdown(read(run_dir / "logs" / "vllm-1.log"))
+    assert metrics["global_step"] + 1 in loaded_versions(slow)  # the final version reached it before the run ended
+    for failure in ENGINE_FAILURES:
+        assert failure not in slow

@@ -29,12 +29,12 @@ def test_grpo_args_carry_the_config_values(tmp_path):
 
 def test_auto_inflight_gives_trl_the_controllers_ceiling_as_slots_and_queue(tmp_path):
     """With auto, TRL's slots and queue are only ceilings: the paced loop admits what the controller allows. The
-    ceiling is the staleness bound, samples per step x weight_sync_steps x (max_staleness + 1), whatever the
+    ceiling is the staleness bound, samples per step x weight_sync_steps x max_staleness, whatever the
     number of replicas."""
     cfg = cfg_for("trainer.max_staleness=3", "trainer.weight_sync_steps=2", tmp=str(tmp_path))
     one = build_grpo_args(cfg, "http://x", num_replicas=1, use_gpu=False)
     three = build_grpo_args(cfg, "http://x", num_replicas=3, use_gpu=False)
-    assert one.max_inflight_tasks == three.max_inflight_tasks == 16 * 2 * (3 + 1)
+    assert one.max_inflight_tasks == three.max_inflight_tasks == 16 * 2 * 3
     assert one.queue_maxsize == one.max_inflight_tasks
 
 
