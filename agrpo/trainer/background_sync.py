@@ -2,9 +2,9 @@
 
 TRL 1.16's LoRA sync stops the world at every weight sync: it pauses every replica, saves the adapter, loads it on
 every replica, resumes them, and only then trains on. With versioned adapter names (`trl-policy-vN`) the pause
-protects nothing: each request names its version and vLLM serves several at once. Here the trainer saves vN (TRL's
-atomic rename) and trains on; a background thread waits until the store shows vN to the replicas (the bucket's
-visibility gate), loads it (behind the proxy: answered as soon as one replica serves it, the others catch up, and
+protects nothing: each request names its version and vLLM serves several at once. Here the trainer hands vN over
+(a snapshot of its tensors) and trains on; a background thread writes it (TRL's atomic rename), waits until the
+store shows it to the replicas (the bucket's visibility gate), loads it (behind the proxy: answered as soon as one replica serves it, the others catch up, and
 vN is routed only where it is loaded; docs/proxy.md), and only then tells the rollout worker to ask for vN. No
 replica is paused.
 
@@ -15,8 +15,9 @@ What stays true:
 - The trainer waits only when it would otherwise train on nothing usable: after publishing vN it needs
   v(N - max_staleness) served (with max_staleness 0, vN itself; before the first step, the first version). That wait
   is what `perf/weight_sync_s` counts, as TRL's metric always did: the time a sync blocked the trainer.
-- Versions older than `served - max_staleness` are unloaded once a newer one is served, and their folders are
-  deleted through TRL's module `shutil`, i.e. through agrpo/trainer/adapter_retention.py's deferral.
+- Versions older than `served - max_staleness` are unloaded once a newer one is served (after a resume, starting
+  with the one TRL would unload, left loaded by the previous run), and their folders are deleted through TRL's
+  module `shutil`, i.e. through agrpo/trainer/adapter_retention.py's deferral.
 - When several versions wait to be loaded (a slow bucket), only the newest is loaded: the others would be stale.
 
 The ordering rules are pure functions; `BackgroundSync` is the thread around them, with the loader injected.
@@ -46,10 +47,13 @@ def version_needed(published: int, served: int | None, max_staleness: int) -> in
     return max(published - max_staleness, 0)
 
 
-def versions_to_unload(loaded: Iterable[int], served: int, max_staleness: int) -> list[int]:
-    """Loaded versions no rollout may ask for any more (agrpo/trainer/rollout_child.py asks for the served version
-    instead of one more than `max_staleness` behind it)."""
-    return sorted(v for v in loaded if v < served - max_staleness)
+def versions_to_unload(unloaded_through: int | None, served: int, max_staleness: int) -> list[int]:
+    """Versions no rollout may ask for any more once `served` is served: up to `served - max_staleness - 1`, from
+    the first one not unloaded yet. At the first version a run serves (`unloaded_through` None) only the one TRL
+    would unload then, which after a resume is a version the previous run left loaded on a server still running."""
+    last = served - max_staleness - 1
+    first = last if unloaded_through is None else unloaded_through + 1
+    return list(range(max(first, 1), last + 1))
 
 
 @dataclass(frozen=True, order=True)
@@ -73,8 +77,8 @@ class SyncState:
 
     published: int = 0
     served: int | None = None
-    loaded: set[int] = field(default_factory=set)
-    skipped: list[int] = field(default_factory=list)
+    unloaded_through: int | None = None  # every version up to this one is unloaded (or never needs to be)
+    skipped: list[int] = field(default_factory=list)  # handed over, never written nor loaded: a newer one came
     error: BaseException | None = None
 
 
@@ -189,14 +193,10 @@ class BackgroundSync:
         self._on_served(version)
         with self._changed:
             self.state.served = version
-            self.state.loaded.add(version)
             behind = self.state.published - version
             self._changed.notify_all()
         self.metrics.put(("sync/versions_behind", float(behind)))
-        for stale in versions_to_unload(self.state.loaded, version, self.max_staleness):
+        for stale in versions_to_unload(self.state.unloaded_through, version, self.max_staleness):
             self._unload(self.name(stale))
-            self.state.loaded.discard(stale)
-            self._delete(self.path(stale))
-        for skipped in self.state.skipped:
-            self._delete(self.path(skipped))  # never loaded (usually never written): nothing can ask for it
-        self.state.skipped = []
+            self._delete(self.path(stale))  # deferred by the retention policy; nothing if never written
+        self.state.unloaded_through = max(self.state.unloaded_through or 0, version - self.max_staleness - 1)

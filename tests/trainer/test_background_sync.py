@@ -26,8 +26,12 @@ def test_version_the_trainer_needs_served(published, served, staleness, needed):
 
 
 def test_versions_to_unload_and_the_newest_pending():
-    assert versions_to_unload({3, 4, 5, 6}, served=6, max_staleness=1) == [3, 4]
-    assert versions_to_unload({6}, served=6, max_staleness=0) == []
+    assert versions_to_unload(None, served=1, max_staleness=1) == []  # a fresh run
+    assert versions_to_unload(None, served=62, max_staleness=1) == [60]  # resumed: what TRL would unload now
+    assert versions_to_unload(60, served=63, max_staleness=1) == [61]
+    assert versions_to_unload(61, served=66, max_staleness=1) == [62, 63, 64]  # 63 and 64 were skipped
+    assert versions_to_unload(64, served=65, max_staleness=1) == []
+    assert versions_to_unload(None, served=6, max_staleness=0) == [5]
     assert newest([Pending(4, "a", 1.0), Pending(6, "c", 3.0), Pending(5, "b", 2.0)]).path == "c"
     assert newest([]) is None
 
@@ -141,9 +145,15 @@ def test_versions_published_while_a_load_is_slow_are_skipped_but_the_newest():
     recorder.let("trl-policy-v1")
     recorder.let("trl-policy-v4")
     sync.wait_until_served(4, 10)
-    sync.close(drain=True, timeout_s=10)
     assert [e for e in recorder.events if e[0] == "load"] == [("load", "trl-policy-v1"), ("load", "trl-policy-v4")]
-    assert ("delete", "trl-policy-v2") in recorder.events and ("delete", "trl-policy-v3") in recorder.events
+    assert sync.state.skipped == [2, 3] and not [e for e in recorder.events if e[0] == "unload"]  # all still usable
+    recorder.let("trl-policy-v7")
+    sync.publish(7, sync.path(7))
+    sync.wait_until_served(7, 10)
+    sync.close(drain=True, timeout_s=10)
+    # v7 served with max_staleness 3: v1-v3 can no longer be asked for; v2 and v3 were never loaded (a 404 at most)
+    assert [e[1] for e in recorder.events if e[0] == "unload"] == ["trl-policy-v1", "trl-policy-v2", "trl-policy-v3"]
+    assert [e[1] for e in recorder.events if e[0] == "delete"] == ["trl-policy-v1", "trl-policy-v2", "trl-policy-v3"]
 
 
 def test_a_failed_load_reaches_the_trainer():
