@@ -146,16 +146,9 @@ def read(path: Path) -> str:
     return path.read_text(errors="replace") if path.exists() else ""
 
 
-@pytest.fixture(scope="module")
-def run_with_a_killed_replica(tmp_path_factory):
-    """SIGKILL replica 1's whole process group (API server and engine core) once it has loaded v3; training goes on
-    on replica 0. vLLM's start-up takes 30-120 s on 2 busy cores, longer than the rest of a smoke run can, so once
-    replica 0 alone has served a few more versions the test freezes the trainer (SIGSTOP on its process group) until
-    the proxy has re-admitted the restarted replica, then lets it finish: the timing is the test's, the restart,
-    the adapter replay and the re-admission are the product's."""
-    import signal
-
-    run_dir = tmp_path_factory.mktemp("killed") / "run"
+def start_two_replicas(tmp_path_factory, name: str) -> tuple[Path, Path, subprocess.Popen]:
+    """`python -m agrpo +recipe=smoke inference.replicas=2` started in its own session: (run dir, output, launcher)."""
+    run_dir = tmp_path_factory.mktemp(name) / "run"
     argv = [sys.executable, "-m", "agrpo", "+recipe=smoke", "inference.replicas=2", f"hydra.run.dir={run_dir}"]
     output = run_dir.parent / "launcher.out"
     with open(output, "wb") as sink:
@@ -166,6 +159,17 @@ def run_with_a_killed_replica(tmp_path_factory):
             start_new_session=True,
             env={**os.environ, "HF_HUB_OFFLINE": "1"},
         )
+    return run_dir, output, launcher
+
+
+@pytest.fixture(scope="module")
+def run_with_a_killed_replica(tmp_path_factory):
+    """SIGKILL replica 1's whole process group (API server and engine core) once it has loaded v3; training goes on
+    on replica 0. vLLM's start-up takes 30-120 s on 2 busy cores, longer than the rest of a smoke run can, so once
+    replica 0 alone has served a few more versions the test freezes the trainer (SIGSTOP on its process group) until
+    the proxy has re-admitted the restarted replica, then lets it finish: the timing is the test's, the restart,
+    the adapter replay and the re-admission are the product's."""
+    run_dir, output, launcher = start_two_replicas(tmp_path_factory, "killed")
     trainer_group = None
     try:
         replica_log, proxy_log = run_dir / "logs" / "vllm-1.log", run_dir / "logs" / "proxy.log"
@@ -237,17 +241,7 @@ def run_with_a_straggler(tmp_path_factory):
     reason = cpu_quota_unavailable()
     if reason is not None:
         pytest.skip(f"straggler: {reason}")
-    run_dir = tmp_path_factory.mktemp("straggler") / "run"
-    argv = [sys.executable, "-m", "agrpo", "+recipe=smoke", "inference.replicas=2", f"hydra.run.dir={run_dir}"]
-    output = run_dir.parent / "launcher.out"
-    with open(output, "wb") as sink:
-        launcher = subprocess.Popen(
-            argv,
-            stdout=sink,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-            env={**os.environ, "HF_HUB_OFFLINE": "1"},
-        )
+    run_dir, output, launcher = start_two_replicas(tmp_path_factory, "straggler")
     try:
         replica_log = run_dir / "logs" / "vllm-1.log"
         wait_for(lambda: "Application startup complete" in read(replica_log), 900, "replica 1 to start")

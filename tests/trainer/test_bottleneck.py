@@ -125,15 +125,8 @@ def test_callback_reports_every_n_steps_and_keeps_a_final_verdict(caplog):
 
 
 def test_with_auto_inflight_the_advice_is_the_bound_or_capacity_not_the_knob_the_controller_turns():
-    window = steps(
-        **{
-            "perf/step_s": 2.0,
-            "perf/rollout_wait_s": 1.2,
-            "rollout/inflight_target": 16.0,
-            "sample/dropped_stale_total": 0.0,
-            "batch/samples_per_step": 16.0,
-        }
-    )
+    auto = {"rollout/inflight_target": 16.0, "batch/samples_per_step": 16.0, "sample/dropped_stale_total": 0.0}
+    window = steps(**auto, **{"perf/step_s": 2.0, "perf/rollout_wait_s": 1.2})
     verdict = diagnose(window)
     assert verdict.kind == "generation-bound"
     assert "inference.replicas" in verdict.line and "trainer.max_staleness" in verdict.line
