@@ -8,13 +8,14 @@ asserts nothing).
 Topologies: `1` (one local replica), `2` (two local replicas behind the proxy), `rehearsal` (two replica Jobs and a
 trainer Job rehearsed on this machine, adapters through the stand-in bucket with a 1 s listing lag).
 
-One command runs one repetition of one topology, old then new, and writes their figures to a JSON file; `table`
-prints the medians over every file of a folder. The machine is shared, so run each command on its own under the
-vLLM lock and compare ratios taken within one command:
+One command runs one repetition of one topology (old then new, or one of them with `--modes`) and writes its
+figures to a JSON file; `table` prints the medians over every file of a folder, and the median of new / old taken
+within each repetition (old and new of one repetition run back to back). The machine is shared, so run each command
+on its own under the vLLM lock:
 
-    for rep in 1 2 3; do for topo in 1 2 rehearsal; do
-      flock /tmp/agrpo-vllm.lock python benchmarks/throughput.py run --topology $topo --out bench/ --tag $rep
-    done; done
+    for rep in 1 2 3; do for topo in 1 2 rehearsal; do for mode in old new; do
+      flock /tmp/agrpo-vllm.lock python benchmarks/throughput.py run --topology $topo --modes $mode --tag $rep --out bench/
+    done; done; done
     python benchmarks/throughput.py table bench/
 
 Per run, from its own log history (the first WARMUP_STEPS steps excluded: they compile and warm the server):
@@ -89,15 +90,23 @@ def run_figures(history: list[dict]) -> dict[str, float | None]:
     }
 
 
+def merged(results: list[dict]) -> list[dict]:
+    """One result per (topology, repetition), joining old and new measured by separate commands."""
+    joined: dict[tuple[str, str], dict] = {}
+    for result in results:
+        joined.setdefault((result["topology"], result["tag"]), {}).update(result)
+    return list(joined.values())
+
+
 def median(values: list[float | None]) -> float | None:
     present = [v for v in values if v is not None]
     return statistics.median(present) if present else None
 
 
 def table(results: list[dict]) -> list[str]:
-    """Markdown rows: per topology, the medians of old and new and the median of new/old taken within each run."""
+    """Markdown rows: per topology, the medians of old and new and the median of new/old within each repetition."""
     lines = [
-        "| topology | figure | old (TRL's behaviour) | new (defaults) | new / old, same command |",
+        "| topology | figure | old (TRL's behaviour) | new (defaults) | new / old, same repetition |",
         "|---|---|---|---|---|",
     ]
     for topology in sorted({r["topology"] for r in results}):
@@ -188,8 +197,7 @@ def main(argv: list[str] | None = None) -> None:
     show.add_argument("folder", type=Path)
     args = parser.parse_args(argv)
     if args.what == "table":
-        results = [json.loads(p.read_text()) for p in sorted(args.folder.glob("*.json"))]
-        print("\n".join(table(results)))
+        print("\n".join(table(merged([json.loads(p.read_text()) for p in sorted(args.folder.glob("*.json"))]))))
         return
     args.out.mkdir(parents=True, exist_ok=True)
     result: dict = {"topology": args.topology, "seed": args.seed, "tag": args.tag}
