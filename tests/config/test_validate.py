@@ -49,6 +49,8 @@ def cuda_available() -> bool:
         (["trainer.top_p=0"], ["trainer.top_p=0.0"]),
         (["trainer.temperature=0"], ["trainer.temperature=0.0 must be > 0"]),
         (["trainer.max_inflight_tasks=0"], ["trainer.max_inflight_tasks=0"]),
+        (["trainer.max_inflight_tasks=lots"], ["trainer.max_inflight_tasks=lots must be >= 1 or auto"]),
+        (["sync.mode=eager"], ["sync.mode=eager must be one of background | blocking"]),
         (["inference.gpu_memory_utilization=1.5"], ["inference.gpu_memory_utilization=1.5"]),
         (["inference.base_port=70000"], ["inference.base_port=70000"]),
         (["eval.k=0"], ["eval.k=0"]),
