@@ -74,8 +74,9 @@ def stale_share(window: list[dict[str, Any]]) -> float | None:
 
 
 def sample_accounting(window: list[dict[str, Any]]) -> dict[str, float | None]:
-    """Where the generated samples went: used (trained), dropped as stale, left over when the run ended (in flight
-    or queued). `generated` is None when the rollout loop did not count them (TRL's own loop)."""
+    """Where the generated samples went: used (trained), dropped as stale, left over when the run ended (in flight,
+    queued, or in the batch the data loader fetches one step ahead). `generated` is None when the rollout loop did
+    not count them (TRL's own loop)."""
     dropped, used = stale_counts(window)
     counted = [float(entry[GENERATED]) for entry in window if entry.get(GENERATED) is not None]
     generated = sum(counted) if counted else None
@@ -93,7 +94,7 @@ def accounting_line(accounting: dict[str, float | None]) -> str:
         f"dropped {dropped:,.0f} as stale ({share:.0%}: more than trainer.max_staleness versions old when trained)",
     ]
     if accounting["left_at_end"] is not None:
-        parts.append(f"{accounting['left_at_end']:,.0f} still in flight or queued at the end")
+        parts.append(f"{accounting['left_at_end']:,.0f} generated but not trained when the run ended")
     return ", ".join(parts)
 
 

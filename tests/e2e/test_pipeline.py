@@ -140,7 +140,8 @@ def test_syncs_ran_in_the_background_and_every_sample_is_accounted_for(trained):
     samples = metrics["samples"]
     assert abs(samples["used"] - 60 * 16) < 0.5
     assert abs(samples["generated"] - samples["used"] - samples["dropped_stale"] - samples["left_at_end"]) < 0.5
-    assert samples["left_at_end"] <= 16  # at most the budget (one step's worth here) was still ahead at the end
+    # at the end: at most the budget ahead (one step's worth here) + the batch the data loader had fetched ahead
+    assert samples["left_at_end"] <= 2 * 16
     output = trained["result"].stdout + trained["result"].stderr
     assert (
         f"generated {samples['generated']:,.0f}, used 960, dropped {samples['dropped_stale']:,.0f} as stale" in output

@@ -146,6 +146,6 @@ def test_sample_accounting_says_where_the_generated_samples_went():
     accounting = sample_accounting(history)
     assert accounting == {"generated": 56.0, "used": 48.0, "dropped_stale": 8.0, "left_at_end": 0.0}
     line = accounting_line(accounting)
-    assert line.startswith("generated 56, used 48, dropped 8 as stale (14%") and "0 still in flight" in line
+    assert line.startswith("generated 56, used 48, dropped 8 as stale (14%") and "0 generated but not trained" in line
     trl_only = sample_accounting([{"batch/samples_per_step": 16.0, "sample/dropped_stale_total": 16.0}])
     assert trl_only["generated"] is None and accounting_line(trl_only).startswith("used 16, dropped 16 as stale (50%")
