@@ -1,11 +1,11 @@
 """How `sync.mode=background` plugs into TRL's AsyncGRPOTrainer (the thread and its rules: background_sync.py).
 
 TRL's `_sync_weight` times whatever `_sync_weight_lora(t0)` does and logs it as `perf/weight_sync_s` (plus the
-pause, barrier and transfer phases it returns). `background_sync` replaces `_sync_weight_lora` on one trainer with
-`sync_without_pause`: no pause, a snapshot of the adapter's tensors (agrpo/trainer/adapter_snapshot.py: the files are
-written by the thread, with TRL's atomic rename), the load handed to the thread, and a wait only when the trainer
-would otherwise train on nothing usable. So TRL's metric keeps its meaning,
-the time a sync blocked the trainer, and `sync/publish_to_loaded_s` is publish -> served, measured by the thread.
+pause, barrier and transfer phases it returns). `BackgroundSyncRun` replaces `_sync_weight_lora` on one trainer with
+`sync_without_pause`: no pause, a snapshot of the adapter's tensors (agrpo/trainer/adapter_snapshot.py; the thread
+writes the files, with TRL's atomic rename), the load handed to the thread, and a wait only when the trainer would
+otherwise train on nothing usable. So TRL's metric keeps its meaning, the time a sync blocked the trainer, and
+`sync/publish_to_loaded_s` is hand-over -> served, measured by the thread.
 """
 
 from __future__ import annotations
