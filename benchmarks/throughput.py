@@ -5,8 +5,9 @@ asserts nothing).
          queue twice that): TRL's pause -> save -> load -> resume at every sync, as agrpo ran before issue 18
     new  the defaults: sync.mode=background + trainer.max_inflight_tasks=auto
 
-Topologies: `1` (one local replica), `2` (two local replicas behind the proxy), `rehearsal` (two replica Jobs and a
-trainer Job rehearsed on this machine, adapters through the stand-in bucket with a 1 s listing lag).
+Topologies: `1` (one local replica), `2` (two local replicas behind the proxy), `straggler` (the same, replica 1 held
+to a quarter of one core by a cgroup CPU quota; root only), `rehearsal` (two replica Jobs and a trainer Job
+rehearsed on this machine, adapters through the stand-in bucket with a 1 s listing lag).
 
 One command runs one repetition of one topology (old then new, or one of them with `--modes`) and writes its
 figures to a JSON file; `table` prints the medians over every file of a folder, and the median of new / old taken
@@ -30,6 +31,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import shutil
 import statistics
 import subprocess
@@ -42,6 +44,7 @@ REPO = Path(__file__).resolve().parents[1]
 WARMUP_STEPS = 2
 REWARD_GOAL, REWARD_WINDOW = 0.9, 5
 SMOKE_SAMPLES_PER_STEP, SMOKE_MAX_STALENESS = 16, 1  # recipes/smoke.yaml
+STRAGGLER_SHARE = 0.25  # of one core, for replica 1 of the `straggler` topology
 MODES = {"old": ("sync.mode=blocking",), "new": ()}
 FIGURES = (
     ("steps_per_s", "steps/s", "{:.2f}"),
@@ -52,6 +55,7 @@ FIGURES = (
     ("time_to_goal_s", f"s to a {REWARD_WINDOW}-step mean reward of {REWARD_GOAL}", "{:.0f}"),
     ("reward_last", "last-5 reward", "{:.3f}"),
     ("step_over_compute", "step time / trainer compute", "{:.1f}x"),
+    ("replica1_share", "share of requests routed to replica 1", "{:.0%}"),
 )
 
 
@@ -87,6 +91,7 @@ def run_figures(history: list[dict]) -> dict[str, float | None]:
         "time_to_goal_s": time_to_goal,
         "reward_last": statistics.fmean(rewards[-REWARD_WINDOW:]) if rewards else None,
         "step_over_compute": total / compute if compute else None,
+        "replica1_share": replica1_share(steps),
     }
 
 
@@ -96,6 +101,14 @@ def merged(results: list[dict]) -> list[dict]:
     for result in results:
         joined.setdefault((result["topology"], result["tag"]), {}).update(result)
     return list(joined.values())
+
+
+def replica1_share(steps: list[dict]) -> float | None:
+    """Share of the routed requests replica 1 took (behind the proxy; None with one replica)."""
+    last = next((e for e in reversed(steps) if "proxy/replica1/routed" in e), None)
+    if last is None or not last.get("proxy/routed"):
+        return None
+    return last["proxy/replica1/routed"] / (last["proxy/replica0/routed"] + last["proxy/replica1/routed"])
 
 
 def median(values: list[float | None]) -> float | None:
@@ -137,7 +150,7 @@ def old_overrides(replicas: int) -> list[str]:
 
 def command(topology: str, mode: str, where: Path, seed: int, extra: list[str]) -> tuple[list[str], Path]:
     """The CLI command of one run, and the folder its log history lands in."""
-    replicas = 1 if topology == "1" else 2
+    replicas = 1 if topology == "1" else 2  # "2", "straggler" (two local replicas) and "rehearsal" (two Jobs)
     overrides = old_overrides(replicas) if mode == "old" else list(MODES["new"])
     base = [sys.executable, "-m", "agrpo", "+recipe=smoke", f"trainer.seed={seed}", "trainer.save_steps=0"]
     if topology == "rehearsal":
@@ -158,17 +171,34 @@ def command(topology: str, mode: str, where: Path, seed: int, extra: list[str]) 
     return argv + overrides + extra, where / "run"
 
 
+def launch(argv: list[str], where: Path, topology: str, run_dir: Path) -> subprocess.CompletedProcess:
+    """Run the CLI; for `straggler`, hold replica 1 to a quarter of one core (a cgroup CPU quota on its process
+    group, tests/cpu_quota.py) from the moment it is healthy to the end of the run."""
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(REPO)}
+    if topology != "straggler":
+        return subprocess.run(argv, cwd=where, capture_output=True, text=True, env=env)
+    from tests.cpu_quota import cpu_quota, process_group
+
+    output = where / "launcher.out"
+    with open(output, "wb") as sink:
+        launcher = subprocess.Popen(argv, cwd=where, stdout=sink, stderr=subprocess.STDOUT, env=env)
+    replica_log = run_dir / "logs" / "vllm-1.log"
+    text = ""
+    while "Application startup complete" not in text and launcher.poll() is None:
+        time.sleep(0.5)
+        text = replica_log.read_text(errors="replace") if replica_log.exists() else ""
+    if launcher.poll() is None:
+        pid = int(re.search(r"\(APIServer pid=(\d+)\)", text).group(1))
+        with cpu_quota(process_group(os.getpgid(pid)), share=STRAGGLER_SHARE, name=f"bench-{os.getpid()}"):
+            launcher.wait()
+    return subprocess.CompletedProcess(argv, launcher.wait(), output.read_text(errors="replace"), "")
+
+
 def run_once(topology: str, mode: str, seed: int, extra: list[str], keep: Path | None) -> dict:
     where = Path(tempfile.mkdtemp(prefix=f"agrpo-bench-{topology}-{mode}-"))
     argv, run_dir = command(topology, mode, where, seed, extra)
     started = time.monotonic()
-    done = subprocess.run(
-        argv,
-        cwd=where,
-        capture_output=True,
-        text=True,
-        env={**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(REPO)},
-    )
+    done = launch(argv, where, topology, run_dir)
     wall = time.monotonic() - started
     if done.returncode != 0:
         raise SystemExit(f"{topology}/{mode} failed (rc {done.returncode}):\n{(done.stdout + done.stderr)[-4000:]}")
@@ -186,7 +216,7 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="what", required=True)
     run = sub.add_parser("run", help="one repetition of one topology: old then new")
-    run.add_argument("--topology", choices=("1", "2", "rehearsal"), required=True)
+    run.add_argument("--topology", choices=("1", "2", "straggler", "rehearsal"), required=True)
     run.add_argument("--modes", default="old,new", help="comma-separated: old, new")
     run.add_argument("--seed", type=int, default=42)
     run.add_argument("--out", type=Path, required=True, help="folder for the JSON result")
