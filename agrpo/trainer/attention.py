@@ -22,6 +22,7 @@ from types import SimpleNamespace
 from typing import Any, Callable
 
 import torch
+from torch.nn.attention.bias import causal_lower_right
 
 FA3_REPO, FA3_VERSION = "kernels-community/flash-attn3", 1  # what TRL 1.16's packing._flash_attn loads
 # The kernel's builds (its build.toml): sm_80 code, which every 8.x GPU runs, and sm_90a, which only 9.0 runs.
@@ -187,12 +188,13 @@ def varlen_causal_attention(
         if kv_heads != heads:
             key = key.repeat_interleave(heads // kv_heads, dim=0)
             value = value.repeat_interleave(heads // kv_heads, dim=0)
-        mask = None
-        if causal:
-            lq, lk = qe - qs, ke - ks
-            rows = torch.arange(lq, device=q.device).unsqueeze(1) + (lk - lq)
-            mask = torch.arange(lk, device=q.device).unsqueeze(0) <= rows
-        out = torch.nn.functional.scaled_dot_product_attention(query, key, value, attn_mask=mask, scale=softmax_scale)
+        lq, lk = qe - qs, ke - ks
+        # A whole segment (the prompt) is plainly causal; a continuation sees its path's prefix, then itself causally:
+        # bottom-right aligned. Both forms let PyTorch pick a fused kernel on a GPU instead of a materialised mask.
+        mask = causal_lower_right(lq, lk) if causal and lq != lk else None
+        out = torch.nn.functional.scaled_dot_product_attention(
+            query, key, value, attn_mask=mask, is_causal=causal and lq == lk, scale=softmax_scale
+        )
         outputs.append(out.transpose(0, 1))
     return torch.cat(outputs, dim=0)
 
