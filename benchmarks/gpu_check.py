@@ -213,11 +213,15 @@ def run_arm(arm: str, preset_name: str, steps: int, warmup: int, work: Path) -> 
 
 
 def table(rows: list[dict]) -> str:
-    head = f"{'arm':<10} {'steps/s':>8} {'trained tok/s':>14} {'fwd+bwd tok/s':>14} {'peak GiB':>9} {'loss ok':>7}  note"
+    head = (
+        f"{'arm':<10} {'steps/s':>8} {'trained tok/s':>14} {'fwd+bwd tok/s':>14} {'peak GiB':>9} {'loss ok':>7}  note"
+    )
     lines = [head, "-" * len(head)]
     for row in rows:
         if "skipped" in row or "error" in row:
-            lines.append(f"{row['arm']:<10} {'-':>8} {'-':>14} {'-':>14} {'-':>9} {'-':>7}  {row.get('skipped') or row['error']}")
+            lines.append(
+                f"{row['arm']:<10} {'-':>8} {'-':>14} {'-':>14} {'-':>9} {'-':>7}  {row.get('skipped') or row['error']}"
+            )
             continue
         step = row.get("perf/step_s")
         peak = f"{row['peak_gib']:.1f}" if row.get("peak_gib") is not None else "-"

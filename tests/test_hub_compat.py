@@ -70,21 +70,26 @@ def test_the_executors_run_job_arguments_fit_the_installed_hfapi():
             supported_kwargs(HfApi().run_job, spec.run_job_kwargs("alice", {}))
 
 
+def receiver_name(call: ast.Call) -> str:
+    receiver = call.func.value
+    return receiver.id if isinstance(receiver, ast.Name) else getattr(receiver, "attr", "")
+
+
 def hub_calls() -> list[tuple[str, int, str, ast.Call, str]]:
     """Every `<...>api.<HfApi method>(...)` call in agrpo's source: (file, line, method, call, enclosing source)."""
     methods = {name for name in dir(HfApi) if not name.startswith("_")}
     found = []
     for path in sorted(PACKAGE.rglob("*.py")):
         source = path.read_text()
-        tree = ast.parse(source)
-        for function in [n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]:
+        functions = [n for n in ast.walk(ast.parse(source)) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]
+        for function in functions:
+            enclosing = ast.get_source_segment(source, function)
             for node in ast.walk(function):
-                func = getattr(node, "func", None)
-                receiver = getattr(func, "value", None)
-                name = receiver.id if isinstance(receiver, ast.Name) else getattr(receiver, "attr", "")
-                if isinstance(node, ast.Call) and isinstance(func, ast.Attribute) and func.attr in methods:
-                    if name == "api" or name.endswith("_api"):
-                        found.append((path.name, node.lineno, func.attr, node, ast.get_source_segment(source, function)))
+                if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)):
+                    continue
+                name = receiver_name(node)
+                if node.func.attr in methods and (name == "api" or name.endswith("_api")):
+                    found.append((path.name, node.lineno, node.func.attr, node, enclosing))
     return found
 
 

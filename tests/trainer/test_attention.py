@@ -29,7 +29,11 @@ H100 = dict(cuda=True, capability=(9, 0), half_precision=True, kernels_installed
         (AttentionFacts(**{**H100, "capability": (8, 0)}, kernel_cached=True), "fa3", "cached"),  # A100
         (AttentionFacts(**{**H100, "capability": (8, 9)}, kernel_cached=True), "fa3", "cached"),  # L4 runs sm_80 code
         (AttentionFacts(**{**H100, "capability": (7, 5)}, kernel_cached=True), "sdpa", "compute capability 7.5"),  # T4
-        (AttentionFacts(**{**H100, "capability": (7, 0)}, kernel_cached=True), "sdpa", "compute capability 7.0"),  # V100
+        (
+            AttentionFacts(**{**H100, "capability": (7, 0)}, kernel_cached=True),
+            "sdpa",
+            "compute capability 7.0",
+        ),  # V100
         (AttentionFacts(**{**H100, "capability": (10, 0)}, kernel_cached=True), "sdpa", "capability 10.0"),  # B200
         (AttentionFacts(**{**H100, "capability": (9, 0)}, rocm=False, kernel_cached=True), "fa3", "cached"),
         (AttentionFacts(**{**H100, "half_precision": False}, kernel_cached=True), "sdpa", "fp32 queries"),
