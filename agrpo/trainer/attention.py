@@ -25,6 +25,7 @@ import torch
 from torch.nn.attention.bias import causal_lower_right
 
 FA3_REPO, FA3_VERSION = "kernels-community/flash-attn3", 1  # what TRL 1.16's packing._flash_attn loads
+ROCM_REPO, ROCM_VERSION = "kernels-community/aiter-flash-attn", 2  # ... and what it loads on ROCm instead
 # The kernel's builds (its build.toml): sm_80 code, which every 8.x GPU runs, and sm_90a, which only 9.0 runs.
 FA3_CAPABILITY_MAJORS, FA3_EXACT_CAPABILITIES = (8,), ((9, 0),)
 CHOICES = ("auto", "fa3", "sdpa")
@@ -142,14 +143,15 @@ def gather_facts(cfg: Any, probe_hub: Callable[[], bool] = hub_answers) -> Atten
         return AttentionFacts(cuda=False, half_precision=queries_in_half_precision(cfg, False))
     from huggingface_hub import constants
 
+    rocm = bool(torch.version.hip)
     facts = AttentionFacts(
         cuda=True,
         capability=tuple(torch.cuda.get_device_capability(0)),
         half_precision=queries_in_half_precision(cfg, True),
         kernels_installed=importlib.util.find_spec("kernels") is not None,
-        kernel_cached=kernel_in_cache(),
+        kernel_cached=kernel_in_cache(*((ROCM_REPO, ROCM_VERSION) if rocm else (FA3_REPO, FA3_VERSION))),
         hub_offline=bool(constants.HF_HUB_OFFLINE),
-        rocm=bool(torch.version.hip),
+        rocm=rocm,
     )
     if facts.kernel_cached or facts.hub_offline or fa3_blockers(facts):
         return facts

@@ -167,3 +167,14 @@ def test_forced_fa3_on_this_cpu_machine_exits_2_before_anything_starts(tmp_path)
     assert result.returncode == 2, result.stderr[-2000:]
     assert "trainer.attention=fa3 cannot run here: no CUDA GPU" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_trl_still_loads_the_kernel_the_choice_checks_for():
+    """If TRL's packed attention moves to another kernel or version, the cache check would look for the wrong one."""
+    import inspect
+
+    from trl.experimental.async_grpo import packing
+
+    source = inspect.getsource(packing)  # the module's text: agrpo may have replaced _flash_attn in this process
+    assert f'get_kernel("{attention.FA3_REPO}", version={attention.FA3_VERSION})' in source
+    assert f'get_kernel("{attention.ROCM_REPO}", version={attention.ROCM_VERSION})' in source
