@@ -28,7 +28,11 @@ def checkout(tmp_path):
 
 
 def make(checkout: Path, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(["make", *args], cwd=checkout, capture_output=True, text=True, timeout=60)
+    """`make` as a person runs it in `checkout`: not as a sub-make of `make test` (whose flags and variable overrides
+    would carry over), and with VENV pinned to the checkout's own .venv, so nothing outside it can be touched."""
+    env = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MFLAGS", "MAKELEVEL", "MAKEOVERRIDES")}
+    command = ["make", "VENV=.venv", "GPU_VERSIONS_VENV=.venv-gpu-versions", "PY=false", *args]
+    return subprocess.run(command, cwd=checkout, capture_output=True, text=True, timeout=60, env=env)
 
 
 def stamp(checkout: Path, name: str, fresh: bool = True) -> None:
