@@ -178,3 +178,14 @@ def test_trl_still_loads_the_kernel_the_choice_checks_for():
     source = inspect.getsource(packing)  # the module's text: agrpo may have replaced _flash_attn in this process
     assert f'get_kernel("{attention.FA3_REPO}", version={attention.FA3_VERSION})' in source
     assert f'get_kernel("{attention.ROCM_REPO}", version={attention.ROCM_VERSION})' in source
+
+
+def test_the_banner_names_the_choice():
+    from agrpo.trainer.console import banner_lines
+
+    choice = choose_attention("auto", AttentionFacts(cuda=False))
+    lines = banner_lines(
+        run_dir="r", model="m", lora_rank=8, max_steps=1, replicas=1, vllm_url=None, log_file=None, report_to=[],
+        attention=choice.banner,
+    )  # fmt: skip
+    assert lines[2] == "  attention    SDPA packed attention (agrpo's; FA3 not usable: no CUDA GPU)"
