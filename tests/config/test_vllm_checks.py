@@ -95,12 +95,14 @@ def test_a_model_this_machine_does_not_have_is_not_checked(tmp_path):
     assert vllm_model_problems(smoke(f"model.name_or_path={tmp_path}/absent", "inference.max_model_len=99999")) == []
 
 
-def test_the_cli_exits_2_naming_the_key_before_any_replica_starts(tmp_path):
+def test_the_cli_exits_2_naming_both_keys_before_any_replica_starts(tmp_path):
+    """One CLI run for the GPU path's two refusals: too few CPU LoRA slots, and FA3 forced on a machine without CUDA."""
     result = subprocess.run(
-        [sys.executable, "-m", "agrpo", "+recipe=sanity", "trainer.max_staleness=11", "launcher.dry_run=true",
-         f"hydra.run.dir={tmp_path}/run"],
+        [sys.executable, "-m", "agrpo", "+recipe=sanity", "trainer.max_staleness=11", "trainer.attention=fa3",
+         "launcher.dry_run=true", f"hydra.run.dir={tmp_path}/run"],
         capture_output=True, text=True, timeout=300, env={**os.environ, "HF_HUB_OFFLINE": "1"},
     )  # fmt: skip
     assert result.returncode == 2, result.stderr[-2000:]
     assert "inference.extra_args sets --max-cpu-loras 12, below --max-loras 13" in result.stderr
+    assert "trainer.attention=fa3 cannot run here: no CUDA GPU" in result.stderr
     assert "Traceback" not in result.stderr

@@ -1,13 +1,9 @@
 """The packed-attention choice (agrpo/trainer/attention.py), simulated for every condition on this CPU machine: the
 pure decision for each GPU, precision, package, cache and Hub state; the facts read from a simulated CUDA device
-and a kernel cache laid out as `kernels` leaves it; the SDPA stand-in staying on the queries' device; and a forced
-`trainer.attention=fa3` refused by the CLI before anything starts."""
+and a kernel cache laid out as `kernels` leaves it; the SDPA stand-in staying on the queries' device. The CLI's
+refusal of a forced `trainer.attention=fa3` here is in tests/config/test_vllm_checks.py (one CLI run, both checks)."""
 
 from __future__ import annotations
-
-import os
-import subprocess
-import sys
 
 import pytest
 import torch
@@ -153,20 +149,6 @@ def test_sdpa_attention_keeps_its_mask_on_the_queries_device():
     cu_k = torch.tensor([0, 6, 15, 24], dtype=torch.int32)
     out = attention.varlen_causal_attention(q, k, v, cu_q, cu_k, 6, 9)
     assert out.shape == (12, 4, 32) and out.device.type == "meta"
-
-
-def test_forced_fa3_on_this_cpu_machine_exits_2_before_anything_starts(tmp_path):
-    result = subprocess.run(
-        [sys.executable, "-m", "agrpo", "+recipe=smoke", "trainer.attention=fa3", "launcher.dry_run=true",
-         f"hydra.run.dir={tmp_path}/run"],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env={**os.environ, "HF_HUB_OFFLINE": "1"},
-    )  # fmt: skip
-    assert result.returncode == 2, result.stderr[-2000:]
-    assert "trainer.attention=fa3 cannot run here: no CUDA GPU" in result.stderr
-    assert "Traceback" not in result.stderr
 
 
 def test_trl_still_loads_the_kernel_the_choice_checks_for():
