@@ -62,6 +62,7 @@ def test_two_replicas_on_the_same_port_are_reached_through_the_gateway_with_the_
     from huggingface_hub import Volume
 
     api, token = stand_in.api(), stand_in.stand_in.token
+    api.create_bucket(f"{NS}/b", private=True, exist_ok=True)  # mounting a bucket that does not exist is refused
     volume = Volume(type="bucket", source=f"{NS}/b", mount_path=str(tmp_path / "mnt"), read_only=True)
     replicas = [
         api.run_job(

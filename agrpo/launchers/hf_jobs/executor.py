@@ -52,6 +52,13 @@ def refuse_secret_in_plan(plan: JobsPlan, secrets: dict[str, str]) -> None:
         )
 
 
+def reason(error: Exception) -> str:
+    """One line of why a Hub call failed: the Hub's own message when it sent one."""
+    text = getattr(error, "server_message", None) or str(error)
+    lines = [line.strip() for line in str(text).strip().splitlines() if line.strip()]
+    return lines[-1] if getattr(error, "server_message", None) else (lines[0] if lines else "")
+
+
 class JobsRun:
     """One launch of a plan: the Jobs it created, so that whatever happens they are cancelled."""
 
@@ -62,7 +69,13 @@ class JobsRun:
         self.launched: list[str] = []
 
     def _run(self, spec: JobSpec, secrets: dict[str, str]) -> Any:
-        info = self.api.run_job(**spec.run_job_kwargs(self.plan.namespace, secrets))
+        try:
+            info = self.api.run_job(**spec.run_job_kwargs(self.plan.namespace, secrets))
+        except Exception as error:  # the Jobs API's 400 (flavor, labels, volume), run_job's own ValueError, network
+            raise LaunchError(
+                f"the Jobs API refused the {spec.role} Job {spec.name} ({type(error).__name__}: {reason(error)}); "
+                f"every Job of run {self.plan.run_id} was cancelled"
+            ) from None
         self.launched.append(info.id)
         log.info("launched %s Job %s (%s, %s): %s", spec.role, info.id, spec.flavor, spec.name, info.url)
         return info

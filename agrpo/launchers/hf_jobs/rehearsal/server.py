@@ -1,9 +1,6 @@
-"""The stand-in's two listeners on 127.0.0.1 (I/O): the Hub API routes huggingface_hub calls, and the gateway that
-stands for the Jobs proxy in front of exposed ports.
+"""The stand-in's two listeners on 127.0.0.1 (I/O): the Hub API (hub_api.py, the same routes and refusals as the
+tests' fake Hub, over the StandIn's state), and the gateway that stands for the Jobs proxy in front of exposed ports.
 
-API: whoami-v2; jobs (create, list by label, inspect, cancel, logs as server-sent events that follow a running Job);
-buckets (create, tree listing with the modelled lag); plus `PUT /rehearsal-upload/<bucket>/<path>`, which the
-launcher's upload uses instead of Xet (Xet's native client cannot be stood in for; see rehearse.py).
 Gateway: a request for `<job_id>--<port>.hf.jobs` (by Host, or `/expose/<job_id>/<port>/...` by path) needs the
 bearer token, as the real proxy does for a private Job, and is forwarded to that Job's network namespace. A
 `load_lora_adapter` whose adapter the Job's bucket mount cannot show yet (listing lag, negative-lookup cache:
@@ -16,144 +13,13 @@ import json
 import socket
 import socketserver
 import threading
-import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
-from urllib.parse import parse_qsl, unquote, urlsplit
+from http.server import ThreadingHTTPServer
 
 from agrpo.launchers.hf_jobs.rehearsal import jobs as J
+from agrpo.launchers.hf_jobs.rehearsal.hub_api import hub_handler
 from agrpo.launchers.hf_jobs.rehearsal.standin import StandIn
 
-UPLOAD_ROUTE = "rehearsal-upload"
 LOAD_ADAPTER = "/v1/load_lora_adapter"  # the one request whose file lookup the gateway models (negative cache)
-
-
-def api_handler(stand_in: StandIn):
-    class Handler(BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"
-
-        def log_message(self, *args):  # the Jobs' own logs are what matters
-            pass
-
-        def _send(self, status: int, payload: Any = None) -> None:
-            data = json.dumps(payload if payload is not None else {}).encode()
-            self.send_response(status)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
-
-        def _body(self) -> bytes:
-            length = int(self.headers.get("Content-Length") or 0)
-            return self.rfile.read(length) if length else b""
-
-        def _authorized(self) -> bool:
-            if self.headers.get("Authorization") == f"Bearer {stand_in.token}":
-                return True
-            self._send(401, {"error": "Invalid credentials in Authorization header"})
-            return False
-
-        def do_GET(self):
-            self._route("GET", b"")
-
-        def do_POST(self):
-            self._route("POST", self._body())
-
-        def do_PUT(self):
-            self._route("PUT", self._body())
-
-        def _route(self, method: str, raw: bytes) -> None:
-            parts_url = urlsplit(self.path)
-            parts = [unquote(p) for p in parts_url.path.strip("/").split("/")]
-            query = parse_qsl(parts_url.query)
-            if not self._authorized():
-                return
-            if parts[:2] == ["api", "whoami-v2"]:
-                return self._send(200, {"name": stand_in.namespace, "type": "user", "auth": {}})
-            if parts[0] == UPLOAD_ROUTE and method == "PUT":
-                stand_in.write_upload(f"{parts[1]}/{parts[2]}", "/".join(parts[3:]), raw)
-                return self._send(200, {})
-            if parts[:2] == ["api", "buckets"] and len(parts) >= 4:
-                return self._buckets(method, f"{parts[2]}/{parts[3]}", parts[4:])
-            if parts[:2] == ["api", "jobs"] and len(parts) >= 3:
-                return self._jobs(method, parts[2], parts[3:], query, raw)
-            self._send(404, {"error": f"the rehearsal stand-in has no route {method} {parts_url.path}"})
-
-        def _buckets(self, method: str, bucket_id: str, rest: list[str]) -> None:
-            if method == "POST" and not rest:
-                created = stand_in.create_bucket(bucket_id)
-                return self._send(
-                    200 if created else 409, {"url": f"{stand_in.api_url}/buckets/{bucket_id}", "id": bucket_id}
-                )
-            if rest[:1] == ["tree"]:
-                if not stand_in.bucket_dir(bucket_id).exists():
-                    return self._send(404, {"error": f"bucket {bucket_id} not found"})
-                return self._send(200, stand_in.list_bucket(bucket_id, "/".join(rest[1:])))
-            self._send(404, {"error": "not found"})
-
-        def _jobs(self, method: str, namespace: str, rest: list[str], query, raw: bytes) -> None:
-            if namespace != stand_in.namespace:
-                return self._send(403, {"error": f"no access to namespace {namespace}"})
-            if not rest and method == "POST":
-                job = stand_in.create_job(namespace, json.loads(raw))
-                return self._send(200, job.to_json(stand_in.gateway))
-            if not rest:
-                labels = [v for k, v in query if k == "label"]
-                stages = [v for k, v in query if k == "stage"]
-                with stand_in.lock:
-                    found = [
-                        j.to_json(stand_in.gateway)
-                        for j in stand_in.jobs.values()
-                        if J.matches_labels(j, labels) and (not stages or j.stage in stages)
-                    ]
-                return self._send(200, found)
-            job = stand_in.jobs.get(rest[0])
-            if job is None:
-                return self._send(404, {"error": f"Job {rest[0]} not found"})
-            if rest[1:] == ["cancel"] and method == "POST":
-                stand_in.cancel(job.id)
-                return self._send(200, {})
-            if rest[1:] == ["logs"]:
-                return self._logs(job, dict(query).get("tail"))
-            if not rest[1:]:
-                with stand_in.lock:
-                    return self._send(200, job.to_json(stand_in.gateway))
-            self._send(404, {"error": "not found"})
-
-        def _logs(self, job: J.JobRecord, tail: str | None) -> None:
-            """Every line so far, then new lines while the Job runs; the stream ends when the Job is over."""
-            self.send_response(200)
-            self.send_header("Content-Type", "text/event-stream")
-            self.send_header("Connection", "close")
-            self.end_headers()
-            self.close_connection = True
-            path, offset, first = stand_in.log_path(job.id), 0, True
-            try:
-                while True:
-                    over = job.stage in J.TERMINAL and job.id not in stand_in.procs
-                    text = b""
-                    if path.exists():
-                        with open(path, "rb") as log:  # only what was added since the last poll
-                            log.seek(offset)
-                            text = log.read()
-                    complete = text[: text.rfind(b"\n") + 1] if not over else text
-                    offset += len(complete)
-                    lines = complete.decode(errors="replace").splitlines()
-                    if first and tail:
-                        lines = lines[-int(tail) :]
-                    first = False
-                    stamp = J.iso(time.time())
-                    for line in lines:
-                        event = json.dumps({"data": line, "timestamp": stamp})
-                        self.wfile.write(f"data: {event}\n\n".encode())
-                    self.wfile.flush()
-                    if over:
-                        return
-                    time.sleep(0.3)
-            except (BrokenPipeError, ConnectionResetError):
-                return
-
-    return Handler
 
 
 def gateway_handler(stand_in: StandIn):
@@ -253,7 +119,7 @@ class Listeners:
     """Both listeners, on free ports of 127.0.0.1, each served by a daemon thread."""
 
     def __init__(self, stand_in: StandIn):
-        self.api = ThreadingHTTPServer(("127.0.0.1", 0), api_handler(stand_in))
+        self.api = ThreadingHTTPServer(("127.0.0.1", 0), hub_handler(stand_in))
         self.gateway = socketserver.ThreadingTCPServer(("127.0.0.1", 0), gateway_handler(stand_in))
         self.gateway.daemon_threads = True
         self.api.daemon_threads = True

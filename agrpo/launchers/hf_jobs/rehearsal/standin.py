@@ -1,7 +1,7 @@
 """The stand-in's state and its Jobs' lifecycle (I/O): Jobs as local process groups, buckets as local folders.
 
-`StandIn` is what the HTTP server (server.py) asks: create/list/inspect/cancel Jobs, read their logs, create and
-list buckets, write uploaded files. A watcher thread moves each Job through its stages (jobs.py decides them):
+`StandIn` is the backend of the stand-in Hub API (hub_api.py, shared with the tests' fake Hub): create/list/
+inspect/cancel Jobs, stream their logs, create and list buckets, write and read bucket files. A watcher thread moves each Job through its stages (jobs.py decides them):
 process exit, timeout, cancel, preemption (`preempt(job_id)`, for tests and users who want to see a requeue), and
 the platform's requeue of a Job created with attempts > 1.
 """
@@ -20,12 +20,14 @@ from typing import Any
 from agrpo.launchers.hf_jobs.rehearsal import jobs as J
 from agrpo.launchers.hf_jobs.rehearsal import runner
 from agrpo.launchers.hf_jobs.rehearsal.bucket import Visibility, listing
+from agrpo.launchers.hf_jobs.rehearsal.hub_api import HubBackend
+from agrpo.launchers.hf_jobs.rehearsal.hub_rules import hardware_list
 
 log = logging.getLogger(__name__)
 REQUEUE_DELAY_S = 1.0  # how long a requeued Job shows ERROR before it runs again
 
 
-class StandIn:
+class StandIn(HubBackend):
     def __init__(
         self,
         root: Path,
@@ -65,6 +67,9 @@ class StandIn:
             path.mkdir(parents=True, exist_ok=True)
             return not existed
 
+    def bucket_exists(self, bucket_id: str) -> bool:
+        return self.bucket_dir(bucket_id).is_dir()
+
     def _scan(self, bucket_id: str, now: float) -> dict[str, int]:
         root, view = (
             self.bucket_dir(bucket_id),
@@ -85,7 +90,7 @@ class StandIn:
             now = time.time()
             return listing(self._scan(bucket_id, now), prefix, self.views[bucket_id], now)
 
-    def write_upload(self, bucket_id: str, dest: str, data: bytes) -> None:
+    def write_file(self, bucket_id: str, dest: str, data: bytes) -> None:
         """A file uploaded through the API: in the bucket folder and listed at once (the Hub lists an upload it
         acknowledged)."""
         target = self.bucket_dir(bucket_id) / dest
@@ -100,6 +105,17 @@ class StandIn:
             )
             tmp.replace(target)
 
+    def read_file(self, bucket_id: str, path: str) -> bytes | None:
+        """A file as the bucket lists it (the download route of `agrpo pull`); None when it is not listed."""
+        with self.lock:
+            now = time.time()
+            self._scan(bucket_id, now)
+            view = self.views[bucket_id]
+            if not view.visible(path, now):
+                return None
+        target = self.bucket_dir(bucket_id) / path
+        return target.read_bytes() if target.is_file() else None
+
     def mount_lookup(self, job_id: str, path: str) -> bool:
         """Whether this Job's bucket mount shows `path` now; a miss is cached for negative_cache_s (bucket.py)."""
         job = self.jobs.get(job_id)
@@ -113,20 +129,65 @@ class StandIn:
         return True  # not on a bucket mount: nothing modelled
 
     # --- jobs
-    def create_job(self, namespace: str, spec: dict[str, Any]) -> J.JobRecord:
+    def create_job(self, namespace: str, spec: dict[str, Any]) -> dict[str, Any]:
         with self.lock:
             job = J.JobRecord(id=secrets_module.token_hex(12), namespace=namespace, spec=spec, created=time.time())
             job.history.append("SCHEDULING")
             self.jobs[job.id] = job
+            body = job.to_json(self.gateway, time.time())
         threading.Thread(target=self._start, args=(job,), name=f"rehearsal-start-{job.id}", daemon=True).start()
-        return job
+        return body
+
+    def list_jobs(self, labels: list[str], stages: list[str]) -> list[dict[str, Any]]:
+        with self.lock:
+            now = time.time()
+            return [
+                job.to_json(self.gateway, now)
+                for job in self.jobs.values()
+                if J.matches_labels(job, labels) and (not stages or job.stage in stages)
+            ]
+
+    def job_json(self, job_id: str) -> dict[str, Any] | None:
+        with self.lock:
+            job = self.jobs.get(job_id)
+            return job.to_json(self.gateway, time.time()) if job else None
+
+    def cancel_job(self, job_id: str) -> None:
+        self.cancel(job_id)
+
+    def hardware(self) -> list[dict[str, Any]]:
+        """The Hub's hardware list, priced from agrpo's table (the stand-in bills nothing: the rehearsal's cost is
+        what its Jobs would have cost on those flavors)."""
+        from agrpo.launchers.hf_jobs.plan import PRICE_PER_HOUR_USD
+
+        return hardware_list(PRICE_PER_HOUR_USD)
+
+    def log_batches(self, job_id: str, tail: int | None):
+        """Every line so far, then new lines while the Job runs; the stream ends when the Job is over."""
+        job, path, offset, first = self.jobs[job_id], self.log_path(job_id), 0, True
+        while True:
+            over = job.stage in J.TERMINAL and job_id not in self.procs
+            text = b""
+            if path.exists():
+                with open(path, "rb") as log:  # only what was added since the last poll
+                    log.seek(offset)
+                    text = log.read()
+            complete = text[: text.rfind(b"\n") + 1] if not over else text
+            offset += len(complete)
+            lines = complete.decode(errors="replace").splitlines()
+            if first and tail:
+                lines = lines[-tail:]
+            first = False
+            yield lines
+            if over:
+                return
+            time.sleep(0.3)
 
     def _mounts(self, job: J.JobRecord) -> list[tuple[str, str, bool]]:
         mounts = []
         for volume in job.spec.get("volumes") or []:
-            if volume.get("type") != "bucket":
-                raise ValueError(f"rehearsal mounts only buckets (got {volume.get('type')})")
-            self.create_bucket(volume["source"])
+            if not self.bucket_exists(volume["source"]):  # the API refused it already; a bucket deleted since
+                raise ValueError(f"bucket {volume['source']} does not exist")
             mounts.append((str(self.bucket_dir(volume["source"])), volume["mountPath"], bool(volume.get("readOnly"))))
         return mounts
 
