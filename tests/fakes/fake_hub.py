@@ -1,7 +1,7 @@
 """A fake Hugging Face Hub on 127.0.0.1 for the HF Jobs launcher, `agrpo pull` and bucket-sync tests.
 
 The real Hub cannot be reached from these machines. This is the rehearsal's own stand-in of the Hub API
-(agrpo/launchers/hf_jobs/rehearsal/hub_api.py: the same routes, the same token check on every route, the same
+(agrpo/rehearsal/hub_api.py: the same routes, the same token check on every route, the same
 refusals of what the Jobs API refuses: unknown flavors, bad labels, mounting a bucket that does not exist) over a
 scripted state instead of real processes, plus the Jobs proxy's exposed ports (`/expose/<job_id>/<port>/health`,
 standing in for https://<job_id>--<port>.hf.jobs). It records every request, so tests assert the exact bodies the
@@ -27,9 +27,9 @@ from http.server import ThreadingHTTPServer
 from pathlib import Path
 from typing import Any, Callable
 
-from agrpo.launchers.hf_jobs.rehearsal.hub_api import HubBackend, Request, hub_handler
-from agrpo.launchers.hf_jobs.rehearsal.hub_rules import hardware_list
-from agrpo.launchers.hf_jobs.rehearsal.plain_transfer import plain_batch_bucket_files, plain_download_bucket_files
+from agrpo.rehearsal.hub_api import HubBackend, Request, hub_handler
+from agrpo.rehearsal.hub_rules import hardware_list
+from agrpo.rehearsal.plain_transfer import plain_batch_bucket_files, plain_download_bucket_files
 
 NAMESPACE = "alice"
 FAKE_TOKEN = "hf_FAKE_secret_token_value_123"  # a value no test output may ever contain

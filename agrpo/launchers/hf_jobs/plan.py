@@ -187,22 +187,18 @@ class Watch:
 
 @dataclass
 class Rehearse:
-    """launcher.hf_jobs.rehearse=true: run the plan against a local stand-in (agrpo/launchers/hf_jobs/rehearsal)."""
+    """rehearsal.enabled=true: run the plan against a local stand-in of the Hub (agrpo/rehearsal)."""
 
     listing_lag_s: float
     negative_cache_s: float
     root: str | None  # Jobs' folders, logs, bucket; None: a fresh temporary folder
-    preempt_trainer_after_s: float | None = None
 
     def render(self) -> str:
         where = self.root or "a fresh temporary folder"
-        preempt = ""
-        if self.preempt_trainer_after_s is not None:
-            preempt = f"; preempt the trainer Job's first attempt after {self.preempt_trainer_after_s:g} s"
         return (
             f"rehearse: every Job below runs on this machine against a local stand-in of the Jobs and Buckets API "
             f"(listing lag {self.listing_lag_s:g} s, negative lookup cache {self.negative_cache_s:g} s) in "
-            f"{where}{preempt}; <rehearsal-gateway-port> is the stand-in's gateway port, chosen at start"
+            f"{where}; <rehearsal-gateway-port> is the stand-in's gateway port, chosen at start"
         )
 
 

@@ -41,6 +41,7 @@ from agrpo.launchers.hf_jobs.plan import (
     WheelBuild,
 )
 from agrpo.launchers.hf_jobs.repack import installed_distribution, site_dir, wheel_name
+from agrpo.rehearsal.rehearse import GATEWAY_PLACEHOLDER
 from agrpo.sync.bucket import bucket_id, path_in_bucket
 
 CONFIG_FILE = "config.yaml"
@@ -59,8 +60,8 @@ INSTALL_SCRIPT = (
     'if [ "$attempt" -lt {attempts} ]; then sleep $((attempt * 15)); fi; done; exit 1'
 )
 # Rehearsal: an exposed port is reached at its real host name over http on the stand-in's gateway port (the name
-# resolves to the gateway inside rehearsal Jobs; the port is known once the stand-in listens).
-REHEARSAL_REPLICA_URL = "http://{job_id}--{port}.hf.jobs:<rehearsal-gateway-port>"
+# resolves to the gateway inside rehearsal Jobs; the port is known once the stand-in listens: GATEWAY_PLACEHOLDER).
+REHEARSAL_REPLICA_URL = "http://{job_id}--{port}.hf.jobs:" + GATEWAY_PLACEHOLDER
 
 
 def require_valid(cfg: Any) -> None:
@@ -98,7 +99,7 @@ def replica_device(cfg: Any) -> str:
     """cuda on GPU flavors, cpu on CPU flavors (vLLM's CPU flags); a rehearsal serves on this machine's device."""
     if is_cpu_flavor(cfg.launcher.hf_jobs.replica_flavor) and cfg.inference.device == "cpu":
         return "cpu"
-    if not cfg.launcher.hf_jobs.rehearse or cfg.inference.device == "cuda":
+    if not cfg.rehearsal.enabled or cfg.inference.device == "cuda":
         return "cuda"
     if cfg.inference.device == "cpu":
         return "cpu"
@@ -107,8 +108,8 @@ def replica_device(cfg: Any) -> str:
     return "cuda" if torch.cuda.is_available() else "cpu"
 
 
-def replica_url_pattern(jobs: Any) -> str:
-    return REHEARSAL_REPLICA_URL if jobs.rehearse else str(jobs.replica_url)
+def replica_url_pattern(cfg: Any) -> str:
+    return REHEARSAL_REPLICA_URL if cfg.rehearsal.enabled else str(cfg.launcher.hf_jobs.replica_url)
 
 
 def replica_job(cfg: Any, index: int, bucket: str, run_id: str, launch_id: str) -> JobSpec:
@@ -128,7 +129,7 @@ def replica_job(cfg: Any, index: int, bucket: str, run_id: str, launch_id: str) 
         labels=job_labels(cfg, run_id, launch_id, "replica"),
         timeout_s=int(jobs.replica_timeout_s),
         expose=[jobs.replica_port],
-        url=replica_url_pattern(jobs).format(job_id=f"<vllm-{index}-job-id>", port=jobs.replica_port),
+        url=replica_url_pattern(cfg).format(job_id=f"<vllm-{index}-job-id>", port=jobs.replica_port),
     )
 
 
@@ -148,7 +149,7 @@ def trainer_job(
 ) -> JobSpec:
     jobs = cfg.launcher.hf_jobs
     run = [jobs.python, "-m", "agrpo.launchers.hf_jobs.trainer", config_path]
-    cpu_rehearsal = bool(jobs.rehearse) and replica_device(cfg) == "cpu"
+    cpu_rehearsal = bool(cfg.rehearsal.enabled) and replica_device(cfg) == "cpu"
     requirements = trainer_requirements(jobs, wheel_path, cpu_rehearsal=cpu_rehearsal)
     # Requirements and command travel as bash's positional arguments, so nothing is ever re-quoted for a shell.
     command = (
@@ -189,7 +190,8 @@ def job_config_text(cfg: Any, namespace: str, bucket: str) -> str:
     job.sync.bucket = bucket
     job.launcher.dry_run = False
     job.launcher.hf_jobs.namespace = namespace
-    job.launcher.hf_jobs.replica_url = replica_url_pattern(cfg.launcher.hf_jobs)
+    job.launcher.hf_jobs.replica_url = replica_url_pattern(cfg)
+    job.rehearsal.enabled = False  # inside a Job nothing is rehearsed: it runs as in a real Job
     return OmegaConf.to_yaml(job, resolve=True)
 
 
@@ -259,7 +261,7 @@ def build_jobs_plan(cfg: Any, launch_id: str | None = None) -> JobsPlan:
         f"{run_dir}/{WHEEL_DIR}/{wheel.filename}" if wheel else None,
     )
     watch = Watch(
-        replica_url=replica_url_pattern(jobs),
+        replica_url=replica_url_pattern(cfg),
         replica_port=int(jobs.replica_port),
         ready_timeout_s=float(jobs.ready_timeout_s),
         poll_interval_s=float(jobs.poll_interval_s),
@@ -278,12 +280,11 @@ def build_jobs_plan(cfg: Any, launch_id: str | None = None) -> JobsPlan:
             "launcher.hf_jobs.namespace); nothing else in this plan changes"
         )
     rehearse = None
-    if jobs.rehearse:
+    if cfg.rehearsal.enabled:
         rehearse = Rehearse(
-            listing_lag_s=float(jobs.rehearse_listing_lag_s),
-            negative_cache_s=float(jobs.rehearse_negative_cache_s),
-            root=jobs.rehearse_dir,
-            preempt_trainer_after_s=jobs.rehearse_preempt_trainer_after_s,
+            listing_lag_s=float(cfg.rehearsal.listing_lag_s),
+            negative_cache_s=float(cfg.rehearsal.negative_cache_s),
+            root=cfg.rehearsal.dir,
         )
     return JobsPlan(
         run_id=run_id,

@@ -136,7 +136,7 @@ def timed_out(job: JobRecord, now: float) -> bool:
 
 
 def due_for_preemption(job: JobRecord, now: float, after_s: float | None, role: str = "trainer") -> bool:
-    """launcher.hf_jobs.rehearse_preempt_trainer_after_s: the first attempt of the Job labelled agrpo-role=<role> is
+    """rehearsal(preempt_trainer_after_s=...), a knob for tests: the first attempt of the Job labelled agrpo-role=<role> is
     killed once it has run that long (later attempts run undisturbed, so the requeued one can finish)."""
     return (
         after_s is not None

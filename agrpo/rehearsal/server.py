@@ -15,9 +15,9 @@ import socketserver
 import threading
 from http.server import ThreadingHTTPServer
 
-from agrpo.launchers.hf_jobs.rehearsal import jobs as J
-from agrpo.launchers.hf_jobs.rehearsal.hub_api import hub_handler
-from agrpo.launchers.hf_jobs.rehearsal.standin import StandIn
+from agrpo.rehearsal import jobs as J
+from agrpo.rehearsal.hub_api import hub_handler
+from agrpo.rehearsal.standin import StandIn
 
 LOAD_ADAPTER = "/v1/load_lora_adapter"  # the one request whose file lookup the gateway models (negative cache)
 

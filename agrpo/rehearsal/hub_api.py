@@ -23,7 +23,7 @@ from http.server import BaseHTTPRequestHandler
 from typing import Any, Iterator
 from urllib.parse import parse_qsl, unquote, urlsplit
 
-from agrpo.launchers.hf_jobs.rehearsal.hub_rules import job_spec_problems
+from agrpo.rehearsal.hub_rules import job_spec_problems
 
 FILES_ROUTE = "stand-in/files"  # plain-HTTP bucket file transfer, in place of Xet
 

@@ -17,11 +17,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-from agrpo.launchers.hf_jobs.rehearsal import jobs as J
-from agrpo.launchers.hf_jobs.rehearsal import runner
-from agrpo.launchers.hf_jobs.rehearsal.bucket import Visibility, listing
-from agrpo.launchers.hf_jobs.rehearsal.hub_api import HubBackend
-from agrpo.launchers.hf_jobs.rehearsal.hub_rules import hardware_list
+from agrpo.rehearsal import jobs as J
+from agrpo.rehearsal import runner
+from agrpo.rehearsal.bucket import Visibility, listing
+from agrpo.rehearsal.hub_api import HubBackend
+from agrpo.rehearsal.hub_rules import hardware_list
 
 log = logging.getLogger(__name__)
 REQUEUE_DELAY_S = 1.0  # how long a requeued Job shows ERROR before it runs again
@@ -37,8 +37,10 @@ class StandIn(HubBackend):
         negative_cache_s: float = 30.0,
         stop_grace_s: float = 10.0,
         preempt_trainer_after_s: float | None = None,
+        prices: dict[str, float] | None = None,
     ):
         self.root, self.namespace, self.token = root, namespace, token
+        self.prices = prices  # $/hour per flavor for the hardware list; None: the list is not served (404)
         self.preempt_trainer_after_s = preempt_trainer_after_s
         self.lag_s, self.negative_cache_s, self.stop_grace_s = lag_s, negative_cache_s, stop_grace_s
         self.jobs: dict[str, J.JobRecord] = {}
@@ -155,12 +157,10 @@ class StandIn(HubBackend):
     def cancel_job(self, job_id: str) -> None:
         self.cancel(job_id)
 
-    def hardware(self) -> list[dict[str, Any]]:
-        """The Hub's hardware list, priced from agrpo's table (the stand-in bills nothing: the rehearsal's cost is
-        what its Jobs would have cost on those flavors)."""
-        from agrpo.launchers.hf_jobs.plan import PRICE_PER_HOUR_USD
-
-        return hardware_list(PRICE_PER_HOUR_USD)
+    def hardware(self) -> list[dict[str, Any]] | None:
+        """The hardware list at the prices the rehearsal was given (it bills nothing: a rehearsal's cost is what its
+        Jobs would have cost on those flavors)."""
+        return hardware_list(self.prices) if self.prices is not None else None
 
     def log_batches(self, job_id: str, tail: int | None):
         """Every line so far, then new lines while the Job runs; the stream ends when the Job is over."""
@@ -334,21 +334,47 @@ class StandIn(HubBackend):
         return left
 
     def write_summary(self, left: list[int]) -> None:
-        """<root>/jobs.json: every Job's name, command, stages, attempts and end (what a rehearsal leaves to look at)."""
+        """<root>/jobs.json: every Job's name, labels, flavor, command, stages, attempts, times and end (what a
+        rehearsal leaves to look at, and what `replay` serves again). Secrets and env values are left out."""
         with self.lock:
             summary = {
                 job_id: {
                     "name": job.labels.get("name"),
                     "labels": job.labels,
+                    "flavor": job.spec.get("flavor"),
+                    "image": job.spec.get("dockerImage"),
                     "command": job.spec.get("command"),
                     "stage": job.stage,
                     "message": job.message,
                     "history": job.history,
                     "attempt": job.attempt,
+                    "created": job.created,
+                    "started": job.started,
+                    "finished": job.finished,
+                    "running_s": job.running_s(job.finished or time.time()),
                 }
                 for job_id, job in self.jobs.items()
             }
-        (self.root / "jobs.json").write_text(json.dumps({"jobs": summary, "killed_after_end": left}, indent=1))
+        record = {"namespace": self.namespace, "jobs": summary, "killed_after_end": left}
+        (self.root / "jobs.json").write_text(json.dumps(record, indent=1))
+
+    @classmethod
+    def revive(cls, root: Path, token: str, prices: dict[str, float] | None = None) -> "StandIn":
+        """A stand-in over a finished rehearsal's folder: its buckets, and its Jobs as jobs.json recorded them."""
+        path = root / "jobs.json"
+        record = json.loads(path.read_text()) if path.is_file() else {"jobs": {}}
+        namespaces = sorted(p.name for p in (root / "buckets").iterdir() if p.is_dir())
+        stand_in = cls(root, record.get("namespace") or (namespaces or ["rehearsal"])[0], token, prices=prices)
+        stand_in.lag_s = 0.0  # everything in the folder is listed: the run is over
+        for job_id, seen in record["jobs"].items():
+            spec = {"labels": seen["labels"], "flavor": seen.get("flavor"), "command": seen.get("command")}
+            spec["dockerImage"] = seen.get("image")
+            job = J.JobRecord(id=job_id, namespace=stand_in.namespace, spec=spec, created=seen.get("created") or 0.0)
+            job.stage, job.message, job.history = seen["stage"], seen.get("message"), list(seen.get("history", []))
+            job.attempt, job.started, job.finished = seen.get("attempt", 1), seen.get("started"), seen.get("finished")
+            job.ran_s = float(seen.get("running_s") or 0.0)
+            stand_in.jobs[job_id] = job
+        return stand_in
 
     def remove_tree(self) -> None:
         shutil.rmtree(self.root, ignore_errors=True)

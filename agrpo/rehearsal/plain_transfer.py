@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from agrpo.launchers.hf_jobs.rehearsal.hub_api import FILES_ROUTE
+from agrpo.rehearsal.hub_api import FILES_ROUTE
 
 
 def _headers(api: Any, token: Any) -> dict[str, str]:
