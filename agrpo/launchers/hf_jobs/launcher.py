@@ -35,19 +35,26 @@ class HFJobsLauncher(Launcher):
 
     def execute(self, cfg: Any, plan: JobsPlan) -> dict[str, Any]:
         """Run `plan` (cfg is not read: the plan holds everything); with plan.rehearse, against the local stand-in."""
-        if plan.rehearse:
-            return execute_rehearsal(plan)
-        from agrpo.launchers.hf_jobs.client import make_api, resolve_namespace
-        from agrpo.launchers.hf_jobs.executor import JobsRun
+        from agrpo.launchers.hf_jobs.terminal import launch_console
 
-        api = make_api()
-        if plan.namespace == NAMESPACE_PLACEHOLDER:
-            plan = bind_namespace(plan, resolve_namespace(api, None))
-        previous = signal.signal(signal.SIGTERM, _sigterm_as_interrupt)
-        try:
-            return JobsRun(plan, api).execute()
-        finally:
-            signal.signal(signal.SIGTERM, previous)
+        with launch_console(plan.after.launch_log if plan.after else None):
+            if plan.rehearse:
+                return execute_rehearsal(plan)
+            return execute_on_hub(plan)
+
+
+def execute_on_hub(plan: JobsPlan) -> dict[str, Any]:
+    from agrpo.launchers.hf_jobs.client import make_api, resolve_namespace
+    from agrpo.launchers.hf_jobs.executor import JobsRun
+
+    api = make_api()
+    if plan.namespace == NAMESPACE_PLACEHOLDER:
+        plan = bind_namespace(plan, resolve_namespace(api, None))
+    previous = signal.signal(signal.SIGTERM, _sigterm_as_interrupt)
+    try:
+        return JobsRun(plan, api).execute()
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def execute_rehearsal(plan: JobsPlan) -> dict[str, Any]:
@@ -65,7 +72,13 @@ def execute_rehearsal(plan: JobsPlan) -> dict[str, Any]:
             namespace, spec.listing_lag_s, spec.negative_cache_s, spec.root, prices=PRICE_PER_HOUR_USD
         ) as stand_in:
             bound = bind_placeholder(bind_namespace(plan, namespace), GATEWAY_PLACEHOLDER, stand_in.gateway_port)
-            summary = JobsRun(bound, stand_in.api(), reach=stand_in.reach, token=stand_in.token).execute()
-            return {**summary, "rehearsal_dir": str(stand_in.stand_in.root)}
+            root = str(stand_in.stand_in.root)
+            run = JobsRun(
+                bound, stand_in.api(), reach=stand_in.reach, token=stand_in.token, replay=["--rehearsal-dir", root]
+            )
+            try:
+                return {**run.execute(), "rehearsal_dir": root}
+            finally:
+                print(f"agrpo: the rehearsal's Jobs (jobs.json, jobs/<id>/log.txt) and bucket stay in {root}")
     finally:
         signal.signal(signal.SIGTERM, previous)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import copy
 import os
+import shlex
 import sys
 import uuid
 from typing import Any
@@ -24,6 +25,7 @@ from omegaconf import OmegaConf
 from agrpo.errors import ConfigError
 from agrpo.inference.vllm_server import build_replica_launch
 from agrpo.config.hf_jobs_checks import hf_jobs_problems, is_cpu_flavor, walk
+from agrpo.launchers.hf_jobs.after import after_run, cpu_flavor_note, launch_context, launch_record
 from agrpo.launchers.hf_jobs.inputs import config_for_jobs, local_inputs
 from agrpo.launchers.hf_jobs.package import package_root, wheel_filename
 from agrpo.launchers.hf_jobs.plan import (
@@ -50,15 +52,20 @@ WHEEL_DIR = ".agrpo"
 # image's (constrained) transformers accepts.
 GPU_EXTRAS = "trl[kernels]==1.16.*"
 # Installs agrpo without moving the image's vLLM/torch/transformers (pinned to what the image has), retrying the
-# dependency download; then execs the trainer. Arguments: the requirements, `--`, the trainer's command.
+# dependency download; then execs the trainer. Arguments: the requirements, `--`, the trainer's command. pip's own
+# output goes to a file, copied to <run dir>/logs/install.log when the run's folder is mounted: the Job's log (and the
+# launching terminal) gets pip's last line, or its last 20 lines when it fails.
 INSTALL_SCRIPT = (
     'set -u; reqs=(); while [ "$1" != "--" ]; do reqs+=("$1"); shift; done; shift; '
-    'pins=$(mktemp); "$1" -m pip freeze 2>/dev/null | grep -iE "^(vllm|torch|transformers)==" > "$pins"; '
+    'pins=$(mktemp); out=$(mktemp); keep() {{ if [ -d {run_dir} ]; then mkdir -p {run_dir}/logs && cp "$out" {log}; fi; }}; '
+    '"$1" -m pip freeze 2>/dev/null | grep -iE "^(vllm|torch|transformers)==" > "$pins"; '
     "for attempt in $(seq {attempts}); do "
-    '"$1" -m pip install --no-cache-dir --constraint "$pins" "${{reqs[@]}}" && exec "$@"; '
-    'echo "agrpo: pip install failed (attempt $attempt of {attempts})" >&2; '
+    'if "$1" -m pip install --no-cache-dir --constraint "$pins" "${{reqs[@]}}" >> "$out" 2>&1; then keep; '
+    'grep -E "^Successfully installed" "$out" | tail -n 1; echo "agrpo: pip\'s log: {log}"; exec "$@"; fi; '
+    'keep; tail -n 20 "$out" >&2; echo "agrpo: pip install failed (attempt $attempt of {attempts})" >&2; '
     'if [ "$attempt" -lt {attempts} ]; then sleep $((attempt * 15)); fi; done; exit 1'
 )
+INSTALL_LOG = "logs/install.log"
 # Rehearsal: an exposed port is reached at its real host name over http on the stand-in's gateway port (the name
 # resolves to the gateway inside rehearsal Jobs; the port is known once the stand-in listens: GATEWAY_PLACEHOLDER).
 REHEARSAL_REPLICA_URL = "http://{job_id}--{port}.hf.jobs:" + GATEWAY_PLACEHOLDER
@@ -152,11 +159,15 @@ def trainer_job(
     cpu_rehearsal = bool(cfg.rehearsal.enabled) and replica_device(cfg) == "cpu"
     requirements = trainer_requirements(jobs, wheel_path, cpu_rehearsal=cpu_rehearsal)
     # Requirements and command travel as bash's positional arguments, so nothing is ever re-quoted for a shell.
+    run_dir = str(cfg.sync.output_dir)
+    script = INSTALL_SCRIPT.format(
+        attempts=int(jobs.install_attempts), run_dir=shlex.quote(run_dir), log=shlex.quote(f"{run_dir}/{INSTALL_LOG}")
+    )
     command = (
         [
             "bash",
             "-c",
-            INSTALL_SCRIPT.format(attempts=int(jobs.install_attempts)),
+            script,
             "agrpo-install",
             *requirements,
             "--",
@@ -191,7 +202,6 @@ def job_config_text(cfg: Any, namespace: str, bucket: str) -> str:
     job.launcher.dry_run = False
     job.launcher.hf_jobs.namespace = namespace
     job.launcher.hf_jobs.replica_url = replica_url_pattern(cfg)
-    job.rehearsal.enabled = False  # inside a Job nothing is rehearsed: it runs as in a real Job
     return OmegaConf.to_yaml(job, resolve=True)
 
 
@@ -246,10 +256,17 @@ def build_jobs_plan(cfg: Any, launch_id: str | None = None) -> JobsPlan:
     if not jobs.install and not jobs.trainer_image_has_agrpo:
         wheel = local_wheel(f"{run_dir_in_bucket}/{WHEEL_DIR}")
     inputs = local_inputs(cfg, run_dir, run_dir_in_bucket)
+    local_dir, overrides = launch_context()
+    after = after_run(cfg, run_id, inputs, local_dir, overrides)
+    cpu_note = cpu_flavor_note(
+        cfg, [str(jobs.replica_flavor)] * int(cfg.inference.replicas) + [str(jobs.trainer_flavor)]
+    )
     cfg = config_for_jobs(cfg, inputs)  # from here on, the Jobs' view: local inputs replaced by their bucket copies
     config_text = job_config_text(cfg, namespace, bucket)
     secrets = list(dict.fromkeys([TOKEN_SECRET, *jobs.secrets]))
-    refuse_secret_values(config_text, secrets)
+    record = launch_record(run_dir_in_bucket, overrides)
+    for text in (config_text, record.text if record else ""):
+        refuse_secret_values(text, secrets)
     config = ConfigUpload(f"{run_dir_in_bucket}/{CONFIG_FILE}", config_text)
     replicas = [replica_job(cfg, i, bucket, run_id, launch_id) for i in range(cfg.inference.replicas)]
     trainer = trainer_job(
@@ -274,6 +291,8 @@ def build_jobs_plan(cfg: Any, launch_id: str | None = None) -> JobsPlan:
         f"127.0.0.1 in front of their URLs (adding the {TOKEN_SECRET} secret as a bearer token) and cancels them "
         "when it ends"
     ]
+    if cpu_note:
+        notes.append(cpu_note)
     if namespace == NAMESPACE_PLACEHOLDER:
         notes.append(
             f"{NAMESPACE_PLACEHOLDER} is the token's user, looked up at launch (or set "
@@ -300,4 +319,6 @@ def build_jobs_plan(cfg: Any, launch_id: str | None = None) -> JobsPlan:
         inputs=inputs,
         notes=notes,
         rehearse=rehearse,
+        launch_record=record,
+        after=after,
     )
