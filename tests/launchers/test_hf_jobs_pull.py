@@ -18,11 +18,10 @@ from pathlib import Path
 import pytest
 from fakes.fake_hub import FAKE_TOKEN, FakeHub, use_fake_hub
 
-from agrpo.config.compose import compose_run_config
 from agrpo.launchers.hf_jobs.client import make_api
 from agrpo.launchers.hf_jobs.executor import JobsRun
-from agrpo.launchers.hf_jobs.planner import build_jobs_plan
 from agrpo.launchers.hf_jobs.pull import main as pull_main
+from tests.launchers.test_hf_jobs_launch import PINNED, make_plan
 
 REPO = Path(__file__).resolve().parents[2]
 CHILD_PATCH = REPO / "tests" / "fakes" / "child"
@@ -189,21 +188,8 @@ def test_the_end_of_a_jobs_run_prints_its_cost_and_commands_that_work_here(
                 )
 
         hub.on_create = trainer_job_runs
-        cfg = compose_run_config(
-            [
-                "+recipe=gsm8k",
-                "launcher=hf_jobs",
-                "sync=bucket",
-                "inference.replicas=2",
-                "launcher.hf_jobs.run_id=run1",
-                "launcher.hf_jobs.namespace=alice",
-                "launcher.hf_jobs.install='agrpo==0.1.0'",
-                "launcher.hf_jobs.poll_interval_s=0.01",
-                f"launcher.hf_jobs.replica_url='{hub.replica_url_template()}'",
-            ]
-        )
         printed = []
-        JobsRun(build_jobs_plan(cfg, launch_id="L1"), make_api(), echo=printed.append).execute()
+        JobsRun(make_plan(hub, PINNED), make_api(), echo=printed.append).execute()  # gsm8k, 2 replicas, run1
         said = capsys.readouterr().out.splitlines()
         assert printed == ["agrpo: done, 2 steps"]  # the Job's own next: block (paths inside the Job) is not shown
         end = said[next(i for i, line in enumerate(said) if line.startswith("agrpo: HF Jobs run run1 done")) :]

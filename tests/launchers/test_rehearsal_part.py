@@ -3,15 +3,14 @@
 still work from the command line."""
 
 import ast
-import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from agrpo.config.compose import compose_run_config
-from agrpo.rehearsal.spelling import respell
+from agrpo.rehearsal.spelling import RENAMED, respell
+from tests.launchers.rehearsal_run import rehearsal_command, rehearsal_env
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -45,22 +44,16 @@ def test_old_spellings_are_rewritten_with_a_note():
 
 
 def test_the_old_command_still_plans_a_rehearsal(tmp_path):
+    old = {new: old for old, new in RENAMED.items()}
+    command = [
+        "=".join([old.get(key, key), value]) if sep else key
+        for key, sep, value in (arg.partition("=") for arg in rehearsal_command(tmp_path / "r", "old"))
+    ]
+    assert "launcher.hf_jobs.rehearse=true" in command and "rehearsal.enabled=true" not in command
     done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "agrpo",
-            "+recipe=smoke",
-            "launcher=hf_jobs",
-            "sync=bucket",
-            "inference.device=cpu",
-            "launcher.hf_jobs.rehearse=true",
-            f"launcher.hf_jobs.rehearse_dir={tmp_path / 'r'}",
-            "launcher.hf_jobs.run_id=old",
-            "launcher.dry_run=true",
-        ],
+        [*command, "inference.device=cpu", "launcher.dry_run=true"],
         cwd=tmp_path,
-        env={**os.environ, "PYTHONPATH": str(REPO), "HF_HUB_OFFLINE": "1"},
+        env=rehearsal_env(),
         capture_output=True,
         text=True,
         timeout=300,
