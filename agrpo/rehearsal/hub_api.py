@@ -88,135 +88,140 @@ class HubBackend:
         raise NotImplementedError
 
 
-def hub_handler(backend: HubBackend) -> type[BaseHTTPRequestHandler]:
-    class Handler(BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"
+class HubHandler(BaseHTTPRequestHandler):
+    """The routes; `backend` is set on the subclass `hub_handler` makes for each server."""
 
-        def log_message(self, *args):  # the requests are recorded; the Jobs' own logs are what matters
-            pass
+    backend: HubBackend
+    protocol_version = "HTTP/1.1"
 
-        def send_json(self, status: int, payload: Any = None, content_type: str = "application/json") -> None:
-            data = payload if isinstance(payload, bytes) else json.dumps({} if payload is None else payload).encode()
-            self.send_response(status)
-            self.send_header("Content-Type", content_type)
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
+    def log_message(self, *args):  # the requests are recorded; the Jobs' own logs are what matters
+        pass
 
-        def _request(self) -> tuple[Request, bytes]:
-            parts = urlsplit(self.path)
-            length = int(self.headers.get("Content-Length") or 0)
-            raw = self.rfile.read(length) if length else b""
-            body = None
-            if raw and self.command == "POST":
-                try:
-                    body = json.loads(raw)
-                except ValueError:
-                    body = None
-            return Request(self.command, parts.path, parse_qsl(parts.query), body, dict(self.headers)), raw
+    def send_json(self, status: int, payload: Any = None, content_type: str = "application/json") -> None:
+        data = payload if isinstance(payload, bytes) else json.dumps({} if payload is None else payload).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
 
-        def do_GET(self):
-            self._route(*self._request())
-
-        def do_POST(self):
-            self._route(*self._request())
-
-        def do_PUT(self):
-            self._route(*self._request())
-
-        def _route(self, r: Request, raw: bytes) -> None:
-            backend.record(r)
-            parts = [unquote(p) for p in r.path.strip("/").split("/")]
-            if self.headers.get("Authorization") != f"Bearer {backend.token}":
-                return self.send_json(401, {"error": "Invalid credentials in Authorization header"})
-            if backend.extra_route(self, r, parts):
-                return None
-            if parts[:2] == ["api", "whoami-v2"]:
-                return self.send_json(200, {"name": backend.namespace, "type": "user", "auth": {}})
-            if "/".join(parts[:2]) == FILES_ROUTE and len(parts) >= 5:
-                return self._files(r.method, f"{parts[2]}/{parts[3]}", "/".join(parts[4:]), raw)
-            if parts[:2] == ["api", "buckets"] and len(parts) >= 4:
-                return self._buckets(r.method, f"{parts[2]}/{parts[3]}", parts[4:])
-            if parts[:3] == ["api", "jobs", "hardware"]:
-                listed = backend.hardware()
-                return self.send_json(200, listed) if listed is not None else self.send_json(404, {"error": "no"})
-            if parts[:2] == ["api", "jobs"] and len(parts) >= 3:
-                return self._jobs(r, parts[2], parts[3:])
-            self.send_json(404, {"error": f"the stand-in Hub has no route {r.method} {r.path}"})
-
-        def _owned(self, bucket_id: str) -> bool:
-            if bucket_id.split("/", 1)[0] == backend.namespace:
-                return True
-            self.send_json(403, {"error": f"no access to bucket {bucket_id}"})
-            return False
-
-        def _files(self, method: str, bucket_id: str, path: str, raw: bytes) -> None:
-            if not self._owned(bucket_id):
-                return
-            if not backend.bucket_exists(bucket_id):
-                return self.send_json(404, {"error": f"bucket {bucket_id} not found"})
-            if ".." in path.split("/"):
-                return self.send_json(400, {"error": f"bad path {path}"})
-            if method == "PUT":
-                backend.write_file(bucket_id, path, raw)
-                return self.send_json(200, {})
-            data = backend.read_file(bucket_id, path)
-            if data is None:
-                return self.send_json(404, {"error": f"{path} not found in bucket {bucket_id}"})
-            self.send_json(200, data, content_type="application/octet-stream")
-
-        def _buckets(self, method: str, bucket_id: str, rest: list[str]) -> None:
-            if not self._owned(bucket_id):
-                return
-            if method == "POST" and not rest:  # huggingface_hub reads "url" from the 409 answer too
-                created = backend.create_bucket(bucket_id)
-                url = f"http://{self.headers.get('Host')}/buckets/{bucket_id}"
-                return self.send_json(200 if created else 409, {"url": url, "id": bucket_id})
-            if rest[:1] == ["tree"]:
-                if not backend.bucket_exists(bucket_id):
-                    return self.send_json(404, {"error": f"bucket {bucket_id} not found"})
-                return self.send_json(200, backend.list_bucket(bucket_id, "/".join(rest[1:])))
-            self.send_json(404, {"error": "not found"})
-
-        def _jobs(self, r: Request, namespace: str, rest: list[str]) -> None:
-            if namespace != backend.namespace:
-                return self.send_json(403, {"error": f"no access to namespace {namespace}"})
-            if not rest and r.method == "POST":
-                problems = job_spec_problems(r.body, backend.bucket_exists)
-                if problems:
-                    return self.send_json(400, {"error": "; ".join(problems)})
-                return self.send_json(200, backend.create_job(namespace, r.body))
-            if not rest:
-                labels = [v for k, v in r.query if k == "label"]
-                stages = [v for k, v in r.query if k == "stage"]
-                return self.send_json(200, backend.list_jobs(labels, stages))
-            found = backend.job_json(rest[0])
-            if found is None:
-                return self.send_json(404, {"error": f"Job {rest[0]} not found"})
-            if rest[1:] == ["cancel"] and r.method == "POST":
-                backend.cancel_job(rest[0])
-                return self.send_json(200, {})
-            if rest[1:] == ["logs"]:
-                tail = dict(r.query).get("tail")
-                return self._logs(rest[0], int(tail) if tail else None)
-            if not rest[1:]:
-                return self.send_json(200, found)
-            self.send_json(404, {"error": "not found"})
-
-        def _logs(self, job_id: str, tail: int | None) -> None:
-            """Server-sent events, one per line, until the backend's stream ends (the Job is over)."""
-            self.send_response(200)
-            self.send_header("Content-Type", "text/event-stream")
-            self.send_header("Connection", "close")
-            self.end_headers()
-            self.close_connection = True
+    def _request(self) -> tuple[Request, bytes]:
+        parts = urlsplit(self.path)
+        length = int(self.headers.get("Content-Length") or 0)
+        raw = self.rfile.read(length) if length else b""
+        body = None
+        if raw and self.command == "POST":
             try:
-                for lines in backend.log_batches(job_id, tail):
-                    for line in lines:
-                        event = json.dumps({"data": line, "timestamp": "2026-01-01T00:00:00.000Z"})
-                        self.wfile.write(f"data: {event}\n\n".encode())
-                    self.wfile.flush()
-            except (BrokenPipeError, ConnectionResetError):
-                return
+                body = json.loads(raw)
+            except ValueError:
+                body = None
+        return Request(self.command, parts.path, parse_qsl(parts.query), body, dict(self.headers)), raw
 
-    return Handler
+    def do_GET(self):
+        self._route(*self._request())
+
+    def do_POST(self):
+        self._route(*self._request())
+
+    def do_PUT(self):
+        self._route(*self._request())
+
+    def _route(self, r: Request, raw: bytes) -> None:
+        self.backend.record(r)
+        parts = [unquote(p) for p in r.path.strip("/").split("/")]
+        if self.headers.get("Authorization") != f"Bearer {self.backend.token}":
+            return self.send_json(401, {"error": "Invalid credentials in Authorization header"})
+        if self.backend.extra_route(self, r, parts):
+            return None
+        if parts[:2] == ["api", "whoami-v2"]:
+            return self.send_json(200, {"name": self.backend.namespace, "type": "user", "auth": {}})
+        if "/".join(parts[:2]) == FILES_ROUTE and len(parts) >= 5:
+            return self._files(r.method, f"{parts[2]}/{parts[3]}", "/".join(parts[4:]), raw)
+        if parts[:2] == ["api", "buckets"] and len(parts) >= 4:
+            return self._buckets(r.method, f"{parts[2]}/{parts[3]}", parts[4:])
+        if parts[:3] == ["api", "jobs", "hardware"]:
+            listed = self.backend.hardware()
+            return self.send_json(200, listed) if listed is not None else self.send_json(404, {"error": "no"})
+        if parts[:2] == ["api", "jobs"] and len(parts) >= 3:
+            return self._jobs(r, parts[2], parts[3:])
+        self.send_json(404, {"error": f"the stand-in Hub has no route {r.method} {r.path}"})
+
+    def _owned(self, bucket_id: str) -> bool:
+        if bucket_id.split("/", 1)[0] == self.backend.namespace:
+            return True
+        self.send_json(403, {"error": f"no access to bucket {bucket_id}"})
+        return False
+
+    def _files(self, method: str, bucket_id: str, path: str, raw: bytes) -> None:
+        if not self._owned(bucket_id):
+            return
+        if not self.backend.bucket_exists(bucket_id):
+            return self.send_json(404, {"error": f"bucket {bucket_id} not found"})
+        if ".." in path.split("/"):
+            return self.send_json(400, {"error": f"bad path {path}"})
+        if method == "PUT":
+            self.backend.write_file(bucket_id, path, raw)
+            return self.send_json(200, {})
+        data = self.backend.read_file(bucket_id, path)
+        if data is None:
+            return self.send_json(404, {"error": f"{path} not found in bucket {bucket_id}"})
+        self.send_json(200, data, content_type="application/octet-stream")
+
+    def _buckets(self, method: str, bucket_id: str, rest: list[str]) -> None:
+        if not self._owned(bucket_id):
+            return
+        if method == "POST" and not rest:  # huggingface_hub reads "url" from the 409 answer too
+            created = self.backend.create_bucket(bucket_id)
+            url = f"http://{self.headers.get('Host')}/buckets/{bucket_id}"
+            return self.send_json(200 if created else 409, {"url": url, "id": bucket_id})
+        if rest[:1] == ["tree"]:
+            if not self.backend.bucket_exists(bucket_id):
+                return self.send_json(404, {"error": f"bucket {bucket_id} not found"})
+            return self.send_json(200, self.backend.list_bucket(bucket_id, "/".join(rest[1:])))
+        self.send_json(404, {"error": "not found"})
+
+    def _jobs(self, r: Request, namespace: str, rest: list[str]) -> None:
+        if namespace != self.backend.namespace:
+            return self.send_json(403, {"error": f"no access to namespace {namespace}"})
+        if not rest and r.method == "POST":
+            problems = job_spec_problems(r.body, self.backend.bucket_exists)
+            if problems:
+                return self.send_json(400, {"error": "; ".join(problems)})
+            return self.send_json(200, self.backend.create_job(namespace, r.body))
+        if not rest:
+            labels = [v for k, v in r.query if k == "label"]
+            stages = [v for k, v in r.query if k == "stage"]
+            return self.send_json(200, self.backend.list_jobs(labels, stages))
+        found = self.backend.job_json(rest[0])
+        if found is None:
+            return self.send_json(404, {"error": f"Job {rest[0]} not found"})
+        if rest[1:] == ["cancel"] and r.method == "POST":
+            self.backend.cancel_job(rest[0])
+            return self.send_json(200, {})
+        if rest[1:] == ["logs"]:
+            tail = dict(r.query).get("tail")
+            return self._logs(rest[0], int(tail) if tail else None)
+        if not rest[1:]:
+            return self.send_json(200, found)
+        self.send_json(404, {"error": "not found"})
+
+    def _logs(self, job_id: str, tail: int | None) -> None:
+        """Server-sent events, one per line, until the backend's stream ends (the Job is over)."""
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.send_header("Connection", "close")
+        self.end_headers()
+        self.close_connection = True
+        try:
+            for lines in self.backend.log_batches(job_id, tail):
+                for line in lines:
+                    event = json.dumps({"data": line, "timestamp": "2026-01-01T00:00:00.000Z"})
+                    self.wfile.write(f"data: {event}\n\n".encode())
+                self.wfile.flush()
+        except (BrokenPipeError, ConnectionResetError):
+            return
+
+
+def hub_handler(backend: HubBackend) -> type[BaseHTTPRequestHandler]:
+    """The request handler class of a server whose state is `backend`."""
+    return type("Handler", (HubHandler,), {"backend": backend})

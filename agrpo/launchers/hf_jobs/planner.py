@@ -243,6 +243,42 @@ def local_wheel(folder_in_bucket: str) -> WheelBuild:
     return WheelBuild(site_dir(dist), filename, f"{folder_in_bucket}/{filename}", sys.executable, from_installed=True)
 
 
+def watch_settings(cfg: Any) -> Watch:
+    jobs = cfg.launcher.hf_jobs
+    return Watch(
+        replica_url=replica_url_pattern(cfg),
+        replica_port=int(jobs.replica_port),
+        ready_timeout_s=float(jobs.ready_timeout_s),
+        poll_interval_s=float(jobs.poll_interval_s),
+        trainer_attempts=int(jobs.trainer_attempts),
+        requeue_grace_s=float(jobs.requeue_grace_s),
+        detach=bool(jobs.detach),
+    )
+
+
+def plan_notes(launch_id: str, namespace: str, cpu_note: str | None) -> list[str]:
+    notes = [
+        f"the trainer Job finds the replica Jobs labelled {LAUNCH_LABEL}={launch_id}, runs agrpo's proxy on "
+        f"127.0.0.1 in front of their URLs (adding the {TOKEN_SECRET} secret as a bearer token) and cancels them "
+        "when it ends"
+    ]
+    if cpu_note:
+        notes.append(cpu_note)
+    if namespace == NAMESPACE_PLACEHOLDER:
+        notes.append(
+            f"{NAMESPACE_PLACEHOLDER} is the token's user, looked up at launch (or set "
+            "launcher.hf_jobs.namespace); nothing else in this plan changes"
+        )
+    return notes
+
+
+def rehearse_spec(cfg: Any) -> Rehearse | None:
+    if not cfg.rehearsal.enabled:
+        return None
+    rehearsal = cfg.rehearsal
+    return Rehearse(float(rehearsal.listing_lag_s), float(rehearsal.negative_cache_s), rehearsal.dir)
+
+
 def build_jobs_plan(cfg: Any, launch_id: str | None = None) -> JobsPlan:
     """The whole launch as data. Without launcher.hf_jobs.namespace, `<namespace>` stands for the token's user."""
     require_valid(cfg)
@@ -277,34 +313,6 @@ def build_jobs_plan(cfg: Any, launch_id: str | None = None) -> JobsPlan:
         f"{run_dir}/{CONFIG_FILE}",
         f"{run_dir}/{WHEEL_DIR}/{wheel.filename}" if wheel else None,
     )
-    watch = Watch(
-        replica_url=replica_url_pattern(cfg),
-        replica_port=int(jobs.replica_port),
-        ready_timeout_s=float(jobs.ready_timeout_s),
-        poll_interval_s=float(jobs.poll_interval_s),
-        trainer_attempts=int(jobs.trainer_attempts),
-        requeue_grace_s=float(jobs.requeue_grace_s),
-        detach=bool(jobs.detach),
-    )
-    notes = [
-        f"the trainer Job finds the replica Jobs labelled {LAUNCH_LABEL}={launch_id}, runs agrpo's proxy on "
-        f"127.0.0.1 in front of their URLs (adding the {TOKEN_SECRET} secret as a bearer token) and cancels them "
-        "when it ends"
-    ]
-    if cpu_note:
-        notes.append(cpu_note)
-    if namespace == NAMESPACE_PLACEHOLDER:
-        notes.append(
-            f"{NAMESPACE_PLACEHOLDER} is the token's user, looked up at launch (or set "
-            "launcher.hf_jobs.namespace); nothing else in this plan changes"
-        )
-    rehearse = None
-    if cfg.rehearsal.enabled:
-        rehearse = Rehearse(
-            listing_lag_s=float(cfg.rehearsal.listing_lag_s),
-            negative_cache_s=float(cfg.rehearsal.negative_cache_s),
-            root=cfg.rehearsal.dir,
-        )
     return JobsPlan(
         run_id=run_id,
         launch_id=launch_id,
@@ -314,11 +322,11 @@ def build_jobs_plan(cfg: Any, launch_id: str | None = None) -> JobsPlan:
         replicas=replicas,
         trainer=trainer,
         config=config,
-        watch=watch,
+        watch=watch_settings(cfg),
         wheel=wheel,
         inputs=inputs,
-        notes=notes,
-        rehearse=rehearse,
+        notes=plan_notes(launch_id, namespace, cpu_note),
+        rehearse=rehearse_spec(cfg),
         launch_record=record,
         after=after,
     )
