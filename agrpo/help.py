@@ -22,7 +22,8 @@ Other commands:
   agrpo eval +recipe=NAME [eval.adapter=PATH]   score a base model or an adapter (docs/eval.md)
   agrpo plot RUN_DIR [RUN_DIR ...]              training curves as a PNG
   agrpo push RUN_DIR --repo-id NAME             upload the adapter with a model card to the Hub
-  agrpo jobs status|logs|cancel RUN_ID          the HF Jobs of a run
+  agrpo jobs status|logs|cancel RUN_ID          the HF Jobs of a run (status: what they cost so far)
+  agrpo pull RUN_ID                             a Jobs run's folder into outputs/<run_name>/RUN_ID
   agrpo --version                               agrpo's version
 """
 
