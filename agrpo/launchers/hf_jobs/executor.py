@@ -179,6 +179,7 @@ class JobsRun:
         while True:
             for index, line in enumerate(self.api.fetch_job_logs(job_id=job_id, namespace=namespace, follow=True)):
                 if index >= printed:
+                    self._said_stage(job_id, "RUNNING")  # a Job that logs runs (its start fell between two polls)
                     if view.shows(line):
                         self.echo(line)
                     printed += 1
