@@ -43,7 +43,7 @@ def run(cfg: DictConfig) -> dict[str, Any]:
 
 def runs_on_gpus(cfg: DictConfig) -> bool:
     """Whether the run's replicas and trainer have CUDA: HF Jobs always do; locally, this machine decides."""
-    if cfg.launcher.name == "hf_jobs" and cfg.role == "all" and not cfg.launcher.hf_jobs.rehearse:
+    if cfg.launcher.name == "hf_jobs" and cfg.role == "all" and not cfg.rehearsal.enabled:
         return True  # a rehearsal runs the Jobs on this machine
     import torch
 
@@ -120,6 +120,7 @@ def store_recipe_file(value: str) -> str:
 # `agrpo <subcommand> ...`: tools beside the training entrypoint, each a module with `main(argv) -> int`.
 SUBCOMMANDS = {
     "jobs": "agrpo.launchers.hf_jobs.cli",  # agrpo jobs status|logs|cancel RUN_ID
+    "pull": "agrpo.launchers.hf_jobs.pull",  # agrpo pull RUN_ID: a Jobs run's folder into outputs/<run_name>/<RUN_ID>
     "eval": "agrpo.eval.cli",  # agrpo eval +recipe=NAME [eval.adapter=PATH]
     "plot": "agrpo.report.plot",  # agrpo plot RUN_DIR [RUN_DIR...] [-o out.png]
     "push": "agrpo.report.push",  # agrpo push RUN_DIR --repo-id NAME [--private]
@@ -141,8 +142,13 @@ def main() -> None:
         return
     register_configs()
     register_resolvers()
+    from agrpo.rehearsal.spelling import respell
+
+    overrides, notes = respell(sys.argv[1:])  # launcher.hf_jobs.rehearse=true: the rehearsal's old spelling
+    for note in notes:
+        print(f"agrpo: {note}", file=sys.stderr)
     try:
-        sys.argv = [sys.argv[0], *expand_recipe_paths(sys.argv[1:])]
+        sys.argv = [sys.argv[0], *expand_recipe_paths(overrides)]
     except ConfigError as error:
         print(f"agrpo: error: {error}", file=sys.stderr)
         sys.exit(error.exit_code)

@@ -249,18 +249,6 @@ class HFJobsConfig:
     replica_vllm_serve: bool = True
     # pip attempts for the trainer Job's install (an index or the network may fail once; each retry waits longer).
     install_attempts: int = 3
-    # Run the plan on this machine against a local stand-in for the Jobs and Buckets API (docs/hf_jobs.md,
-    # "Rehearse first"): each Job a local process group, the bucket a local folder. Needs root (namespaces).
-    rehearse: bool = False
-    # Rehearsal: seconds between a file landing in the bucket folder and the bucket listing showing it.
-    rehearse_listing_lag_s: float = 1.0
-    # Rehearsal: a replica asked to load an adapter its mount cannot see yet keeps not seeing it this long.
-    rehearse_negative_cache_s: float = 30.0
-    # Rehearsal: folder for the Jobs' folders, logs and the bucket; None: a fresh temporary folder (kept).
-    rehearse_dir: Optional[str] = None
-    # Rehearsal: kill the trainer Job's first attempt after this many seconds of running, as a preemption does
-    # (with trainer_attempts > 1 the stand-in requeues it and it resumes from the bucket); None: never.
-    rehearse_preempt_trainer_after_s: Optional[float] = None
 
 
 @dataclass
@@ -352,6 +340,21 @@ class EvalConfig:
 
 
 @dataclass
+class RehearsalConfig:
+    """rehearsal.enabled=true: a launcher=hf_jobs plan runs on this machine against a local stand-in of the Jobs and
+    Buckets API (agrpo/rehearsal; docs/hf_jobs.md, "Rehearse first"). Needs root (mount and network namespaces)."""
+
+    # Each Job a local process group, the bucket a local folder, the Hub API a local server: no token, no GPU bill.
+    enabled: bool = False
+    # Seconds between a file landing in the bucket folder and the bucket listing showing it (the Hub's lag).
+    listing_lag_s: float = 1.0
+    # A replica asked to load an adapter its mount cannot see yet keeps not seeing it this long (the mount's cache).
+    negative_cache_s: float = 30.0
+    # Folder for the Jobs' folders, logs and the bucket; None: a fresh temporary folder (kept, and named at the end).
+    dir: Optional[str] = None
+
+
+@dataclass
 class RunConfig:
     model: ModelConfig = field(default_factory=ModelConfig)
     lora: LoraConfig = field(default_factory=LoraConfig)
@@ -364,6 +367,7 @@ class RunConfig:
     launcher: LauncherConfig = field(default_factory=LauncherConfig)
     logger: LoggerConfig = field(default_factory=LoggerConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
+    rehearsal: RehearsalConfig = field(default_factory=RehearsalConfig)
     # A name for the run (run directory, TensorBoard, Job labels).
     run_name: str = "agrpo"
     # "all": the launcher starts replicas (+ proxy) and the trainer. "trainer": only the trainer, against

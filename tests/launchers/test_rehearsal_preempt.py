@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from hub_lines import needs_run_job_attempts
 
-from agrpo.launchers.hf_jobs.rehearsal.runner import ENV_MARKER, marked_pids, namespaces_available
+from agrpo.rehearsal.runner import ENV_MARKER, marked_pids, namespaces_available
 from tests.launchers.rehearsal_run import bucket_run, rehearsal_command, rehearsal_env
 
 pytestmark = [
