@@ -18,8 +18,12 @@ Two fixes apply on every machine (the patches here that are not about CPU):
    cannot exit until its queue's feeder thread has flushed them into the pipe. `stop` now drains the queues while it
    waits, so the child exits as soon as its loops end.
 5. agrpo's proxy refuses state changes (adapter loads, pause, resume) without its admin token, which the launcher
-   hands to the trainer alone in AGRPO_PROXY_ADMIN_TOKEN. TRL's VLLMClient calls `requests.get/post` directly, so
-   the module it calls through gets a stand-in whose calls carry `Authorization: Bearer <token>`.
+   hands to the trainer alone in AGRPO_PROXY_ADMIN_TOKEN; a replica the trainer talks to directly refuses every
+   request without its API key (AGRPO_REPLICA_API_KEY, agrpo/inference/replica_guard.py). TRL's VLLMClient calls
+   `requests.get/post` directly, so the module it calls through gets a stand-in whose calls carry
+   `Authorization: Bearer <token>`.
+6. The rollout worker's loop is agrpo's subclass (agrpo/trainer/rollout_loop.py): the same token on its requests,
+   rollouts of a retired adapter version dropped at once instead of retried for minutes, its log in trainer.log.
 """
 
 from __future__ import annotations
@@ -143,7 +147,7 @@ def _patch_drain_on_stop() -> None:
     _applied.append("drain_on_stop")
 
 
-from agrpo.proxy.settings import ADMIN_TOKEN_ENV  # noqa: E402 - next to the patch that uses it
+from agrpo.inference.replica_guard import trainer_bearer  # noqa: E402 - next to the patch that uses it
 
 
 class _BearerRequests:
@@ -175,6 +179,20 @@ def _patch_admin_token(token: str) -> None:
     _applied.append("admin_token")
 
 
+def _patch_rollout_loop() -> None:
+    from agrpo.trainer.logs import current_log_file
+    from agrpo.trainer.rollout_loop import ROLLOUT_LOG_ENV, AgrpoRolloutLoop
+
+    module = _require("trl.experimental.async_grpo.async_rollout_worker", "_AsyncRolloutLoop")
+    if module.AsyncRolloutWorker._loop_cls is not module._AsyncRolloutLoop:
+        raise RuntimeError("AsyncRolloutWorker._loop_cls was already replaced; agrpo's rollout loop cannot go in")
+    module.AsyncRolloutWorker._loop_cls = AgrpoRolloutLoop
+    log_file = current_log_file()
+    if log_file:  # the spawned child reads its environment: it logs where the trainer does
+        os.environ[ROLLOUT_LOG_ENV] = log_file
+    _applied.append("rollout_loop")
+
+
 def apply_cpu_workarounds(force: bool = False) -> list[str]:
     """Apply what this machine needs and return the names applied (idempotent). `force` applies all (for tests)."""
     no_gpu = force or not torch.cuda.is_available()
@@ -187,9 +205,11 @@ def apply_cpu_workarounds(force: bool = False) -> list[str]:
         _patch_vllm_guard()
     if "drain_on_stop" not in _applied:
         _patch_drain_on_stop()
-    token = os.environ.get(ADMIN_TOKEN_ENV)
+    token = trainer_bearer()
     if token and "admin_token" not in _applied:
         _patch_admin_token(token)
+    if "rollout_loop" not in _applied:
+        _patch_rollout_loop()
     if _applied:
         log.info("CPU workarounds for TRL active: %s", ", ".join(_applied))
     return list(_applied)

@@ -62,7 +62,9 @@ def test_an_error_answer_passes_through_and_never_changes_a_replicas_health():
             s = await stats(session, proxy)
             assert [r["healthy"] for r in s["replicas"]] == [True, True] and s["retried"] == 0
             status, _, _ = await post(
-                session, proxy.url + "/v1/load_lora_adapter", {"lora_name": "v1", "lora_path": "/a", "load_inplace": False}
+                session,
+                proxy.url + "/v1/load_lora_adapter",
+                {"lora_name": "v1", "lora_path": "/a", "load_inplace": False},
             )
             assert status == 200 and all(f.loaded == {"v1"} for f in fakes)
             fakes[0].fail_paths["/v1/completions"] = 503
