@@ -192,3 +192,25 @@ async def post(session, url: str, payload=None, data: bytes | None = None, heade
     """POST and return (status, headers, body bytes)."""
     async with session.post(url, json=payload if data is None else None, data=data, headers=headers) as response:
         return response.status, response.headers, await response.read()
+
+
+async def wait_until(predicate, timeout: float = 15.0, what: str = "condition") -> None:
+    """Poll `predicate()`; fail if it does not hold within `timeout` (a bound on a hang, not a measurement)."""
+    for _ in range(int(timeout / 0.02)):
+        if predicate():
+            return
+        await asyncio.sleep(0.02)
+    raise AssertionError(f"{what} not reached")
+
+
+async def open_to(proxy):
+    """A raw connection (reader, writer) to the proxy."""
+    host, port = proxy.url[len("http://") :].rsplit(":", 1)
+    return await asyncio.open_connection(host, int(port))
+
+
+def content_length(head: bytes) -> int:
+    """The Content-Length of a raw HTTP head (0 without one)."""
+    return next(
+        (int(line.split(b":")[1]) for line in head.split(b"\r\n") if line.lower().startswith(b"content-length")), 0
+    )

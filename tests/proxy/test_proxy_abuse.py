@@ -8,7 +8,7 @@ import asyncio
 import json
 
 import pytest
-from proxy_fakes import FakeReplica, cluster, completion, post
+from proxy_fakes import FakeReplica, cluster, completion, content_length, open_to, post, wait_until
 
 from agrpo.proxy.front import close_idle
 
@@ -22,20 +22,6 @@ def run(coro):
 
 def message(body: bytes) -> str:
     return json.loads(body)["error"]["message"]
-
-
-async def wait_until(predicate, timeout=15.0, what="condition"):
-    """Poll `predicate`; fail if it does not hold within `timeout` (a bound on a hang, not a measurement)."""
-    for _ in range(int(timeout / 0.02)):
-        if predicate():
-            return
-        await asyncio.sleep(0.02)
-    raise AssertionError(f"{what} not reached")
-
-
-async def open_to(proxy):
-    host, port = proxy.url[len("http://") :].rsplit(":", 1)
-    return await asyncio.open_connection(host, int(port))
 
 
 def head(path=b"/v1/completions", length=0, extra=b""):
@@ -275,14 +261,7 @@ async def raw_replica(answer_head: bytes):
         try:
             while True:
                 request = await reader.readuntil(b"\r\n\r\n")
-                length = next(
-                    (
-                        int(line.split(b":")[1])
-                        for line in request.split(b"\r\n")
-                        if line.lower().startswith(b"content-length")
-                    ),
-                    0,
-                )
+                length = content_length(request)
                 await reader.readexactly(length)
                 if request.startswith(b"GET /health"):
                     writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n")

@@ -6,7 +6,7 @@ import json
 
 import aiohttp
 import pytest
-from proxy_fakes import cluster, completion, post
+from proxy_fakes import cluster, completion, content_length, open_to, post, wait_until
 
 from agrpo.proxy.front import IDLE_CLOSE_S, close_idle
 
@@ -31,24 +31,7 @@ def request(path=b"/v1/completions", body=BODY, method=b"POST", extra=b""):
 
 async def read_response(reader):
     head = await reader.readuntil(b"\r\n\r\n")
-    length = next(
-        int(line.split(b":")[1]) for line in head.split(b"\r\n") if line.lower().startswith(b"content-length")
-    )
-    return head, await reader.readexactly(length)
-
-
-async def wait_until(predicate, timeout=10.0):
-    """Poll until `predicate()` holds; fail if it does not within `timeout` (a bound on a hang, not a measurement)."""
-    for _ in range(int(timeout / 0.02)):
-        if predicate():
-            return
-        await asyncio.sleep(0.02)
-    raise AssertionError("condition not reached")
-
-
-async def open_to(proxy):
-    host, port = proxy.url[len("http://") :].rsplit(":", 1)
-    return await asyncio.open_connection(host, int(port))
+    return head, await reader.readexactly(content_length(head))
 
 
 def test_keep_alive_pipelining_and_a_body_in_pieces_on_one_connection():
