@@ -184,9 +184,14 @@ def _patch_rollout_loop() -> None:
     from agrpo.trainer.rollout_loop import ROLLOUT_LOG_ENV, AgrpoRolloutLoop
 
     module = _require("trl.experimental.async_grpo.async_rollout_worker", "_AsyncRolloutLoop")
-    if module.AsyncRolloutWorker._loop_cls is not module._AsyncRolloutLoop:
-        raise RuntimeError("AsyncRolloutWorker._loop_cls was already replaced; agrpo's rollout loop cannot go in")
-    module.AsyncRolloutWorker._loop_cls = AgrpoRolloutLoop
+    current = module.AsyncRolloutWorker._loop_cls
+    if not issubclass(current, AgrpoRolloutLoop):  # a loop of agrpo's own that derives from it is kept
+        if current is not module._AsyncRolloutLoop:
+            raise RuntimeError(
+                f"the rollout worker already runs {current.__qualname__}: derive it from "
+                "agrpo.trainer.rollout_loop.AgrpoRolloutLoop so that its requests carry the token"
+            )
+        module.AsyncRolloutWorker._loop_cls = AgrpoRolloutLoop
     log_file = current_log_file()
     if log_file:  # the spawned child reads its environment: it logs where the trainer does
         os.environ[ROLLOUT_LOG_ENV] = log_file

@@ -140,3 +140,22 @@ def test_the_childs_log_lines_go_to_the_trainer_log_not_the_terminal(tmp_path):
     text = log_file.read_text()
     assert "WARNING trl.experimental.async_grpo.async_rollout_worker: POST failed; retry 1/3" in text
     assert "a warning from a library" in text
+
+
+def test_trls_retry_warnings_stay_off_the_console_whoever_set_up_the_childs_logging():
+    import inspect
+    import logging
+
+    from agrpo.trainer.logs import ConsoleFilter
+
+    assert "; retry {attempt + 1}/{max_attempts}" in inspect.getsource(_AsyncRolloutLoop._retry)  # TRL's wording
+    record = logging.LogRecord(
+        "trl.experimental.async_grpo.async_rollout_worker",
+        logging.WARNING,
+        __file__,
+        1,
+        "POST /v1/completions failed (ClientResponseError: 404, message='Not Found'); retry 1/3 in 1s",
+        None,
+        None,
+    )
+    assert ConsoleFilter(logging.INFO).filter(record) is False
