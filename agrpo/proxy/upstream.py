@@ -61,10 +61,19 @@ _HEADER_NAME = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")  # a token (RFC 9110)
 _CONTROL_IN_VALUE = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")  # any control character but HTAB
 
 
+_NAME_VERDICTS: dict[str, bool] = {}  # names repeat from answer to answer: each is checked once (bounded)
+
+
 def safe_header(name: str, value: str) -> bool:
     """Whether a replica's header may reach the client: a token name and a value without control characters (a
     bare CR or LF inside a value would let a replica start headers, or a whole response, of its own)."""
-    return _HEADER_NAME.fullmatch(name) is not None and _CONTROL_IN_VALUE.search(value) is None
+    ok = _NAME_VERDICTS.get(name)
+    if ok is None:
+        ok = _HEADER_NAME.fullmatch(name) is not None
+        if len(_NAME_VERDICTS) < 1024:
+            _NAME_VERDICTS[name] = ok
+    # isprintable() is the fast yes for plain values; a tab or non-ASCII text goes to the exact check
+    return ok and (value.isprintable() or _CONTROL_IN_VALUE.search(value) is None)
 
 
 def response_headers(pairs, replica: Replica | None) -> list[tuple[str, str]]:
