@@ -24,6 +24,7 @@ import aiohttp
 from trl.experimental.async_grpo.async_rollout_worker import _AsyncRolloutLoop
 
 from agrpo.inference.replica_guard import trainer_bearer
+from agrpo.trainer.child_logging import log_to_trainer_log
 from agrpo.proxy.retired import RETIRED_STATUS
 
 ROLLOUT_LOG_ENV = "AGRPO_ROLLOUT_LOG"  # the trainer's log file, for the spawned child's records
@@ -92,21 +93,3 @@ class AgrpoRolloutLoop(_AsyncRolloutLoop):
             self._retired_groups.discard(group.group_id)
             return []
         return await super()._score_group(group)
-
-
-def log_to_trainer_log(path: str | None) -> None:
-    """In the rollout child: every logger (TRL's warnings included) to the trainer's log file, nothing to the
-    terminal (Python's last-resort handler would print warnings there). Nothing to do when the child's logging is
-    set up already (by whoever started it): TRL's retry warnings are then kept off the console by name
-    (agrpo/trainer/logs.py, HARMLESS)."""
-    if not path or logging.getLogger().handlers:
-        return
-    from agrpo.trainer.logs import FILE_FORMAT, _route_transformers_logging
-
-    _route_transformers_logging()  # transformers' own stderr handler too
-    handler = logging.FileHandler(path, encoding="utf-8")  # appends, as the trainer does
-    handler.setFormatter(logging.Formatter(FILE_FORMAT))
-    root = logging.getLogger()
-    root.addHandler(handler)
-    root.setLevel(logging.INFO)
-    logging.captureWarnings(True)

@@ -129,7 +129,7 @@ def test_the_childs_log_lines_go_to_the_trainer_log_not_the_terminal(tmp_path):
     log_file = tmp_path / "trainer.log"
     code = (
         "import logging, warnings\n"
-        "from agrpo.trainer.rollout_loop import log_to_trainer_log\n"
+        "from agrpo.trainer.child_logging import log_to_trainer_log\n"
         f"log_to_trainer_log({str(log_file)!r})\n"
         "logging.getLogger('trl.experimental.async_grpo.async_rollout_worker').warning('POST failed; retry 1/3')\n"
         "warnings.warn('a warning from a library')\n"
