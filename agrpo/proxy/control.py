@@ -142,11 +142,12 @@ class Control:
             return outcome
         if path == "/v1/unload_lora_adapter":
             name = _lora_name(body)
+            if name is not None:  # retired first: a request arriving while replicas unload gets 410, not a 404
+                self.retired.add(name)
             outcome = await broadcast.unload_adapter(targets, body, self._send)
             if name is not None:
                 self.loaded.pop(name, None)
                 self.unloaded.add(name)
-                self.retired.add(name)
             return outcome
         if path == "/pause":
             outcome = await broadcast.everywhere_or_undo(targets, path_qs, body, self._send, "/resume")
