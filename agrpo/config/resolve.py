@@ -7,7 +7,8 @@ the one machine fact needed (does this machine have CUDA).
 
 Left to the launcher's plan, because they depend on the GPUs and cores of the machines a plan assigns:
 `trainer.gpus`, `inference.gpus`, `trainer.cpu_threads`, `inference.gpu_memory_utilization` (depends on whether a
-replica shares its GPU with the trainer) and `launcher.accelerate.num_processes`.
+replica shares its GPU with the trainer) and `launcher.accelerate.num_processes`. Left to the trainer on a CUDA
+machine: `trainer.attention=auto` (its GPU, kernel cache and Hub access decide; agrpo/trainer/attention.py).
 """
 
 from __future__ import annotations
@@ -53,6 +54,8 @@ def derived_values(cfg: Any, cuda_available: bool) -> dict[str, Any]:
         derived["inference.use_proxy"] = replica_count(cfg) > 1
     if trainer.bf16 is None:
         derived["trainer.bf16"] = device == "cuda"
+    if trainer.attention == "auto" and not cuda_available:
+        derived["trainer.attention"] = "sdpa"  # FA3 needs CUDA (agrpo/trainer/attention.py)
     inflight = trainer.max_inflight_tasks
     if inflight == -1:
         inflight = derived["trainer.max_inflight_tasks"] = inflight_requests(trainer, replica_count(cfg))

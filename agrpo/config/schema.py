@@ -103,6 +103,9 @@ class TrainerConfig:
     gradient_checkpointing: bool = False
     # None: bf16 on GPU, fp32 on CPU.
     bf16: Optional[bool] = None
+    # Packed-sequence attention. auto: TRL's FlashAttention-3 Hub kernel where it can run (CUDA 8.x/9.0, bf16, kernel
+    # cached or Hub reachable), else agrpo's SDPA; fa3 | sdpa force one (agrpo/trainer/attention.py).
+    attention: str = "auto"
     epsilon: float = 0.2
     epsilon_high: Optional[float] = None
     logging_steps: int = 1

@@ -124,7 +124,7 @@ def build_local_plan(
             argv += ["--upstream", url]
         keyed = starts_replicas and bool(replica_key)
         argv += proxy_knob_flags(cfg.proxy, skip=("token_env",) if keyed else ())
-        # State changes need the admin token; only the trainer gets it (agrpo/trainer/cpu_compat.py sends it).
+        # State changes need the admin token; only the trainer gets it (agrpo/trainer/trl_patches.py sends it).
         argv += ["--admin-token-env", ADMIN_TOKEN_ENV]
         token_env = {ADMIN_TOKEN_ENV: admin_token}
         proxy_env = dict(token_env)

@@ -102,12 +102,15 @@ def banner_lines(
     vllm_url: str | None,
     log_file: str | None,
     report_to: list[str],
+    attention: str | None = None,
 ) -> list[str]:
     where = f" behind {vllm_url}" if vllm_url else ""
     lines = [
         f"agrpo: training {model} (LoRA r={lora_rank}) for {max_steps} steps on {replicas} replica(s){where}",
         f"  run dir      {run_dir}",
     ]
+    if attention:
+        lines.append(f"  attention    {attention}")
     if log_file:
         lines.append(f"  full log     {log_file}")
     if "tensorboard" in report_to:
@@ -197,8 +200,10 @@ class ConsoleCallback(TrainerCallback):
         log_file: str | None = None,
         stream: TextIO | None = None,
         bar: bool | None = None,
+        attention: str | None = None,
     ):
         self.cfg = cfg
+        self.attention = attention  # the packed-attention choice (agrpo/trainer/attention.py), for the banner
         self.num_replicas = num_replicas
         self.vllm_url = vllm_url
         self.log_file = log_file if log_file is not None else current_log_file()
@@ -229,6 +234,7 @@ class ConsoleCallback(TrainerCallback):
             vllm_url=self.vllm_url,
             log_file=self.log_file,
             report_to=list(self.cfg.logger.report_to),
+            attention=self.attention,
         ):
             self.log.info(line)
         self.log.debug("progress bar wanted: %s (stream %r)", self.want_bar, self.stream)

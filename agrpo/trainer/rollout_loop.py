@@ -1,7 +1,7 @@
 """agrpo's rollout loop: TRL's `_AsyncRolloutLoop` plus what keyed replicas and retired adapter versions need.
 
 TRL runs the loop in a spawned child and passes its class by reference, so the child imports this module and gets
-these overrides (a monkeypatch in the parent would not reach it). Installed by agrpo/trainer/cpu_compat.py.
+these overrides (a monkeypatch in the parent would not reach it). Installed by agrpo/trainer/trl_patches.py.
 
 - Every request carries `Authorization: Bearer <token>` (`trainer_bearer`): the replica's API key when the trainer
   talks to its one replica directly, the proxy's admin token otherwise (the proxy drops it before forwarding).

@@ -261,10 +261,12 @@ def run_training(cfg: Any, vllm_url: str, num_replicas: int) -> dict[str, Any]:
     from agrpo.data import load_train_dataset
     from agrpo.rewards.registry import build_reward_funcs
     from agrpo.sync import get_store
-    from agrpo.trainer.cpu_compat import apply_cpu_workarounds
+    from agrpo.trainer.attention import trainer_attention
+    from agrpo.trainer.trl_patches import apply_trl_patches
 
     use_gpu = cuda_available()
-    apply_cpu_workarounds()
+    attention = trainer_attention(cfg)  # FA3 or SDPA for packed sequences, decided before the model loads
+    apply_trl_patches(attention.kind)
     from trl.experimental.async_grpo import AsyncGRPOTrainer
 
     args = build_grpo_args(cfg, vllm_url, num_replicas, use_gpu)
@@ -296,7 +298,7 @@ def run_training(cfg: Any, vllm_url: str, num_replicas: int) -> dict[str, Any]:
     from agrpo.trainer.console import ConsoleCallback, quiet_trainer
 
     quiet_trainer(trainer)
-    console = ConsoleCallback(cfg, num_replicas, vllm_url)
+    console = ConsoleCallback(cfg, num_replicas, vllm_url, attention=attention.banner)
     trainer.add_callback(console)
     bottleneck = BottleneckCallback(cfg.logger.bottleneck_every_steps)
     if cfg.logger.bottleneck_every_steps > 0:

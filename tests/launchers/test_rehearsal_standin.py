@@ -7,6 +7,7 @@ import time
 
 import pytest
 import requests
+from hub_lines import needs_run_job_attempts
 
 from agrpo.launchers.hf_jobs.rehearsal.rehearse import rehearsal
 from agrpo.launchers.hf_jobs.rehearsal.runner import marked_pids, namespaces_available
@@ -175,6 +176,7 @@ def test_a_load_asked_too_early_is_refused_until_the_negative_cache_expires(stan
     assert load("v2").status_code == 200
 
 
+@needs_run_job_attempts
 def test_timeout_preemption_and_requeue_end_jobs_as_the_service_does(stand_in):
     api = stand_in.api()
     slow = api.run_job(image="img", command=["sleep", "60"], timeout=2, namespace=NS)
@@ -201,6 +203,7 @@ def test_timeout_preemption_and_requeue_end_jobs_as_the_service_does(stand_in):
     assert final.status.stage == "COMPLETED" and "resumed" in list(api.fetch_job_logs(job_id=resumed.id, namespace=NS))
 
 
+@needs_run_job_attempts
 def test_the_preemption_knob_kills_the_trainers_first_attempt_and_the_requeue_finishes(tmp_path):
     with rehearsal(NS, 1.0, 30.0, str(tmp_path / "r"), preempt_trainer_after_s=1.0) as running:
         api = running.api()

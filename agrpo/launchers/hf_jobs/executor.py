@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from agrpo.errors import LaunchError
+from agrpo.hub_compat import supported_kwargs
 from agrpo.launchers.hf_jobs.client import TERMINAL_STAGES, cancel_jobs, hf_token, log_tail, secret_values, stage_of
 from agrpo.launchers.hf_jobs.inputs import upload_pairs
 from agrpo.launchers.hf_jobs.package import build_wheel, copy_source, wheel_build_dir
@@ -62,7 +63,8 @@ class JobsRun:
         self.launched: list[str] = []
 
     def _run(self, spec: JobSpec, secrets: dict[str, str]) -> Any:
-        info = self.api.run_job(**spec.run_job_kwargs(self.plan.namespace, secrets))
+        kwargs = supported_kwargs(self.api.run_job, spec.run_job_kwargs(self.plan.namespace, secrets))  # hub 1.x/2.x
+        info = self.api.run_job(**kwargs)
         self.launched.append(info.id)
         log.info("launched %s Job %s (%s, %s): %s", spec.role, info.id, spec.flavor, spec.name, info.url)
         return info
