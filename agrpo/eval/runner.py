@@ -21,7 +21,7 @@ from omegaconf import OmegaConf
 
 from agrpo.errors import ConfigError, LaunchError
 from agrpo.eval.scoring import ProblemResult, is_correct, summarize, term_names, total_rewards
-from agrpo.proxy.settings import ADMIN_TOKEN_ENV
+from agrpo.inference.replica_guard import trainer_bearer
 
 log = logging.getLogger(__name__)
 REQUEST_TIMEOUT_S = 1800.0
@@ -96,7 +96,7 @@ class Endpoint:
         adapter = requests.adapters.HTTPAdapter(pool_connections=1, pool_maxsize=size)
         self.session.mount("http://", adapter)
         self.session.mount("https://", adapter)
-        if admin_token:  # agrpo's proxy in front: adapter loads need its admin token
+        if admin_token:  # the proxy's admin token (adapter loads), or the API key of the one replica it started
             self.session.headers["Authorization"] = f"Bearer {admin_token}"
 
     def base_model(self) -> str:
@@ -129,7 +129,8 @@ class Endpoint:
 
 @contextlib.contextmanager
 def served(cfg: Any, out_dir: Path) -> Iterator[tuple[str, str | None]]:
-    """Yield the URL to evaluate against and the proxy's admin token (None without a proxy): inference.urls (behind
+    """Yield the URL to evaluate against and the token to send there (the proxy's admin token, or the key of the one
+    replica started here; None for inference.urls without a proxy): inference.urls (behind
     the proxy when several), or replicas (+ proxy) this call starts from the config with the local launcher's plan,
     always stopped afterwards."""
     from agrpo.launchers.local import plan_on_this_machine, start_services
@@ -139,7 +140,7 @@ def served(cfg: Any, out_dir: Path) -> Iterator[tuple[str, str | None]]:
     started: list[ManagedProcess] = []
     try:
         start_services(plan, cfg.inference.startup_timeout_s, started)
-        yield plan.vllm_url, plan.trainer.env.get(ADMIN_TOKEN_ENV)
+        yield plan.vllm_url, trainer_bearer(plan.trainer.env)  # the proxy's admin token, or the replica's key
     finally:
         stop_all(list(reversed(started)), cfg.launcher.stop_timeout_s)
 

@@ -55,6 +55,9 @@ def step_line(logs: dict[str, Any], step: int, total: int) -> str:
         f"stale {'-' if share is None else format(share, '.0%')}",
         f"sync {_num(logs.get('perf/weight_sync_s'), '.2f')} s",
     ]
+    retried, dropped = logs.get("rollout/vllm_retry_total"), logs.get("rollout/retired_dropped_total")
+    if retried or dropped:  # each one's warning is in trainer.log (agrpo/trainer/rollout_loop.py)
+        parts.append(f"requests retried {int(retried or 0)}, dropped {int(dropped or 0)} (see trainer.log)")
     return "  ".join(parts)
 
 

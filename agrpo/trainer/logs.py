@@ -34,6 +34,12 @@ HARMLESS: list[tuple[str, str, str]] = [
         "AsyncGRPOTrainer registers its own StepIntervalCallback a second time; transformers keeps both, no effect",
     ),
     (
+        "trl.experimental.async_grpo.async_rollout_worker",
+        "; retry ",
+        "TRL's warning for each retried request (hundreds when a replica dies): the step line counts them "
+        "(`requests retried N`, agrpo/trainer/console.py)",
+    ),
+    (
         "vllm.triton_utils.importing",
         "Triton is installed, but doesn't include CPU backend",
         "the trainer imports vLLM only for TRL's helpers; no Triton kernel runs in the trainer on CPU",

@@ -10,8 +10,12 @@ upgrade that moves it fails loudly (tests/trainer/test_trl_patches.py) instead o
      cannot exit until its queue's feeder thread has flushed them into the pipe. `stop` now drains the queues while
      it waits, so the child exits as soon as its loops end.
   2. agrpo's proxy refuses state changes (adapter loads, pause, resume) without its admin token, which the launcher
-     hands to the trainer alone in AGRPO_PROXY_ADMIN_TOKEN. TRL's VLLMClient calls `requests.get/post` directly, so
-     the module it calls through gets a stand-in whose calls carry `Authorization: Bearer <token>`.
+     hands to the trainer alone in AGRPO_PROXY_ADMIN_TOKEN; a replica the trainer talks to directly refuses every
+     request without its API key (AGRPO_REPLICA_API_KEY, agrpo/inference/replica_guard.py). TRL's VLLMClient calls
+     `requests.get/post` directly, so the module it calls through gets a stand-in whose calls carry
+     `Authorization: Bearer <token>`.
+  3. The rollout worker's loop is agrpo's subclass (agrpo/trainer/rollout_loop.py): the same token on its requests,
+     rollouts of a retired adapter version dropped at once instead of retried for minutes, its log in trainer.log.
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ import importlib
 import logging
 import os
 
-from agrpo.proxy.settings import ADMIN_TOKEN_ENV
+from agrpo.inference.replica_guard import trainer_bearer
 
 log = logging.getLogger(__name__)
 _applied: list[str] = []
@@ -94,6 +98,24 @@ def _patch_admin_token(token: str) -> None:
     client.requests = _BearerRequests(token)
 
 
+def _patch_rollout_loop() -> None:
+    from agrpo.trainer.logs import current_log_file
+    from agrpo.trainer.rollout_loop import ROLLOUT_LOG_ENV, AgrpoRolloutLoop
+
+    module = require("trl.experimental.async_grpo.async_rollout_worker", "_AsyncRolloutLoop")
+    current = module.AsyncRolloutWorker._loop_cls
+    if not issubclass(current, AgrpoRolloutLoop):  # a loop of agrpo's own that derives from it is kept
+        if current is not module._AsyncRolloutLoop:
+            raise RuntimeError(
+                f"the rollout worker already runs {current.__qualname__}: derive it from "
+                "agrpo.trainer.rollout_loop.AgrpoRolloutLoop so that its requests carry the token"
+            )
+        module.AsyncRolloutWorker._loop_cls = AgrpoRolloutLoop
+    log_file = current_log_file()
+    if log_file:  # the spawned child reads its environment: it logs where the trainer does
+        os.environ[ROLLOUT_LOG_ENV] = log_file
+
+
 def _once(name: str, patch, *args) -> None:
     if name not in _applied:
         patch(*args)
@@ -112,8 +134,9 @@ def apply_trl_patches(attention: str = "sdpa", force_cpu: bool = False) -> list[
     if attention == "sdpa":
         _once("sdpa_attention", use_sdpa_tree_attention)
     _once("drain_on_stop", _patch_drain_on_stop)
-    token = os.environ.get(ADMIN_TOKEN_ENV)
+    token = trainer_bearer()
     if token:
         _once("admin_token", _patch_admin_token, token)
+    _once("rollout_loop", _patch_rollout_loop)
     log.info("TRL patches active: %s", ", ".join(_applied))
     return list(_applied)

@@ -21,7 +21,7 @@ from tests.launchers.rehearsal_run import REPO, bucket_run, rehearsal_command, r
 pytestmark = [
     pytest.mark.e2e,
     pytest.mark.vllm,
-    pytest.mark.skipif(namespaces_available() is not None, reason=f"rehearsal: {namespaces_available()}"),
+    pytest.mark.requires(namespaces_available()),  # no root or namespaces: fail saying so, never skip
 ]
 
 

@@ -20,7 +20,7 @@ from tests.launchers.rehearsal_run import bucket_run, rehearsal_command, rehears
 pytestmark = [
     pytest.mark.e2e,
     pytest.mark.vllm,
-    pytest.mark.skipif(namespaces_available() is not None, reason=f"rehearsal: {namespaces_available()}"),
+    pytest.mark.requires(namespaces_available()),  # no root or namespaces: fail saying so, never skip
     needs_run_job_attempts,
 ]
 STEPS = 8

@@ -12,7 +12,7 @@ from hub_lines import needs_run_job_attempts
 from agrpo.rehearsal.rehearse import rehearsal
 from agrpo.rehearsal.runner import marked_pids, namespaces_available
 
-pytestmark = pytest.mark.skipif(namespaces_available() is not None, reason=f"rehearsal: {namespaces_available()}")
+pytestmark = pytest.mark.requires(namespaces_available())  # no root or namespaces: fail saying so, never skip
 NS = "alice"
 # A Job that serves GET (its own marker) and POST (200 {"loaded": true}) on 0.0.0.0:8000, like a replica.
 SERVE = (

@@ -19,7 +19,7 @@ from tests.launchers.rehearsal_run import bucket_run, rehearsal_command, rehears
 pytestmark = [
     pytest.mark.e2e,
     pytest.mark.vllm,
-    pytest.mark.skipif(namespaces_available() is not None, reason=f"rehearsal: {namespaces_available()}"),
+    pytest.mark.requires(namespaces_available()),  # no root or namespaces: fail saying so, never skip
 ]
 LAG_S, NEGATIVE_CACHE_S = 1.0, 30.0
 

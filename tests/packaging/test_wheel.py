@@ -21,9 +21,10 @@ SHARED_DATA = REPO_ROOT.parent / "shared" / "data"
 
 pytestmark = [
     pytest.mark.packaging,
-    pytest.mark.skipif(
-        shutil.which("git") is None or not (REPO_ROOT / ".git").exists(),
-        reason="builds the wheel from `git ls-files` of a checkout",
+    pytest.mark.requires(
+        None
+        if shutil.which("git") is not None and (REPO_ROOT / ".git").exists()
+        else "it builds the wheel from `git ls-files` of a checkout: git or the .git folder is missing"
     ),
 ]
 

@@ -34,8 +34,12 @@ def test_trl_still_calls_cuda_for_flops():
 
 def test_apply_forced_patches_every_attribute():
     applied = trl_patches.apply_trl_patches("sdpa", force_cpu=True)
-    assert {"flops", "sdpa_attention", "vllm_guard", "drain_on_stop"} <= set(applied)
+    assert {"flops", "sdpa_attention", "vllm_guard", "drain_on_stop", "rollout_loop"} <= set(applied)
     from trl.experimental.async_grpo import async_grpo_trainer, async_rollout_worker, packing
+
+    from agrpo.trainer.rollout_loop import AgrpoRolloutLoop
+
+    assert async_rollout_worker.AsyncRolloutWorker._loop_cls is AgrpoRolloutLoop  # the spawned child imports it
 
     assert async_grpo_trainer.get_peak_flops_per_device(None, "float32") is None
     assert async_rollout_worker.is_vllm_available() is True
