@@ -151,8 +151,10 @@ def trl_problems(cfg: Any) -> list[str]:
     if not extra:
         return []
     import dataclasses
+    import logging
     import warnings
 
+    logging.getLogger("vllm.triton_utils.importing").setLevel(logging.ERROR)  # harmless: agrpo/trainer/logs.py HARMLESS
     with warnings.catch_warnings():  # TRL warns on import (experimental API, vLLM version): not the user's concern here
         warnings.simplefilter("ignore")
         from trl.experimental.async_grpo import AsyncGRPOConfig

@@ -290,6 +290,9 @@ def run_training(cfg: Any, vllm_url: str, num_replicas: int) -> dict[str, Any]:
             peft_config=build_peft_config(cfg.lora),
         )
     install_sync_hook(trainer, get_store(cfg), cfg.inference.startup_timeout_s, gate=cfg.sync.visibility_gate)
+    from agrpo.trainer.rollout_guard import guard_rollout_worker  # a failing reward or a hung child ends the run
+
+    guard_rollout_worker(trainer, args.output_dir, cfg.logger.level)
     serving = ServingCollector(vllm_url, via_proxy=num_replicas > 1 or cfg.inference.use_proxy is True)
     if trainer.accelerator.is_main_process:
         log_serving_figures(trainer, serving)
