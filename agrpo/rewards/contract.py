@@ -43,11 +43,10 @@ def _short(value: Any, limit: int = 80) -> str:
 
 
 def _prompt_text(prompt: Any) -> str:
-    """The last user turn of a chat prompt (what identifies a row to its author), or the prompt as text."""
-    if isinstance(prompt, list):
-        users = [m.get("content") for m in prompt if isinstance(m, Mapping) and m.get("role") == "user"]
-        if users:
-            return str(users[-1])
+    """The last user turn of a chat prompt (what identifies a row to its author; else its last turn), or the text."""
+    if isinstance(prompt, list) and prompt and all(isinstance(m, Mapping) for m in prompt):
+        users = [m.get("content") for m in prompt if m.get("role") == "user"]
+        return str(users[-1] if users else prompt[-1].get("content"))
     return str(prompt)
 
 

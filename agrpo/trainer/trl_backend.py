@@ -271,11 +271,11 @@ def run_training(cfg: Any, vllm_url: str, num_replicas: int) -> dict[str, Any]:
     # transformers 5 reads the TensorBoard directory from the environment only.
     os.environ["TENSORBOARD_LOGGING_DIR"] = os.path.join(args.output_dir, TENSORBOARD_DIR)
     dataset = load_train_dataset(cfg.data, seed=cfg.trainer.seed)
-    from agrpo.rewards.generic import missing_columns
+    from agrpo.config.data_checks import reward_problems
 
-    missing = missing_columns(OmegaConf.to_container(cfg.reward.funcs, resolve=True), dataset.column_names)
-    if missing:  # a typo in a reward's `column:` would otherwise crash inside TRL's scoring process
-        raise ConfigError(" ".join(missing))
+    problems = reward_problems(cfg.reward.funcs, dataset.column_names)  # a Hub dataset is first opened here
+    if problems:
+        raise ConfigError("; ".join(problems))
     rewards = build_reward_funcs(cfg.reward.funcs)
     from agrpo.trainer.fsdp_compat import running_under_fsdp, untie_embeddings
 
