@@ -342,7 +342,8 @@ class EvalConfig:
     # Which reward term decides "correct" for pass@k (its unweighted score >= correct_threshold).
     correct_term: int = 0
     correct_threshold: float = 1.0
-    # Where results go; None: outputs/eval/<run_name>/<date_time>.
+    # Where results go; None: <run dir>/eval/<date_time> for a run's final_adapter (`agrpo push` reads it there),
+    # else outputs/eval/<run_name>/<date_time>.
     output_dir: Optional[str] = None
     results_file: str = "eval_results.jsonl"
     summary_file: str = "eval_summary.json"
