@@ -40,8 +40,8 @@ def main(argv: list[str] | None = None) -> int:
     except AgrpoError as error:
         report_trainer_error(str(error))  # the launcher shows it (agrpo/launchers/trainer_error.py)
         return error.exit_code
-    # The console showed the summary; this last line is for scripts reading the output (a Job's log, a test).
-    log.info("done, %s steps, final adapter in %s", summary.get("global_step"), summary["final_adapter"])
+    # The console's summary was the run's one ending ("agrpo: done, N steps, final adapter in PATH ...").
+    log.debug("metrics: %s", {k: v for k, v in summary.items() if k != "rewards"})
     return 0
 
 
