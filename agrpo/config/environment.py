@@ -115,7 +115,7 @@ def data_problems(cfg: Any) -> list[str]:
             "environment variable: point either at the folder that holds the data)"
         )
     else:
-        problem += ": point data.path at a local JSONL/Parquet/Arrow file or folder (or null to use data.name)"
+        problem += ": point data.path at a local JSONL, JSON, CSV, Parquet or Arrow file or a saved folder (or null to use data.name)"
     return [problem]
 
 

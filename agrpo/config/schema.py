@@ -315,6 +315,9 @@ class LoggerConfig:
     level: str = "INFO"
     # One compact metrics line (reward, KL, length, step time, stale share, sync) every N steps; 0: the bar only.
     console_every: int = 10
+    # ...and, with console_every > 0, after the first step and whenever this many seconds passed without a line, so a
+    # slow model (a real one on a CPU) shows its pace in the first minute.
+    console_every_s: float = 60.0
 
 
 @dataclass

@@ -218,6 +218,16 @@ def output_path(run_dirs: list[str], output: str | None, overwrite: bool) -> Pat
     return default if overwrite else free_path(default)
 
 
+def finished(run_dirs: list[str]) -> list[str]:
+    """Of several run dirs (a glob over a task's runs), those with a history to draw; the others are named."""
+    if len(run_dirs) < 2:
+        return run_dirs
+    drawn = [d for d in run_dirs if (Path(d) / LOG_HISTORY_FILE).is_file()]
+    for skipped in (d for d in run_dirs if d not in drawn):
+        print(f"agrpo plot: skipping {skipped} (no {LOG_HISTORY_FILE}: the run did not finish)", file=sys.stderr)
+    return drawn or run_dirs
+
+
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(
         prog="agrpo plot",
@@ -233,8 +243,9 @@ def main(argv: list[str]) -> int:
     )
     parser.add_argument("--overwrite", action="store_true", help="replace the output file if it exists")
     args = parser.parse_args(argv)
+    run_dirs = finished(args.run_dirs)
     try:
-        path = plot_runs(args.run_dirs, output_path(args.run_dirs, args.output, args.overwrite))
+        path = plot_runs(run_dirs, output_path(run_dirs, args.output, args.overwrite))
     except PlotError as error:
         print(f"agrpo plot: error: {error}", file=sys.stderr)
         return 2

@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import shlex
 import sys
+import time
 from pathlib import Path
 from statistics import fmean
 from typing import Any, TextIO
@@ -55,6 +56,12 @@ def step_line(logs: dict[str, Any], step: int, total: int) -> str:
         f"sync {_num(logs.get('perf/weight_sync_s'), '.2f')} s",
     ]
     return "  ".join(parts)
+
+
+def line_due(step: int, every: int, since_last_s: float, every_s: float) -> bool:
+    """Whether a step gets its compact line: every `every` steps, the first step, and after `every_s` seconds without
+    one (a slow run shows its pace early instead of after `every` long steps)."""
+    return step % every == 0 or step == 1 or since_last_s >= every_s
 
 
 def run_summary(log_history: list[dict[str, Any]], window: int = 5) -> dict[str, Any]:
@@ -225,6 +232,8 @@ class ConsoleCallback(TrainerCallback):
         # redrawn bar would be one endless line of carriage returns.
         self.want_bar = bar if bar is not None else bool(getattr(self.stream, "isatty", lambda: False)())
         self.every = int(cfg.logger.console_every)
+        self.every_s = float(cfg.logger.console_every_s)
+        self.last_line_at = time.monotonic()
         self.history: list[dict[str, Any]] = []
         self.bar = None
         self.main = True
@@ -277,8 +286,11 @@ class ConsoleCallback(TrainerCallback):
         self.history.append({**logs, "step": state.global_step})
         if self.bar is not None and logs.get("reward") is not None:
             self.bar.set_postfix_str(f"reward {float(logs['reward']):.3f}", refresh=False)
-        if self.every > 0 and state.global_step % self.every == 0:
+        if self.every > 0 and line_due(
+            state.global_step, self.every, time.monotonic() - self.last_line_at, self.every_s
+        ):
             self.log.info(step_line(logs, state.global_step, int(state.max_steps)))
+            self.last_line_at = time.monotonic()
 
     def on_train_end(self, args, state, control, **kwargs):
         if self.bar is not None:

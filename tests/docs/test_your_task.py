@@ -4,21 +4,13 @@ way `agrpo eval` calls it; both give the same scores (the one reward contract, a
 
 from __future__ import annotations
 
-import re
-from pathlib import Path
-
 from omegaconf import OmegaConf
 
-GUIDE = Path(__file__).resolve().parents[2] / "docs" / "your_task.md"
-
-
-def code_blocks(markdown: str, language: str) -> list[str]:
-    """The fenced blocks of one language, in page order, exactly as printed."""
-    return re.findall(rf"^```{language}\n(.*?)^```", markdown, flags=re.S | re.M)
+from tests.docs.guide import GUIDE, code_blocks
 
 
 def the_reward_file() -> str:
-    blocks = [b for b in code_blocks(GUIDE.read_text(), "python") if b.startswith("# my_rewards.py\n")]
+    blocks = [b for b in code_blocks("python") if b.startswith("# my_rewards.py\n")]
     assert len(blocks) == 1, "docs/your_task.md shows one my_rewards.py"
     return blocks[0]
 

@@ -96,6 +96,13 @@ def test_summary_lines_name_the_adapter_and_the_next_commands():
     assert sum(line.startswith("agrpo:") for line in lines) == 1  # one ending
 
 
+def test_a_line_every_n_steps_the_first_step_and_after_a_quiet_minute():
+    from agrpo.trainer.console import line_due
+
+    assert [s for s in range(1, 31) if line_due(s, 10, 5.0, 60.0)] == [1, 10, 20, 30]
+    assert line_due(3, 10, 61.0, 60.0)  # a slow model: its pace shows within a minute, not after 10 long steps
+
+
 def test_two_terms_are_shown_unweighted_and_as_they_add_up():
     history = [
         {"step": s, "reward": 0.1 * s, "rewards/numeric_match": 0.08 * s, "rewards/regex_match": 0.02 * s}
@@ -194,7 +201,7 @@ def test_callback_prints_banner_a_line_every_n_steps_and_the_summary(caplog):
         printed = callback.print_summary("/runs/smoke/1/final_adapter")
     lines = [r.getMessage() for r in caplog.records if r.name == "agrpo.console"]
     steps = [line for line in lines if line.startswith("step ")]
-    assert [line.split()[1] for line in steps] == ["20/60", "40/60", "60/60"]
+    assert [line.split()[1] for line in steps] == ["1/60", "20/60", "40/60", "60/60"]  # the first step too
     assert lines[0].startswith("agrpo: training") and lines[-len(printed) :] == printed
     assert len(lines) < 60  # well under one line per step, banner and summary included
     assert "agrpo: done, 60 steps, final adapter in /runs/smoke/1/final_adapter (48 s of training)" in printed
