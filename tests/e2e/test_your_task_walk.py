@@ -43,6 +43,18 @@ def shell(command: str, cwd: Path, **env: str) -> subprocess.CompletedProcess:
     return result
 
 
+def tensorboard_tags(run_dir: Path) -> set[str]:
+    """The scalar tags of the run's TensorBoard event files (the names docs/your_task.md and docs/console.md give)."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    tags: set[str] = set()
+    for events in (run_dir / "tensorboard").rglob("events.out.tfevents.*"):
+        accumulator = EventAccumulator(str(events))
+        accumulator.Reload()
+        tags |= set(accumulator.Tags().get("scalars", []))
+    return tags
+
+
 def summary_command(output: str, label: str) -> str:
     """The command the run's summary printed after `label` ("evaluate", "plot", "share")."""
     line = next(line for line in output.splitlines() if line.startswith(f"  {label} "))
@@ -73,6 +85,7 @@ def test_the_guide_and_the_summary_run_as_printed(vllm_server, tiny_model_dir, t
         [find_run] = commands("RUN=")
         run_dir = Path(shell(f"{find_run}\necho $RUN", task).stdout.split()[-1])
         assert (run_dir / "final_adapter" / "adapter_model.safetensors").is_file()
+        assert {"train/reward", "train/rewards/numeric_match", "train/rewards/regex_match"} <= tensorboard_tags(run_dir)
 
         evaluate = summary_command(output, "evaluate")
         assert "+recipe=my_task.yaml" in evaluate and evaluate.endswith(f"eval.adapter={run_dir}/final_adapter")
