@@ -11,6 +11,7 @@ import hashlib
 import importlib.util
 import inspect
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -104,13 +105,13 @@ def _terms(funcs_cfg: Any) -> list[Any]:
     return (OmegaConf.to_container(funcs_cfg, resolve=True) if OmegaConf.is_config(funcs_cfg) else funcs_cfg) or []
 
 
-def _unique(names: list[str]) -> list[str]:
+def unique_names(names: Sequence[str], separator: str = "_") -> list[str]:
     """TRL logs each term under its name (`rewards/<name>`): a repeated name gets _2, _3, ..."""
     taken: dict[str, int] = {}
     unique = []
     for name in names:
         taken[name] = taken.get(name, 0) + 1
-        unique.append(name if taken[name] == 1 else f"{name}_{taken[name]}")
+        unique.append(name if taken[name] == 1 else f"{name}{separator}{taken[name]}")
     return unique
 
 
@@ -120,7 +121,7 @@ def term_weights(funcs_cfg: Any) -> dict[str, float]:
     names = [
         t.get("name") or _default_name(t["_target_"], {k: v for k, v in t.items() if k != "_target_"}) for t in terms
     ]
-    return dict(zip(_unique(names), (float(t.get("weight", 1.0)) for t in terms)))
+    return dict(zip(unique_names(names), (float(t.get("weight", 1.0)) for t in terms)))
 
 
 def build_reward_funcs(funcs_cfg: Any) -> list[WeightedReward]:
@@ -153,7 +154,7 @@ def build_reward_funcs(funcs_cfg: Any) -> list[WeightedReward]:
                 functools.update_wrapper(bound, func)
             func = bound
         rewards.append(WeightedReward(func, weight, name=name or _default_name(target, term)))
-    for reward, name in zip(rewards, _unique([r.__name__ for r in rewards])):
+    for reward, name in zip(rewards, unique_names([r.__name__ for r in rewards])):
         reward.__name__ = name
     if not rewards:
         raise ConfigError("reward.funcs is empty: choose a reward group (e.g. reward=smoke) or add a term")
