@@ -83,6 +83,9 @@ def main(argv: list[str]) -> int:
     logging.basicConfig(level=logging.INFO, format="[%(asctime)s][%(name)s][%(levelname)s] - %(message)s")
     # Rewards call math-verify with its timeouts off on purpose (docs/rewards.md); it warns on every call.
     logging.getLogger("math_verify").setLevel(logging.ERROR)
+    from datasets.utils import logging as datasets_logging
+
+    datasets_logging.disable_progress_bar()  # loading a test file in milliseconds needs no bars; sampling has its own
     try:
         from hydra.errors import HydraException
         from omegaconf import OmegaConf
