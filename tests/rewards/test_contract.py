@@ -79,3 +79,18 @@ def test_describe_row_is_short_and_shows_the_last_user_turn():
     text = describe_row(long)
     assert len(text) <= 300 and text.startswith("prompt 'xxx") and "notes='yyy" in text
     assert describe_row({"prompts": ["plain"], "completions": [1]}) == "prompt 'plain'"
+
+
+def test_agrpo_eval_calls_rewards_the_same_way_and_fails_the_same_way(tmp_path):
+    """A reward that works in eval works in training: eval passes chat messages too, and fails with the paragraph."""
+    from omegaconf import OmegaConf
+
+    from agrpo.eval.runner import score_problem
+    from agrpo.rewards.registry import build_reward_funcs
+
+    (tmp_path / "my_rewards.py").write_text(STRING_REWARD)
+    rewards = build_reward_funcs([{"_target_": f"{tmp_path}/my_rewards.py:starts_politely"}])
+    cfg = OmegaConf.create({"eval": {"correct_term": 0, "correct_threshold": 1.0}})
+    row = {"prompt": ROW["prompts"][0], "answer": 7}
+    with pytest.raises(RewardError, match=r"reward term 'starts_politely' raised AttributeError.*What is 3 \+ 4"):
+        score_problem(0, row, [{"text": "Sure", "token_ids": [1]}], rewards, ["starts_politely"], cfg)
