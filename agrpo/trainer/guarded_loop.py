@@ -47,7 +47,7 @@ def row_failure(prompt: Any, error: BaseException) -> str:
     )
 
 
-def poll_stop_event(rollout_loop: _AsyncRolloutLoop, stop_event: Any) -> None:
+def poll_stop_event(rollout_loop: GuardedRolloutLoop, stop_event: Any) -> None:
     """TRL's stop watcher, polling the event instead of sleeping in its Condition: a child that exits while
     registered as a sleeper makes the trainer's `set()` wait forever (CPython #75158)."""
 
@@ -55,7 +55,7 @@ def poll_stop_event(rollout_loop: _AsyncRolloutLoop, stop_event: Any) -> None:
         while not stop_event.is_set():
             time.sleep(STOP_POLL_S)
         try:
-            rollout_loop._loop.call_soon_threadsafe(rollout_loop._stop_event.set)
+            rollout_loop._loop.call_soon_threadsafe(rollout_loop.stop_now)
         except RuntimeError:  # the loop already closed: nothing left to stop
             pass
 
@@ -99,10 +99,23 @@ class GuardedRolloutLoop(_AsyncRolloutLoop):
             exit_now(kwargs["exception_info_queue"], [kwargs["rollout_buffer"], kwargs["metrics_queue"]])
         trl_worker._spawn_stop_watcher = poll_stop_event  # _child_main starts the watcher right after this
 
+    def stop_now(self) -> None:
+        """The trainer stopped (training ended): TRL's loops would wait for every request in flight, which took a
+        slow model (SmolLM2 on a CPU) past TRL's 15 s before it terminated the process; nobody trains on those
+        samples any more, so the loops are cancelled."""
+        self._stop_event.set()
+        self._stopping = True
+        for task in getattr(self, "_loop_tasks", []):
+            task.cancel()
+
     async def _run_loops(self, stop_event: asyncio.Event) -> None:
         self._loop_tasks: list[asyncio.Task] = []
+        self._stopping = False
         try:
             await super()._run_loops(stop_event)
+        except asyncio.CancelledError:
+            if not self._stopping:  # cancelled by anything but the stop: not ours to swallow
+                raise
         finally:  # whatever is left, cancelled and awaited before TRL closes the event loop
             current = asyncio.current_task()
             pending = [task for task in asyncio.all_tasks() if task is not current]
