@@ -84,7 +84,7 @@ def test_the_guide_and_the_summary_run_as_printed(vllm_server, tiny_model_dir, t
         assert len(endings) == 2 and endings[1].startswith("agrpo: done, 3 steps, final adapter in ")  # banner + end
         assert "Child did not exit" not in output and "WARNING" not in output  # the rollout process ended at once
         [find_run] = commands("RUN=")
-        run_dir = Path(shell(f"{find_run}\necho $RUN", task).stdout.split()[-1])
+        run_dir = (task / shell(f"{find_run}\necho $RUN", task).stdout.split()[-1]).resolve()
         assert (run_dir / "final_adapter" / "adapter_model.safetensors").is_file()
         assert {"train/reward", "train/rewards/numeric_match", "train/rewards/regex_match"} <= tensorboard_tags(run_dir)
 
