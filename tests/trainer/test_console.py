@@ -129,6 +129,18 @@ def test_the_serve_line_is_the_runs_own_replica_command_with_the_adapter(tmp_pat
         + " ".join(launch.argv)
         + " --lora-modules smoke=/runs/smoke/1/final_adapter"
     )
+    pytest.importorskip("vllm")
+    import shlex
+
+    from vllm.entrypoints.launchers.cli_args import make_arg_parser
+    from vllm.utils.argparse_utils import FlexibleArgumentParser
+
+    argv = shlex.split(line)
+    served = argv[argv.index("vllm.entrypoints.openai.api_server") + 1 :]
+    args = make_arg_parser(FlexibleArgumentParser()).parse_args(served)  # vLLM's own parser takes every flag
+    assert args.enable_lora and [(m.name, m.path) for m in args.lora_modules] == [
+        ("smoke", "/runs/smoke/1/final_adapter")
+    ]
 
 
 def test_eval_overrides_keep_what_says_the_task():
