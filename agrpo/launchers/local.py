@@ -31,6 +31,7 @@ from agrpo.launchers.ports import PortReservation, reserve_ports
 from agrpo.launchers.process import ManagedProcess, SignalGuard, stop_all
 from agrpo.launchers.run_dir import refuse_mixed_outputs
 from agrpo.launchers.supervise import ReplicaSupervisor, wait_supervised
+from agrpo.launchers.trainer_error import TRAINER_ERROR_ENV, clear_trainer_error, trainer_error_file, trainer_failure
 from agrpo.launchers.watchdog import RUN_TOKEN_ENV, run_token
 from agrpo.proxy.settings import ADMIN_TOKEN_ENV
 from agrpo.models.resolve import prepare_model
@@ -147,6 +148,7 @@ def build_local_plan(
     trainer_env.update(token_env)
     if starts_replicas and replica_key and not uses_proxy(cfg):
         trainer_env[REPLICA_KEY_ENV] = replica_key  # it talks to its one replica directly
+    trainer_env[TRAINER_ERROR_ENV] = str(trainer_error_file(run_dir))  # its one-paragraph error, shown by execute
     if device == "cpu":
         trainer_env["OMP_NUM_THREADS"] = str(cpus.trainer_threads)
         if cpus.trainer_cores:
@@ -264,6 +266,7 @@ class LocalLauncher(Launcher):
         with SignalGuard() as guard:
             try:
                 services = start_services(plan, cfg.inference.startup_timeout_s, started)
+                clear_trainer_error(run_dir)
                 trainer = ManagedProcess(plan.trainer.name, plan.trainer.argv, plan.trainer.env)
                 started.append(trainer)
                 trainer.start(inherit_output=True)
@@ -272,10 +275,7 @@ class LocalLauncher(Launcher):
                 supervisor = ReplicaSupervisor(replicas, cfg.inference.max_restarts) if restart and replicas else None
                 code = wait_supervised(trainer, supervisor)
                 if code != 0:
-                    raise LaunchError(
-                        f"the trainer exited with code {code} (its output is above); the run directory "
-                        f"{run_dir} keeps the checkpoints, adapters and replica logs written so far"
-                    )
+                    raise LaunchError(trainer_failure(run_dir, code))
                 return json.loads((run_dir / "metrics.json").read_text())
             except KeyboardInterrupt as stop:
                 guard.teardown()

@@ -145,6 +145,9 @@ def _route_transformers_logging() -> None:
     hf_logging.enable_propagation()
     hf_logging.set_verbosity_info()
     hf_logging.disable_progress_bar()  # the weight-loading bar: one more terminal line per run, no information
+    from datasets.utils import logging as datasets_logging
+
+    datasets_logging.disable_progress_bar()  # "Generating train split", "formatting prompts": the same
 
 
 def current_log_file() -> str | None:

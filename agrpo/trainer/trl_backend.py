@@ -273,11 +273,11 @@ def run_training(cfg: Any, vllm_url: str, num_replicas: int) -> dict[str, Any]:
     # transformers 5 reads the TensorBoard directory from the environment only.
     os.environ["TENSORBOARD_LOGGING_DIR"] = os.path.join(args.output_dir, TENSORBOARD_DIR)
     dataset = load_train_dataset(cfg.data, seed=cfg.trainer.seed)
-    from agrpo.rewards.generic import missing_columns
+    from agrpo.config.data_checks import reward_problems
 
-    missing = missing_columns(OmegaConf.to_container(cfg.reward.funcs, resolve=True), dataset.column_names)
-    if missing:  # a typo in a reward's `column:` would otherwise crash inside TRL's scoring process
-        raise ConfigError(" ".join(missing))
+    problems = reward_problems(cfg.reward.funcs, dataset.column_names)  # a Hub dataset is first opened here
+    if problems:
+        raise ConfigError("; ".join(problems))
     rewards = build_reward_funcs(cfg.reward.funcs)
     from agrpo.trainer.fsdp_compat import running_under_fsdp, untie_embeddings
 
@@ -292,6 +292,9 @@ def run_training(cfg: Any, vllm_url: str, num_replicas: int) -> dict[str, Any]:
             peft_config=build_peft_config(cfg.lora),
         )
     install_sync_hook(trainer, get_store(cfg), cfg.inference.startup_timeout_s, gate=cfg.sync.visibility_gate)
+    from agrpo.trainer.rollout_guard import guard_rollout_worker  # a failing reward or a hung child ends the run
+
+    guard_rollout_worker(trainer, args.output_dir, cfg.logger.level)
     serving = ServingCollector(vllm_url, via_proxy=num_replicas > 1 or cfg.inference.use_proxy is True)
     if trainer.accelerator.is_main_process:
         log_serving_figures(trainer, serving)
