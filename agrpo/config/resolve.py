@@ -7,7 +7,8 @@ the one machine fact needed (does this machine have CUDA).
 
 Left to the launcher's plan, because they depend on the GPUs and cores of the machines a plan assigns:
 `trainer.gpus`, `inference.gpus`, `trainer.cpu_threads`, `inference.gpu_memory_utilization` (depends on whether a
-replica shares its GPU with the trainer) and `launcher.accelerate.num_processes`.
+replica shares its GPU with the trainer) and `launcher.accelerate.num_processes`. Left to the trainer on a CUDA
+machine: `trainer.attention=auto` (its GPU, kernel cache and Hub access decide; agrpo/trainer/attention.py).
 """
 
 from __future__ import annotations
@@ -70,6 +71,8 @@ def derived_values(cfg: Any, cuda_available: bool) -> dict[str, Any]:
         derived["inference.use_proxy"] = replica_count(cfg) > 1
     if trainer.bf16 is None:
         derived["trainer.bf16"] = device == "cuda"
+    if trainer.attention == "auto" and not cuda_available:
+        derived["trainer.attention"] = "sdpa"  # FA3 needs CUDA (agrpo/trainer/attention.py)
     if trainer.queue_maxsize == -1:  # max_inflight_tasks=auto stays: the controller decides it at run time
         derived["trainer.queue_maxsize"] = queue_size(trainer)
     if trainer.token_budget is None:

@@ -104,6 +104,9 @@ class TrainerConfig:
     gradient_checkpointing: bool = False
     # None: bf16 on GPU, fp32 on CPU.
     bf16: Optional[bool] = None
+    # Packed-sequence attention. auto: TRL's FlashAttention-3 Hub kernel where it can run (CUDA 8.x/9.0, bf16, kernel
+    # cached or Hub reachable), else agrpo's SDPA; fa3 | sdpa force one (agrpo/trainer/attention.py).
+    attention: str = "auto"
     epsilon: float = 0.2
     epsilon_high: Optional[float] = None
     logging_steps: int = 1
@@ -250,18 +253,6 @@ class HFJobsConfig:
     replica_vllm_serve: bool = True
     # pip attempts for the trainer Job's install (an index or the network may fail once; each retry waits longer).
     install_attempts: int = 3
-    # Run the plan on this machine against a local stand-in for the Jobs and Buckets API (docs/hf_jobs.md,
-    # "Rehearse first"): each Job a local process group, the bucket a local folder. Needs root (namespaces).
-    rehearse: bool = False
-    # Rehearsal: seconds between a file landing in the bucket folder and the bucket listing showing it.
-    rehearse_listing_lag_s: float = 1.0
-    # Rehearsal: a replica asked to load an adapter its mount cannot see yet keeps not seeing it this long.
-    rehearse_negative_cache_s: float = 30.0
-    # Rehearsal: folder for the Jobs' folders, logs and the bucket; None: a fresh temporary folder (kept).
-    rehearse_dir: Optional[str] = None
-    # Rehearsal: kill the trainer Job's first attempt after this many seconds of running, as a preemption does
-    # (with trainer_attempts > 1 the stand-in requeues it and it resumes from the bucket); None: never.
-    rehearse_preempt_trainer_after_s: Optional[float] = None
 
 
 @dataclass
@@ -319,6 +310,9 @@ class LoggerConfig:
     level: str = "INFO"
     # One compact metrics line (reward, KL, length, step time, stale share, sync) every N steps; 0: the bar only.
     console_every: int = 10
+    # ...and, with console_every > 0, after the first step and whenever this many seconds passed without a line, so a
+    # slow model (a real one on a CPU) shows its pace in the first minute.
+    console_every_s: float = 60.0
 
 
 @dataclass
@@ -346,10 +340,26 @@ class EvalConfig:
     # Which reward term decides "correct" for pass@k (its unweighted score >= correct_threshold).
     correct_term: int = 0
     correct_threshold: float = 1.0
-    # Where results go; None: outputs/eval/<run_name>/<date_time>.
+    # Where results go; None: <run dir>/eval/<date_time> for a run's final_adapter (`agrpo push` reads it there),
+    # else outputs/eval/<run_name>/<date_time>.
     output_dir: Optional[str] = None
     results_file: str = "eval_results.jsonl"
     summary_file: str = "eval_summary.json"
+
+
+@dataclass
+class RehearsalConfig:
+    """rehearsal.enabled=true: a launcher=hf_jobs plan runs on this machine against a local stand-in of the Jobs and
+    Buckets API (agrpo/rehearsal; docs/hf_jobs.md, "Rehearse first"). Needs root (mount and network namespaces)."""
+
+    # Each Job a local process group, the bucket a local folder, the Hub API a local server: no token, no GPU bill.
+    enabled: bool = False
+    # Seconds between a file landing in the bucket folder and the bucket listing showing it (the Hub's lag).
+    listing_lag_s: float = 1.0
+    # A replica asked to load an adapter its mount cannot see yet keeps not seeing it this long (the mount's cache).
+    negative_cache_s: float = 30.0
+    # Folder for the Jobs' folders, logs and the bucket; None: a fresh temporary folder (kept, and named at the end).
+    dir: Optional[str] = None
 
 
 @dataclass
@@ -365,6 +375,7 @@ class RunConfig:
     launcher: LauncherConfig = field(default_factory=LauncherConfig)
     logger: LoggerConfig = field(default_factory=LoggerConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
+    rehearsal: RehearsalConfig = field(default_factory=RehearsalConfig)
     # A name for the run (run directory, TensorBoard, Job labels).
     run_name: str = "agrpo"
     # "all": the launcher starts replicas (+ proxy) and the trainer. "trainer": only the trainer, against

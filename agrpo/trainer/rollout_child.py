@@ -1,6 +1,7 @@
 """TRL's rollout loop, paced and with truthful versions. Runs inside TRL's spawned rollout child.
 
-Two changes to `_AsyncRolloutLoop`, both small overrides:
+Two changes to agrpo's guarded loop (agrpo/trainer/guarded_loop.py, itself TRL's `_AsyncRolloutLoop` with a token,
+retired versions dropped and failures that end the run), both small overrides:
 
 - **Pacing.** A rollout starts only while the samples ahead of the trainer (started and not yet taken by it) are
   under the budget the trainer sets (agrpo/trainer/inflight.py decides it, agrpo/trainer/rollout_control.py carries
@@ -27,8 +28,7 @@ import itertools
 from collections import deque
 from typing import Any
 
-from trl.experimental.async_grpo.async_rollout_worker import _AsyncRolloutLoop
-
+from agrpo.trainer.guarded_loop import GuardedRolloutLoop
 from agrpo.trainer.rollout_control import ControlBlock, samples_ahead
 
 ADMIT_POLL_S = 0.005  # how often waiting rollouts look at the trainer's consumption
@@ -128,5 +128,6 @@ class PacingMixin:
             await asyncio.sleep(ADMIT_POLL_S)
 
 
-class PacedRolloutLoop(PacingMixin, _AsyncRolloutLoop):
-    """TRL's loop with pacing and per-group versions."""
+class PacedRolloutLoop(PacingMixin, GuardedRolloutLoop):
+    """agrpo's loop (token and retired versions: rollout_loop.py; a failing reward ends the run: guarded_loop.py) with
+    pacing and per-rollout versions: the one class the rollout child runs."""

@@ -265,21 +265,23 @@ def run_training(cfg: Any, vllm_url: str, num_replicas: int) -> dict[str, Any]:
     from agrpo.data import load_train_dataset
     from agrpo.rewards.registry import build_reward_funcs
     from agrpo.sync import get_store
-    from agrpo.trainer.cpu_compat import apply_cpu_workarounds
+    from agrpo.trainer.attention import trainer_attention
+    from agrpo.trainer.trl_patches import apply_trl_patches
 
     use_gpu = cuda_available()
-    apply_cpu_workarounds()
+    attention = trainer_attention(cfg)  # FA3 or SDPA for packed sequences, decided before the model loads
+    apply_trl_patches(attention.kind)
     from trl.experimental.async_grpo import AsyncGRPOTrainer
 
     args = build_grpo_args(cfg, vllm_url, num_replicas, use_gpu)
     # transformers 5 reads the TensorBoard directory from the environment only.
     os.environ["TENSORBOARD_LOGGING_DIR"] = os.path.join(args.output_dir, TENSORBOARD_DIR)
     dataset = load_train_dataset(cfg.data, seed=cfg.trainer.seed)
-    from agrpo.rewards.generic import missing_columns
+    from agrpo.config.data_checks import reward_problems
 
-    missing = missing_columns(OmegaConf.to_container(cfg.reward.funcs, resolve=True), dataset.column_names)
-    if missing:  # a typo in a reward's `column:` would otherwise crash inside TRL's scoring process
-        raise ConfigError(" ".join(missing))
+    problems = reward_problems(cfg.reward.funcs, dataset.column_names)  # a Hub dataset is first opened here
+    if problems:
+        raise ConfigError("; ".join(problems))
     rewards = build_reward_funcs(cfg.reward.funcs)
     from agrpo.trainer.fsdp_compat import running_under_fsdp, untie_embeddings
 
@@ -296,12 +298,15 @@ def run_training(cfg: Any, vllm_url: str, num_replicas: int) -> dict[str, Any]:
     via_proxy = num_replicas > 1 or cfg.inference.use_proxy is True
     syncing = choose_sync(trainer, cfg, get_store(cfg), via_proxy)
     serving = ServingCollector(vllm_url, via_proxy=via_proxy)
+    from agrpo.trainer.rollout_guard import guard_rollout_worker  # a failing reward or a hung child ends the run
+
+    guard_rollout_worker(trainer, args.output_dir, cfg.logger.level)
     if trainer.accelerator.is_main_process:
         log_serving_figures(trainer, serving)
     from agrpo.trainer.console import ConsoleCallback, quiet_trainer
 
     quiet_trainer(trainer)
-    console = ConsoleCallback(cfg, num_replicas, vllm_url)
+    console = ConsoleCallback(cfg, num_replicas, vllm_url, attention=attention.banner)
     trainer.add_callback(console)
     bottleneck = BottleneckCallback(cfg.logger.bottleneck_every_steps)
     if cfg.logger.bottleneck_every_steps > 0:

@@ -279,3 +279,13 @@ def test_a_straggler_gets_less_work_and_sets_no_pace(run_with_a_straggler):
     assert metrics["global_step"] + 1 in loaded_versions(slow)  # the final version reached it before the run ended
     for failure in ENGINE_FAILURES:
         assert failure not in slow
+
+
+def test_a_killed_replica_does_not_flood_the_console(run_with_a_killed_replica):
+    """Issue 20: the requests that were on the killed replica failed over to one that had unloaded their version and
+    were retried for minutes (208 `POST /v1/completions failed (404 ...) retry n/3` lines in 17 steps, then `Child did
+    not exit within 15s`). Now such a request ends with the proxy's 410 and its group is dropped; TRL's per-request
+    warnings go to trainer.log."""
+    output = run_with_a_killed_replica["output"]
+    assert "; retry " not in output
+    assert "Child did not exit within" not in output
