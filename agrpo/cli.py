@@ -21,6 +21,7 @@ from agrpo.config.schema import register_configs
 from agrpo.config.resolve import resolve
 from agrpo.config.validate import validate
 from agrpo.errors import AgrpoError, ConfigError
+from agrpo.launchers.run_dir import discard_if_empty, record_recipe_files
 from agrpo.paths import CONF_DIR, RECIPES_DIR, register_resolvers
 
 log = logging.getLogger("agrpo")
@@ -43,7 +44,7 @@ def run(cfg: DictConfig) -> dict[str, Any]:
 
 def runs_on_gpus(cfg: DictConfig) -> bool:
     """Whether the run's replicas and trainer have CUDA: HF Jobs always do; locally, this machine decides."""
-    if cfg.launcher.name == "hf_jobs" and cfg.role == "all" and not cfg.launcher.hf_jobs.rehearse:
+    if cfg.launcher.name == "hf_jobs" and cfg.role == "all" and not cfg.rehearsal.enabled:
         return True  # a rehearsal runs the Jobs on this machine
     import torch
 
@@ -52,9 +53,15 @@ def runs_on_gpus(cfg: DictConfig) -> bool:
 
 @hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name="config")
 def hydra_main(cfg: DictConfig) -> float | None:
+    run_dir = HydraConfig.get().runtime.output_dir
+    record_recipe_files(run_dir, TYPED_RECIPES)  # so that printed commands name the recipe file as it was typed
     try:
         summary = run(cfg)
+        if cfg.launcher.dry_run and not in_multirun():
+            discard_if_empty(run_dir)  # a dry run leaves no run folder behind
     except AgrpoError as error:
+        if not in_multirun():
+            discard_if_empty(run_dir)  # nor does a run refused before it started anything
         if os.environ.get("AGRPO_DEBUG") == "1":
             raise
         print(f"agrpo: error: {error}", file=sys.stderr)
@@ -66,10 +73,7 @@ def hydra_main(cfg: DictConfig) -> float | None:
             record_point_error(HydraConfig.get().runtime.output_dir, str(error))
             return None
         sys.exit(error.exit_code)
-    if summary.get("reward_last") is not None:
-        print(
-            f"agrpo: mean reward first 5 steps {summary['reward_first']:.4f}, last 5 steps {summary['reward_last']:.4f}"
-        )
+    if summary.get("reward_last") is not None:  # the trainer's summary said it all on the console
         return float(summary["reward_last"])  # what Hydra sweepers (e.g. Optuna) optimise
     return None
 
@@ -114,12 +118,17 @@ def store_recipe_file(value: str) -> str:
     # A shipped recipe of the same name would shadow the file (it comes first in Hydra's search path).
     name = source.stem if not (RECIPES_DIR / f"{source.stem}.yaml").exists() else f"{source.stem}_file"
     ConfigStore.instance().store(group="recipe", name=name, node=node, package=package, provider=str(source))
+    TYPED_RECIPES[name] = value
     return name
+
+
+TYPED_RECIPES: dict[str, str] = {}  # recipe option name -> the recipe file as typed (recorded in each run dir)
 
 
 # `agrpo <subcommand> ...`: tools beside the training entrypoint, each a module with `main(argv) -> int`.
 SUBCOMMANDS = {
     "jobs": "agrpo.launchers.hf_jobs.cli",  # agrpo jobs status|logs|cancel RUN_ID
+    "pull": "agrpo.launchers.hf_jobs.pull",  # agrpo pull RUN_ID: a Jobs run's folder into outputs/<run_name>/<RUN_ID>
     "eval": "agrpo.eval.cli",  # agrpo eval +recipe=NAME [eval.adapter=PATH]
     "plot": "agrpo.report.plot",  # agrpo plot RUN_DIR [RUN_DIR...] [-o out.png]
     "push": "agrpo.report.push",  # agrpo push RUN_DIR --repo-id NAME [--private]
@@ -141,8 +150,13 @@ def main() -> None:
         return
     register_configs()
     register_resolvers()
+    from agrpo.rehearsal.spelling import respell
+
+    overrides, notes = respell(sys.argv[1:])  # launcher.hf_jobs.rehearse=true: the rehearsal's old spelling
+    for note in notes:
+        print(f"agrpo: {note}", file=sys.stderr)
     try:
-        sys.argv = [sys.argv[0], *expand_recipe_paths(sys.argv[1:])]
+        sys.argv = [sys.argv[0], *expand_recipe_paths(overrides)]
     except ConfigError as error:
         print(f"agrpo: error: {error}", file=sys.stderr)
         sys.exit(error.exit_code)

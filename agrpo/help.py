@@ -14,7 +14,7 @@ python -m agrpo +recipe=NAME [group=option ...] [key=value ...]     (or the `agr
   +recipe=./mine.yaml              your own recipe file (may build on one: defaults: [/recipe/smoke])
   launcher.dry_run=true            print the plan (processes or Jobs, files), start nothing
   inference.replicas=2             several vLLM replicas behind agrpo's proxy
-  launcher=hf_jobs sync=bucket     run as Hugging Face Jobs (launcher.hf_jobs.rehearse=true: rehearse here)
+  launcher=hf_jobs sync=bucket     run as Hugging Face Jobs (rehearsal.enabled=true: rehearse here)
   -m lora.r=1,8                    a sweep (Hydra multirun)
   --cfg job --resolve              print the composed config
 
@@ -22,7 +22,8 @@ Other commands:
   agrpo eval +recipe=NAME [eval.adapter=PATH]   score a base model or an adapter (docs/eval.md)
   agrpo plot RUN_DIR [RUN_DIR ...]              training curves as a PNG
   agrpo push RUN_DIR --repo-id NAME             upload the adapter with a model card to the Hub
-  agrpo jobs status|logs|cancel RUN_ID          the HF Jobs of a run
+  agrpo jobs status|logs|cancel RUN_ID          the HF Jobs of a run (status: what they cost so far)
+  agrpo pull RUN_ID                             a Jobs run's folder into outputs/<run_name>/RUN_ID
   agrpo --version                               agrpo's version
 """
 

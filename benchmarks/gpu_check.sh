@@ -1,44 +1,50 @@
 #!/usr/bin/env bash
-# One-GPU check: train a recipe for a few steps with the trainer and one vLLM replica sharing the GPU, then write
-# steps/s, generated tokens/s and adapter sync latency to a JSON file.
+# The trainer half on one GPU, for a machine that has torch (CUDA) and transformers but no vLLM, TRL or peft and no
+# network (the lent device: one H200, torch 2.11+cu130, transformers 5.17, Python 3.12; at most 64 MiB of files):
 #
-#   MODEL=/models/Qwen2.5-0.5B-Instruct DATA=/data/gsm8k/train.jsonl bash benchmarks/gpu_check.sh [OUT_DIR]
+#   bash benchmarks/gpu_check.sh prepare        # here, with pip and the package registries: wheels -> .gpu_wheels/
+#   bash benchmarks/gpu_check.sh run [ARGS]     # there, from the repository root, .gpu_wheels/ carried along
 #
-# Needs: the project installed (make setup-gpu), the model in a local folder (or a Hub id with network access).
+# `prepare` downloads pure-Python wheels of what the device lacks (TRL, peft, datasets and its two helpers, Hydra,
+# OmegaConf) for its Python, builds antlr4's (sdist only) and this package's, into the git-ignored .gpu_wheels/
+# (about 5 MiB). `run` installs them with --no-deps into a fresh --target folder that goes first on PYTHONPATH, then
+# runs benchmarks/gpu_check.py: a Qwen2.5-0.5B-shaped model built in code, trained with LoRA by TRL's
+# AsyncGRPOTrainer on synthetic rollouts, one process per arm (FA3 bf16 where agrpo's attention choice allows it,
+# SDPA bf16, SDPA fp32), printing one table of steps/s, tokens/s and peak memory. ARGS go to gpu_check.py
+# (e.g. --steps 30 --json $OUT/gpu_check.json). About 3-5 minutes on an H200; without CUDA it runs the tiny preset
+# on the CPU (how it is tested here). Untested on a GPU so far: see docs/gpu.md.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-OUT=${1:-${OUT:-gpu_check_out}}
-RECIPE=${RECIPE:-gsm8k}
-STEPS=${STEPS:-20}
-MODEL=${MODEL:-Qwen/Qwen2.5-0.5B-Instruct}
-PYTHON=${PYTHON:-.venv/bin/python}
-mkdir -p "$OUT"
-RUN_DIR="$(cd "$OUT" && pwd)/run"
-data_override=()
-[ -n "${DATA:-}" ] && data_override=("data.path=$DATA")
-nvidia-smi --query-gpu=name,memory.total --format=csv,noheader > "$OUT/gpu.txt" || true
-"$PYTHON" -m agrpo "+recipe=$RECIPE" "model.name_or_path=$MODEL" "trainer.max_steps=$STEPS" \
-  trainer.save_steps=0 "hydra.run.dir=$RUN_DIR" "${data_override[@]}" 2>&1 | tee "$OUT/run.log"
-"$PYTHON" - "$RUN_DIR" "$OUT/gpu_check.json" <<'PY'
-import json, statistics, sys
-from pathlib import Path
+WHEELS=${WHEELS:-.gpu_wheels}
+DEVICE_PYTHON_VERSION=${DEVICE_PYTHON_VERSION:-3.12}
+PYTHON=${PYTHON:-python3}
+# Versions: TRL's pin, and the tested minimums of the rest (constraints/minimum-versions.txt), which also run with
+# the device's transformers 5.17 / huggingface_hub 1.33 in `make test-gpu-versions`.
+PURE=(trl==1.16.0 peft==0.18.0 datasets==4.7.0 dill==0.4.0 multiprocess==0.70.18 hydra-core==1.3.0 omegaconf==2.3.0)
 
-run_dir, out = Path(sys.argv[1]), Path(sys.argv[2])
-history = json.loads((run_dir / "log_history.json").read_text())
-def mean(key, skip=2):
-    values = [entry[key] for entry in history if key in entry][skip:]
-    return statistics.fmean(values) if values else None
-step_s = mean("perf/step_s")
-figures = {
-    "steps": json.loads((run_dir / "metrics.json").read_text())["global_step"],
-    "step_s": step_s,
-    "steps_per_s": 1 / step_s if step_s else None,
-    "generated_tok_s": mean("rollout/generated_tok_s"),
-    "sync_publish_to_loaded_s": mean("sync/publish_to_loaded_s", skip=1),
-    "weight_sync_s": mean("perf/weight_sync_s", skip=1),
-    "reward_last": json.loads((run_dir / "metrics.json").read_text()).get("reward_last"),
-    "gpu": (out.parent / "gpu.txt").read_text().strip() if (out.parent / "gpu.txt").exists() else None,
+prepare() {
+  rm -rf "$WHEELS" && mkdir -p "$WHEELS"
+  "$PYTHON" -m pip download --quiet --no-deps --only-binary=:all: --python-version "$DEVICE_PYTHON_VERSION" \
+    --implementation cp --platform any --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 \
+    -d "$WHEELS" "${PURE[@]}"
+  "$PYTHON" -m pip wheel --quiet --no-deps -w "$WHEELS" "antlr4-python3-runtime==4.9.3"
+  "$PYTHON" -m pip wheel --quiet --no-deps -w "$WHEELS" .
+  du -sh "$WHEELS"
+  ls "$WHEELS"
 }
-out.write_text(json.dumps(figures, indent=2))
-print(json.dumps(figures, indent=2))
-PY
+
+run() {
+  local site
+  site=$(mktemp -d "${TMPDIR:-/tmp}/gpu-check-site.XXXXXX")
+  "$PYTHON" -m pip install --quiet --no-index --no-deps --no-compile --no-cache-dir --target "$site" "$WHEELS"/*.whl
+  command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
+  "$PYTHON" -c 'import torch, transformers, huggingface_hub as h; print(f"torch {torch.__version__} (CUDA '\
+'{torch.version.cuda}), transformers {transformers.__version__}, huggingface_hub {h.__version__}")'
+  PYTHONPATH="$site${PYTHONPATH:+:$PYTHONPATH}" HF_HUB_OFFLINE=1 "$PYTHON" benchmarks/gpu_check.py "$@"
+}
+
+case "${1:-}" in
+  prepare) prepare ;;
+  run) shift; run "$@" ;;
+  *) echo "usage: bash benchmarks/gpu_check.sh prepare | run [gpu_check.py args]" >&2; exit 2 ;;
+esac

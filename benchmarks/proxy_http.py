@@ -139,7 +139,8 @@ async def max_rate(port, bodies, connections, seconds, pid):
         nonlocal done
         i = offset
         while time.perf_counter() < stop_at:
-            assert await client.request(raws[i % len(raws)]) == 200
+            status = await client.request(raws[i % len(raws)])
+            assert status == 200, f"the server on port {port} answered {status}"
             done, i = done + 1, i + connections
 
     started, cpu_before = time.perf_counter(), cpu_seconds(pid)

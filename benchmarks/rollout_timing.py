@@ -17,9 +17,9 @@ def time_rollouts(cfg: Any, vllm_url: str, lora_name: str, samples: int, warmup:
 
     from agrpo.data import load_train_dataset
     from agrpo.rewards.registry import build_reward_funcs
-    from agrpo.trainer.cpu_compat import apply_cpu_workarounds
+    from agrpo.trainer.trl_patches import apply_trl_patches
 
-    apply_cpu_workarounds()
+    apply_trl_patches()
     from transformers import AutoTokenizer
     from trl.experimental.async_grpo.async_rollout_worker import AsyncRolloutWorker
 

@@ -92,7 +92,8 @@ def test_multirun_runs_every_point_past_a_failed_one_then_exits_non_zero(tmp_pat
 
 
 def test_optuna_recipe_composes_with_the_optuna_sweeper(tmp_path):
-    pytest.importorskip("hydra_plugins.hydra_optuna_sweeper", reason="the sweep extra is not installed")
+    import hydra_plugins.hydra_optuna_sweeper  # noqa: F401 - the test extra installs it (make setup); else this fails
+
     result = agrpo("+recipe=smoke_optuna", "--cfg", "hydra", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     sweeper = yaml.safe_load(result.stdout)["hydra"]["sweeper"]

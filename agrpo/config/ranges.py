@@ -12,6 +12,9 @@ from typing import Any, Callable
 
 from omegaconf import DictConfig, OmegaConf
 
+from agrpo.trainer.background_sync import MODES as SYNC_MODES
+from agrpo.trainer.inflight import is_auto
+
 # (key, test, requirement): a value failing `test` gives "<key>=<value> must be <requirement>". None means "unset"
 # and passes (the schema's Optional fields derive a value).
 RANGES: list[tuple[str, Callable[[Any], bool], str]] = [
@@ -26,7 +29,8 @@ RANGES: list[tuple[str, Callable[[Any], bool], str]] = [
     ("trainer.logging_steps", lambda v: v >= 1, ">= 1"),
     ("trainer.save_steps", lambda v: v >= 0, ">= 0 (0 disables checkpoints)"),
     ("trainer.save_total_limit", lambda v: v >= 1, ">= 1 (or null: keep all)"),
-    ("trainer.max_inflight_tasks", lambda v: v == -1 or v >= 1, ">= 1 (or -1: derived)"),
+    ("trainer.max_inflight_tasks", lambda v: is_auto(v) or (str(v).isdigit() and int(v) >= 1), ">= 1 or auto"),
+    ("sync.mode", lambda v: v in SYNC_MODES, f"one of {' | '.join(SYNC_MODES)}"),
     ("trainer.queue_maxsize", lambda v: v == -1 or v >= 1, ">= 1 (or -1: derived)"),
     ("trainer.cpu_threads", lambda v: v >= 1, ">= 1 (or null: derived)"),
     ("lora.r", lambda v: v >= 1, ">= 1"),

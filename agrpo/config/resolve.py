@@ -7,7 +7,8 @@ the one machine fact needed (does this machine have CUDA).
 
 Left to the launcher's plan, because they depend on the GPUs and cores of the machines a plan assigns:
 `trainer.gpus`, `inference.gpus`, `trainer.cpu_threads`, `inference.gpu_memory_utilization` (depends on whether a
-replica shares its GPU with the trainer) and `launcher.accelerate.num_processes`.
+replica shares its GPU with the trainer) and `launcher.accelerate.num_processes`. Left to the trainer on a CUDA
+machine: `trainer.attention=auto` (its GPU, kernel cache and Hub access decide; agrpo/trainer/attention.py).
 """
 
 from __future__ import annotations
@@ -15,6 +16,8 @@ from __future__ import annotations
 from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
+
+from agrpo.trainer.inflight import is_auto
 
 # Ranks vLLM builds LoRA buffers for; a served rank must be one of them (as TRL's round_lora_rank).
 VLLM_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
@@ -29,11 +32,26 @@ def replica_count(cfg: Any) -> int:
     return len(cfg.inference.urls) or cfg.inference.replicas
 
 
-def inflight_requests(trainer: Any, replicas: int) -> int:
-    """TRL's auto value (max_staleness x samples per step) times the replica count: a replica added is generation
-    capacity added, not idle behind one global cap."""
+def inflight_slots(trainer: Any) -> int:
+    """Requests TRL's rollout worker may have in flight: the fixed number asked for, or with `auto` the most samples
+    the controller may keep ahead of the trainer (it admits fewer; agrpo/trainer/inflight.py)."""
+    from agrpo.trainer.inflight import Limits, fixed_inflight
+
+    fixed = fixed_inflight(trainer.max_inflight_tasks)
+    if fixed is not None:
+        return fixed
     samples_per_step = trainer.per_device_train_batch_size * trainer.gradient_accumulation_steps
-    return max(trainer.max_staleness, 1) * samples_per_step * max(replicas, 1)
+    limits = Limits(samples_per_step, trainer.num_generations, trainer.weight_sync_steps, trainer.max_staleness)
+    return limits.ceiling
+
+
+def queue_size(trainer: Any) -> int:
+    """The rollout queue: with `auto`, as large as the budget may grow (the budget, not the queue, holds generation
+    back); with a fixed number of requests in flight, twice that (generation runs about two steps ahead)."""
+    if trainer.queue_maxsize > 0:
+        return trainer.queue_maxsize
+    slots = inflight_slots(trainer)
+    return slots if is_auto(trainer.max_inflight_tasks) else 2 * slots
 
 
 def derived_values(cfg: Any, cuda_available: bool) -> dict[str, Any]:
@@ -53,11 +71,10 @@ def derived_values(cfg: Any, cuda_available: bool) -> dict[str, Any]:
         derived["inference.use_proxy"] = replica_count(cfg) > 1
     if trainer.bf16 is None:
         derived["trainer.bf16"] = device == "cuda"
-    inflight = trainer.max_inflight_tasks
-    if inflight == -1:
-        inflight = derived["trainer.max_inflight_tasks"] = inflight_requests(trainer, replica_count(cfg))
-    if trainer.queue_maxsize == -1:
-        derived["trainer.queue_maxsize"] = 2 * inflight
+    if trainer.attention == "auto" and not cuda_available:
+        derived["trainer.attention"] = "sdpa"  # FA3 needs CUDA (agrpo/trainer/attention.py)
+    if trainer.queue_maxsize == -1:  # max_inflight_tasks=auto stays: the controller decides it at run time
+        derived["trainer.queue_maxsize"] = queue_size(trainer)
     if trainer.token_budget is None:
         derived["trainer.token_budget"] = inference.max_model_len
     if cfg.eval.max_tokens is None:

@@ -113,10 +113,11 @@ class TrainerConfig:
     # Async pipeline: how many weight versions a rollout may lag, and how often the adapter is published.
     max_staleness: int = 4
     weight_sync_steps: int = 1
-    # Requests in flight; -1: TRL's auto (max_staleness x samples per step) scaled by the replica count.
-    max_inflight_tasks: int = -1
-    # Rollout samples buffered ahead of the trainer; -1: 2 x requests in flight, so generation runs ahead by about
-    # two steps and is back-pressured instead of producing samples that go stale (TRL's fixed default is 1024).
+    # auto: sized at run time from what the trainer consumes and waits for, so that few samples go stale while the
+    # trainer is kept fed (agrpo/trainer/inflight.py). A number: that many requests in flight, fixed (TRL's way).
+    max_inflight_tasks: str = "auto"
+    # Rollout samples buffered ahead of the trainer; -1: derived (with auto, the most samples the controller may keep
+    # ahead; with a fixed number, 2 x requests in flight). TRL's fixed default (1024) lets samples go stale.
     queue_maxsize: int = -1
     # Packed token-budget batching; None: the server's max_model_len. <= 0: fixed-size micro-batches.
     token_budget: Optional[int] = None
@@ -124,6 +125,9 @@ class TrainerConfig:
     gradient_checkpointing: bool = False
     # None: bf16 on GPU, fp32 on CPU.
     bf16: Optional[bool] = None
+    # Packed-sequence attention. auto: TRL's FlashAttention-3 Hub kernel where it can run (CUDA 8.x/9.0, bf16, kernel
+    # cached or Hub reachable), else agrpo's SDPA; fa3 | sdpa force one (agrpo/trainer/attention.py).
+    attention: str = "auto"
     epsilon: float = 0.2
     epsilon_high: Optional[float] = None
     logging_steps: int = 1
@@ -199,6 +203,9 @@ class SyncConfig:
     """Where adapters travel: a directory that the trainer writes and every replica reads at the same path."""
 
     kind: str = "shared_dir"
+    # background: publish vN and train on, load it on the replicas without pausing them, move the rollouts to vN once
+    # it is served (agrpo/trainer/background_sync.py). blocking: TRL's pause -> save -> load -> resume, kept for A/B.
+    mode: str = "background"
     # Root of the run's outputs (adapters under <output_dir>/.vllm_lora). Must be the same absolute path everywhere.
     output_dir: str = MISSING
     # sync=bucket: the Hugging Face Storage Bucket ("name" in launcher.hf_jobs.namespace, or "namespace/name"). One
@@ -267,18 +274,6 @@ class HFJobsConfig:
     replica_vllm_serve: bool = True
     # pip attempts for the trainer Job's install (an index or the network may fail once; each retry waits longer).
     install_attempts: int = 3
-    # Run the plan on this machine against a local stand-in for the Jobs and Buckets API (docs/hf_jobs.md,
-    # "Rehearse first"): each Job a local process group, the bucket a local folder. Needs root (namespaces).
-    rehearse: bool = False
-    # Rehearsal: seconds between a file landing in the bucket folder and the bucket listing showing it.
-    rehearse_listing_lag_s: float = 1.0
-    # Rehearsal: a replica asked to load an adapter its mount cannot see yet keeps not seeing it this long.
-    rehearse_negative_cache_s: float = 30.0
-    # Rehearsal: folder for the Jobs' folders, logs and the bucket; None: a fresh temporary folder (kept).
-    rehearse_dir: Optional[str] = None
-    # Rehearsal: kill the trainer Job's first attempt after this many seconds of running, as a preemption does
-    # (with trainer_attempts > 1 the stand-in requeues it and it resumes from the bucket); None: never.
-    rehearse_preempt_trainer_after_s: Optional[float] = None
 
 
 @dataclass
@@ -336,6 +331,9 @@ class LoggerConfig:
     level: str = "INFO"
     # One compact metrics line (reward, KL, length, step time, stale share, sync) every N steps; 0: the bar only.
     console_every: int = 10
+    # ...and, with console_every > 0, after the first step and whenever this many seconds passed without a line, so a
+    # slow model (a real one on a CPU) shows its pace in the first minute.
+    console_every_s: float = 60.0
 
 
 @dataclass
@@ -363,10 +361,26 @@ class EvalConfig:
     # Which reward term decides "correct" for pass@k (its unweighted score >= correct_threshold).
     correct_term: int = 0
     correct_threshold: float = 1.0
-    # Where results go; None: outputs/eval/<run_name>/<date_time>.
+    # Where results go; None: <run dir>/eval/<date_time> for a run's final_adapter (`agrpo push` reads it there),
+    # else outputs/eval/<run_name>/<date_time>.
     output_dir: Optional[str] = None
     results_file: str = "eval_results.jsonl"
     summary_file: str = "eval_summary.json"
+
+
+@dataclass
+class RehearsalConfig:
+    """rehearsal.enabled=true: a launcher=hf_jobs plan runs on this machine against a local stand-in of the Jobs and
+    Buckets API (agrpo/rehearsal; docs/hf_jobs.md, "Rehearse first"). Needs root (mount and network namespaces)."""
+
+    # Each Job a local process group, the bucket a local folder, the Hub API a local server: no token, no GPU bill.
+    enabled: bool = False
+    # Seconds between a file landing in the bucket folder and the bucket listing showing it (the Hub's lag).
+    listing_lag_s: float = 1.0
+    # A replica asked to load an adapter its mount cannot see yet keeps not seeing it this long (the mount's cache).
+    negative_cache_s: float = 30.0
+    # Folder for the Jobs' folders, logs and the bucket; None: a fresh temporary folder (kept, and named at the end).
+    dir: Optional[str] = None
 
 
 @dataclass
@@ -383,6 +397,7 @@ class RunConfig:
     launcher: LauncherConfig = field(default_factory=LauncherConfig)
     logger: LoggerConfig = field(default_factory=LoggerConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
+    rehearsal: RehearsalConfig = field(default_factory=RehearsalConfig)
     # A name for the run (run directory, TensorBoard, Job labels).
     run_name: str = "agrpo"
     # "all": the launcher starts replicas (+ proxy) and the trainer. "trainer": only the trainer, against

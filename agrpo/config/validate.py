@@ -13,7 +13,10 @@ from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from agrpo.config.ranges import name_problems, proxy_problems, range_problems, unknown_key_problems
+from agrpo.config.data_checks import opened_data_problems
 from agrpo.config.hf_jobs_checks import hf_jobs_problems
+from agrpo.config.machine_checks import machine_problems, setting_problems
+from agrpo.config.vllm_checks import vllm_problems
 from agrpo.errors import ConfigError
 
 NOT_IN_ADAPTER = ("lm_head", "embed_tokens", "wte", "embed_out")
@@ -26,7 +29,12 @@ def find_problems(cfg: Any) -> list[str]:
     problems = unknown_key_problems(cfg)
     if problems:  # other checks would read the stray keys' siblings with wrong assumptions: fix these first
         return problems
-    return range_problems(cfg) + name_problems(cfg) + cross_field_problems(cfg) + proxy_problems(cfg)
+    return range_problems(cfg) + name_problems(cfg) + cross_field_problems(cfg) + proxy_problems(cfg) + gpu_path(cfg)
+
+
+def gpu_path(cfg: Any) -> list[str]:
+    """vLLM's start-up constraints (vllm_checks.py) and the trainer.attention value (machine_checks.py)."""
+    return vllm_problems(cfg) + setting_problems(cfg)
 
 
 def cross_field_problems(cfg: Any) -> list[str]:
@@ -119,8 +127,10 @@ def validate(cfg: Any, check_environment: bool = True) -> None:
     if not problems:
         problems = unknown_key_problems(cfg)  # stray keys first: the rest assumes the schema's shape
     if not problems:
-        problems = find_problems(cfg) + (environment_problems(cfg) if check_environment else [])
+        problems = find_problems(cfg) + (environment_problems(cfg) + machine_problems(cfg) if check_environment else [])
         problems += agent_problems(cfg, check_environment)  # tools and environments (agrpo/agents/checks.py)
+    if not problems and check_environment:
+        problems = opened_data_problems(cfg)  # the data opened: columns, reward options, rows through the template
     if problems:
         listing = "; ".join(problems)
         raise ConfigError(f"invalid config ({len(problems)} problem{'s' if len(problems) > 1 else ''}): {listing}.")

@@ -1,38 +1,91 @@
-"""`agrpo eval +recipe=NAME [eval.adapter=PATH] [eval.k=4] [key=value ...]`: score a model on a test split.
+"""agrpo eval +recipe=NAME [eval.adapter=PATH] [eval.k=4] [key=value ...]: score a base model or an adapter.
 
-The arguments are the training CLI's Hydra overrides, composed with the same config tree (so a recipe's model,
-prompts, reward and replica settings are what the evaluation uses) plus the `eval.*` keys of
-agrpo/config/schema.py. It is a subcommand rather than a Hydra app: it composes with Hydra's compose API, writes into
-`eval.output_dir` (default outputs/eval/<run_name>/<date_time>) and returns an exit code. See docs/eval.md.
+The arguments are the training command's Hydra overrides (+recipe= takes a recipe name or a YAML path), composed
+with the same config tree, so the recipe's model, prompts, reward terms and replica settings are what the
+evaluation uses, plus the eval.* keys below. It samples eval.k completions per test problem on fixed seeds (the base
+model and an adapter see the same draws), scores them with the reward terms (called exactly as in training) and
+prints a table: mean@k, pass@1, pass@k, mean reward, truncation, length.
+
+Results (eval_results.jsonl, eval_summary.json, config.yaml) go to eval.output_dir; by default
+<run dir>/eval/<date_time> when eval.adapter is a run's final_adapter, where `agrpo push <run dir>` finds them,
+else outputs/eval/<run_name>/<date_time>. See docs/eval.md.
 """
 
 from __future__ import annotations
 
+import inspect
 import logging
 import os
+import re
 import sys
 import time
 from pathlib import Path
 
 from agrpo.errors import AgrpoError
 
-USAGE = __doc__.splitlines()[0].strip("`")
+USAGE = __doc__.split(":", 1)[0]
+_FIELD = re.compile(r"^\s+(\w+): [^=]+= (.+)$")
+
+
+def eval_keys_help() -> list[str]:
+    """The eval.* keys with their defaults, grouped under their comment in agrpo/config/schema.py (the help cannot
+    drift from the schema)."""
+    from agrpo.config.schema import EvalConfig
+
+    groups: list[tuple[str, list[str]]] = []
+    comment, fresh = "", False
+    for line in inspect.getsource(EvalConfig).splitlines():
+        stripped = line.strip()
+        if stripped.startswith("#"):
+            comment = f"{comment} {stripped[1:].strip()}" if fresh else stripped[1:].strip()
+            fresh = True
+            continue
+        match = _FIELD.match(line)
+        if match:
+            if fresh or not groups:
+                groups.append((comment, []))
+            groups[-1][1].append(f"eval.{match[1]}={match[2]}")
+            fresh = False
+    return [line for text, keys in groups for line in (f"  {text}", "    " + "  ".join(keys))]
+
+
+def help_text() -> str:
+    body = __doc__.split("\n", 1)[1].strip()
+    return "\n".join(
+        [f"usage: {USAGE}", "", body, "", "eval.* keys (=default), from agrpo/config/schema.py:", *eval_keys_help()]
+    )
+
+
+def run_dir_of(adapter: str | None) -> Path | None:
+    """The run directory an adapter belongs to (<run dir>/final_adapter next to the run's config.yaml), if any."""
+    if not adapter:
+        return None
+    folder = Path(adapter).expanduser().resolve()
+    return folder.parent if (folder.parent / "config.yaml").is_file() else None
 
 
 def output_dir(cfg) -> Path:
-    """eval.output_dir, else outputs/eval/<run_name>/<date_time> under the working directory (as Hydra's run dirs)."""
+    """eval.output_dir; else <run dir>/eval/<date_time> for a run's adapter; else outputs/eval/<run_name>/<date_time>
+    under the working directory (as Hydra's run dirs)."""
     if cfg.eval.output_dir:
         return Path(cfg.eval.output_dir).expanduser().resolve()
-    return Path("outputs", "eval", str(cfg.run_name), time.strftime("%Y-%m-%d_%H-%M-%S")).resolve()
+    stamp = time.strftime("%Y-%m-%d_%H-%M-%S")
+    run_dir = run_dir_of(cfg.eval.adapter)
+    if run_dir is not None:
+        return run_dir / "eval" / stamp
+    return Path("outputs", "eval", str(cfg.run_name), stamp).resolve()
 
 
 def main(argv: list[str]) -> int:
     if any(arg in ("-h", "--help") for arg in argv):
-        print(f"usage: {USAGE}\n\n{__doc__.split(chr(10), 2)[2]}")
+        print(help_text())
         return 0
     logging.basicConfig(level=logging.INFO, format="[%(asctime)s][%(name)s][%(levelname)s] - %(message)s")
     # Rewards call math-verify with its timeouts off on purpose (docs/rewards.md); it warns on every call.
     logging.getLogger("math_verify").setLevel(logging.ERROR)
+    from datasets.utils import logging as datasets_logging
+
+    datasets_logging.disable_progress_bar()  # loading a test file in milliseconds needs no bars; sampling has its own
     try:
         from hydra.errors import HydraException
         from omegaconf import OmegaConf

@@ -21,7 +21,8 @@ from omegaconf import OmegaConf
 
 from agrpo.errors import ConfigError, LaunchError
 from agrpo.eval.scoring import ProblemResult, is_correct, summarize, term_names, total_rewards
-from agrpo.proxy.settings import ADMIN_TOKEN_ENV
+from agrpo.inference.replica_guard import trainer_bearer
+from agrpo.rewards.contract import as_messages, call_reward
 
 log = logging.getLogger(__name__)
 REQUEST_TIMEOUT_S = 1800.0
@@ -96,7 +97,7 @@ class Endpoint:
         adapter = requests.adapters.HTTPAdapter(pool_connections=1, pool_maxsize=size)
         self.session.mount("http://", adapter)
         self.session.mount("https://", adapter)
-        if admin_token:  # agrpo's proxy in front: adapter loads need its admin token
+        if admin_token:  # the proxy's admin token (adapter loads), or the API key of the one replica it started
             self.session.headers["Authorization"] = f"Bearer {admin_token}"
 
     def base_model(self) -> str:
@@ -129,7 +130,8 @@ class Endpoint:
 
 @contextlib.contextmanager
 def served(cfg: Any, out_dir: Path) -> Iterator[tuple[str, str | None]]:
-    """Yield the URL to evaluate against and the proxy's admin token (None without a proxy): inference.urls (behind
+    """Yield the URL to evaluate against and the token to send there (the proxy's admin token, or the key of the one
+    replica started here; None for inference.urls without a proxy): inference.urls (behind
     the proxy when several), or replicas (+ proxy) this call starts from the config with the local launcher's plan,
     always stopped afterwards."""
     from agrpo.launchers.local import plan_on_this_machine, start_services
@@ -139,7 +141,7 @@ def served(cfg: Any, out_dir: Path) -> Iterator[tuple[str, str | None]]:
     started: list[ManagedProcess] = []
     try:
         start_services(plan, cfg.inference.startup_timeout_s, started)
-        yield plan.vllm_url, plan.trainer.env.get(ADMIN_TOKEN_ENV)
+        yield plan.vllm_url, trainer_bearer(plan.trainer.env)  # the proxy's admin token, or the replica's key
     finally:
         stop_all(list(reversed(started)), cfg.launcher.stop_timeout_s)
 
@@ -194,14 +196,13 @@ def problem_of(row: dict[str, Any]) -> str:
 def score_problem(
     index: int, row: dict[str, Any], choices: list[dict], rewards: list[Any], names: list[str], cfg: Any
 ) -> ProblemResult:
-    """Score one problem's samples with every reward term (TRL's call: dataset columns repeated per sample)."""
+    """Score one problem's samples with every reward term, called as in training (agrpo/rewards/contract.py: each
+    completion as chat messages, dataset columns repeated per sample); a failing term is one RewardError."""
     texts = [c["text"] for c in choices]
     ids = [list(c.get("token_ids") or []) for c in choices]
     columns = {key: [value] * len(texts) for key, value in row.items() if key != "prompt"}
-    raw = [
-        reward.func(completions=texts, prompts=[row["prompt"]] * len(texts), completion_ids=ids, **columns)
-        for reward in rewards
-    ]
+    call = dict(completions=[as_messages(t) for t in texts], prompts=[row["prompt"]] * len(texts), completion_ids=ids)
+    raw = [call_reward(reward.func, name, {**call, **columns}) for reward, name in zip(rewards, names)]
     weighted = [
         [None if s is None else reward.weight * float(s) for s in scores] for reward, scores in zip(rewards, raw)
     ]
@@ -237,9 +238,9 @@ def run_eval(cfg: Any, out_dir: Path) -> dict[str, Any]:
         raise ConfigError(f"eval.correct_term={ev.correct_term} is not a reward term index (0..{len(names) - 1})")
     lora = adapter_name(ev.adapter) if ev.adapter else None
     problems = load_problems(cfg)
-    from agrpo.rewards.generic import missing_columns
+    from agrpo.config.data_checks import reward_problems
 
-    unread = missing_columns(OmegaConf.to_container(cfg.reward.funcs, resolve=True), problems.column_names)
+    unread = reward_problems(cfg.reward.funcs, problems.column_names)
     if unread:
         raise ConfigError("; ".join(unread))
     model_path = prepare_model(cfg.model)

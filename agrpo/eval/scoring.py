@@ -59,12 +59,9 @@ class ProblemResult:
 
 def term_names(names: Sequence[str]) -> list[str]:
     """Unique display names for reward terms (two terms may wrap the same function): `name`, `name#2`, ..."""
-    seen: dict[str, int] = {}
-    out = []
-    for name in names:
-        seen[name] = seen.get(name, 0) + 1
-        out.append(name if seen[name] == 1 else f"{name}#{seen[name]}")
-    return out
+    from agrpo.rewards.registry import unique_names
+
+    return unique_names(names, "#")
 
 
 def total_rewards(weighted: Sequence[Sequence[float | None]]) -> list[float | None]:

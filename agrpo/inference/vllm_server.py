@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from agrpo.cpus import format_cores
+from agrpo.inference.replica_guard import GUARD_MIDDLEWARE, VLLM_API_KEY_ENV
 
 # Ranks vLLM builds LoRA buffers for; a served rank must be one of them (TRL: round_lora_rank).
 VLLM_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
@@ -66,9 +67,12 @@ def build_replica_launch(
     python: str = sys.executable,
     shares_gpu_with_trainer: bool = False,
     cpu_cores: list[int] | None = None,
+    api_key: str | None = None,
 ) -> ReplicaLaunch:
     """The command and environment of one replica on `port` (pure: no process, no socket). On CPU, `cpu_cores` are
-    the cores its model worker's OpenMP threads are bound to (agrpo/cpus.py); None keeps vLLM's `auto`."""
+    the cores its model worker's OpenMP threads are bound to (agrpo/cpus.py); None keeps vLLM's `auto`. With
+    `api_key`, every request but health and metrics needs it (agrpo/inference/replica_guard.py); it goes in the
+    environment only, never on the command line."""
     inference = cfg.inference
     dtype = inference.dtype if inference.dtype != "auto" else ("float32" if device == "cpu" else "bfloat16")
     argv = [
@@ -117,6 +121,9 @@ def build_replica_launch(
     if cfg.model.trust_remote_code:
         argv.append("--trust-remote-code")
     argv += [str(arg) for arg in inference.extra_args]
+    if api_key:
+        env[VLLM_API_KEY_ENV] = api_key
+        argv += ["--middleware", GUARD_MIDDLEWARE]
     return ReplicaLaunch(argv=argv, env=env, port=port, url=f"http://{inference.host}:{port}")
 
 
@@ -130,9 +137,10 @@ def start_replica(
     startup_timeout_s: float = 600.0,
     extra_args: list[str] | None = None,
     cpu_cores: list[int] | None = None,
+    api_key: str | None = None,
 ):
     """Start one CPU replica of `model_path` and wait for /health (tests and benchmarks). Returns a ManagedProcess
-    with `.url` and `.stop()`."""
+    with `.url` and `.stop()`. With `api_key` it serves only requests that carry it (replica_guard.py)."""
     from omegaconf import OmegaConf
 
     from agrpo.config.schema import RunConfig
@@ -144,7 +152,7 @@ def start_replica(
     cfg.inference.max_lora_rank = lora_rank
     cfg.inference.max_loras = max_loras
     cfg.inference.extra_args = list(extra_args or [])
-    launch = build_replica_launch(cfg, port, device="cpu", cpu_cores=cpu_cores)
+    launch = build_replica_launch(cfg, port, device="cpu", cpu_cores=cpu_cores, api_key=api_key)
     process = ManagedProcess(
         name=f"vllm-{port}",
         argv=launch.argv,

@@ -21,6 +21,7 @@ from typing import Any
 from omegaconf import OmegaConf
 
 from agrpo.errors import LaunchError
+from agrpo.inference.replica_guard import REPLICA_KEY_ENV
 from agrpo.inference.vllm_server import build_replica_launch, resolve_device
 from agrpo.launchers.base import Launcher, register
 from agrpo.cpus import TRAINER_CPUS_ENV, format_cores, split_cpu_cores
@@ -30,6 +31,7 @@ from agrpo.launchers.ports import PortReservation, reserve_ports
 from agrpo.launchers.process import ManagedProcess, SignalGuard, stop_all
 from agrpo.launchers.run_dir import refuse_mixed_outputs
 from agrpo.launchers.supervise import ReplicaSupervisor, wait_supervised
+from agrpo.launchers.trainer_error import TRAINER_ERROR_ENV, clear_trainer_error, trainer_error_file, trainer_failure
 from agrpo.launchers.watchdog import RUN_TOKEN_ENV, run_token
 from agrpo.proxy.settings import ADMIN_TOKEN_ENV
 from agrpo.models.resolve import prepare_model
@@ -61,10 +63,12 @@ def build_local_plan(
     python: str = sys.executable,
     admin_token: str = "",
     visible_gpus: list[str] | None = None,
+    replica_key: str = "",
 ) -> Plan:
     """The local plan (pure). `ports` must hold replicas + 1 free ports (the last one for the proxy); `cpu_ids` are
     the cores this process may use; `visible_gpus` is this process's CUDA_VISIBLE_DEVICES as a list (None: unset),
-    through which the children's GPUs are named."""
+    through which the children's GPUs are named. `replica_key`: the API key of the replicas the plan starts, given
+    to the proxy (its upstream token) or, without a proxy, to the trainer (agrpo/inference/replica_guard.py)."""
     inference = cfg.inference
     logs = Path(run_dir) / "logs"
     services: list[ProcessSpec] = []
@@ -95,6 +99,7 @@ def build_local_plan(
                 python,
                 shares_gpu_with_trainer=shared,
                 cpu_cores=cpus.replica_cores[index] if cpus.replica_cores else None,
+                api_key=replica_key or None,
             )
             services.append(
                 ProcessSpec(
@@ -118,10 +123,15 @@ def build_local_plan(
         argv = [python, "-m", "agrpo.proxy", "--port", str(proxy_port), "--host", "127.0.0.1"]
         for url in upstreams:
             argv += ["--upstream", url]
-        argv += proxy_knob_flags(cfg.proxy)
-        # State changes need the admin token; only the trainer gets it (agrpo/trainer/cpu_compat.py sends it).
+        keyed = starts_replicas and bool(replica_key)
+        argv += proxy_knob_flags(cfg.proxy, skip=("token_env",) if keyed else ())
+        # State changes need the admin token; only the trainer gets it (agrpo/trainer/trl_patches.py sends it).
         argv += ["--admin-token-env", ADMIN_TOKEN_ENV]
         token_env = {ADMIN_TOKEN_ENV: admin_token}
+        proxy_env = dict(token_env)
+        if keyed:  # the replicas' API key is the proxy's upstream token; the trainer never holds it
+            argv += ["--token-env", REPLICA_KEY_ENV]
+            proxy_env[REPLICA_KEY_ENV] = replica_key
         vllm_url = f"http://127.0.0.1:{proxy_port}"
         services.append(
             ProcessSpec(
@@ -129,13 +139,16 @@ def build_local_plan(
                 role="proxy",
                 argv=argv,
                 port=proxy_port,
-                env=token_env,
+                env=proxy_env,
                 health_url=f"{vllm_url}/health",
                 log_path=str(logs / "proxy.log"),
             )
         )
     trainer_env = {"CUDA_VISIBLE_DEVICES": ",".join(map(str, trainer_gpus))} if trainer_gpus else {}
     trainer_env.update(token_env)
+    if starts_replicas and replica_key and not uses_proxy(cfg):
+        trainer_env[REPLICA_KEY_ENV] = replica_key  # it talks to its one replica directly
+    trainer_env[TRAINER_ERROR_ENV] = str(trainer_error_file(run_dir))  # its one-paragraph error, shown by execute
     if device == "cpu":
         trainer_env["OMP_NUM_THREADS"] = str(cpus.trainer_threads)
         if cpus.trainer_cores:
@@ -160,8 +173,9 @@ def build_local_plan(
     return Plan(launcher="local", run_dir=run_dir, services=services, trainer=trainer, vllm_url=vllm_url, notes=notes)
 
 
-def proxy_knob_flags(proxy_cfg: Any) -> list[str]:
-    """CLI flags for every proxy knob that differs from its default (upstreams/host/port are set by the plan)."""
+def proxy_knob_flags(proxy_cfg: Any, skip: Sequence[str] = ()) -> list[str]:
+    """CLI flags for every proxy knob that differs from its default (upstreams/host/port are set by the plan, and so
+    are the knobs named in `skip`)."""
     from dataclasses import fields
 
     from agrpo.proxy.settings import ProxySettings, flag_name
@@ -169,7 +183,7 @@ def proxy_knob_flags(proxy_cfg: Any) -> list[str]:
     defaults = ProxySettings()
     flags = []
     for knob in fields(ProxySettings):
-        if knob.name in ("upstreams", "host", "port", "admin_token_env"):
+        if knob.name in ("upstreams", "host", "port", "admin_token_env", *skip):
             continue
         value = getattr(proxy_cfg, knob.name)
         if value == getattr(defaults, knob.name) or value is None:
@@ -203,6 +217,7 @@ def plan_on_this_machine(cfg: Any, run_dir: str, reservations: list[PortReservat
         sorted(os.sched_getaffinity(0)),
         admin_token=secrets.token_urlsafe(32),
         visible_gpus=visible_devices(os.environ.get("CUDA_VISIBLE_DEVICES")),
+        replica_key=secrets.token_urlsafe(32),  # per run: replicas take requests only from this run's proxy/trainer
     )
 
 
@@ -251,6 +266,7 @@ class LocalLauncher(Launcher):
         with SignalGuard() as guard:
             try:
                 services = start_services(plan, cfg.inference.startup_timeout_s, started)
+                clear_trainer_error(run_dir)
                 trainer = ManagedProcess(plan.trainer.name, plan.trainer.argv, plan.trainer.env)
                 started.append(trainer)
                 trainer.start(inherit_output=True)
@@ -259,10 +275,7 @@ class LocalLauncher(Launcher):
                 supervisor = ReplicaSupervisor(replicas, cfg.inference.max_restarts) if restart and replicas else None
                 code = wait_supervised(trainer, supervisor)
                 if code != 0:
-                    raise LaunchError(
-                        f"the trainer exited with code {code} (its output is above); the run directory "
-                        f"{run_dir} keeps the checkpoints, adapters and replica logs written so far"
-                    )
+                    raise LaunchError(trainer_failure(run_dir, code))
                 return json.loads((run_dir / "metrics.json").read_text())
             except KeyboardInterrupt as stop:
                 guard.teardown()

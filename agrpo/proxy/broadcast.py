@@ -9,7 +9,7 @@ import asyncio
 import json
 import time
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from agrpo.proxy.replicas import Replica
 
@@ -51,6 +51,7 @@ class Outcome:
     status: int
     body: bytes
     content_type: str = "application/json"
+    silent: tuple[int, ...] = ()  # replicas that gave no answer to a failed load: it may still land on them
 
     @property
     def ok(self) -> bool:
@@ -110,7 +111,9 @@ def _success(replies: Sequence[Reply]) -> Outcome:
 
 
 def _failure_status(reply: Reply) -> int:
-    return reply.status if reply.status is not None else 502
+    """The status the client gets for a replica's failure: its own error status, else 502 (no answer, or a 3xx:
+    redirects are never followed, so a redirect is a replica not doing what it was asked)."""
+    return reply.status if reply.status is not None and reply.status >= 400 else 502
 
 
 @dataclass(frozen=True)
@@ -158,37 +161,59 @@ async def load_adapter(
     up, replies = answered(replicas, all_replies)
     if not up:
         return _none_answered(replicas, all_replies, "the adapter load")
-    replicas = up
     name = _adapter_name(body)
     if all(serves_adapter(reply) for reply in replies):
         fresh = [reply for reply in replies if reply.ok]
         return _success(fresh) if fresh else Outcome(200, f"Success: LoRA adapter '{name}' already loaded".encode())
+    return await _undo_load(replicas, all_replies, name, send, retry)
 
-    accepted = [r for r, reply in zip(replicas, replies) if reply.ok]  # loaded by this call: undone on failure
-    failed = [(r, reply) for r, reply in zip(replicas, replies) if not serves_adapter(reply)]
-    # the cause is a hard failure if there is one; replicas merely stopped by the abort are not
-    causes = [(r, p) for r, p in failed if p.error != "deadline" and not adapter_missing(p)]
-    timed_out = [(r, p) for r, p in failed if p.error == "deadline"]
-    culprits = causes or timed_out or failed
-    status = _failure_status(culprits[0][1]) if causes else _DEADLINE
-    details = "; ".join(
-        f"{_name(r)} still found no adapter after {retry.deadline_s:g}s"
-        if p.error == "deadline"
-        else f"{_name(r)} answered {p.summary()}"
-        for r, p in culprits
+
+async def _undo_load(
+    replicas: Sequence[Replica], replies: Sequence[Reply], name: str, send: Send, retry: LoadRetry
+) -> Outcome:
+    """The load failed somewhere: unload it from the replicas that accepted it, and say what each replica holds. One
+    that gave no answer (timed out) may still complete the load later: it is out of rotation, and the outcome names it
+    (`silent`) so that the control plane unloads the version from it before re-admitting it."""
+    hard = [p for p in replies if p.status is not None and not serves_adapter(p) and _hard_failure(p)]
+    status = _failure_status(hard[0]) if hard else _DEADLINE
+    undo = [r for r, p in zip(replicas, replies) if p.ok]
+    undo_body = json.dumps({"lora_name": name}).encode()
+    undone = dict(
+        zip(undo, await asyncio.gather(*(send(r, "POST", "/v1/unload_lora_adapter", undo_body) for r in undo)))
     )
-    message = f"adapter {name!r} was loaded on no replica: {details}"
-    if accepted:
-        undo_body = json.dumps({"lora_name": name}).encode()
-        undone = await asyncio.gather(*(send(r, "POST", "/v1/unload_lora_adapter", undo_body) for r in accepted))
-        stuck = [r for r, reply in zip(accepted, undone) if not reply.ok]
-        message += f"; unloaded it again from replica(s) {_names(accepted)}"
-        if stuck:
-            message += (
-                f", but the unload FAILED on replica(s) {_names(stuck)}: "
-                "their state is inconsistent until the adapter is unloaded"
-            )
-    return error_outcome(status, message, "AdapterLoadError")
+    states = [_held_after_undo(r, p, undone.get(r), retry) for r, p in zip(replicas, replies)]
+    stuck = [r for r, p in zip(replicas, replies) if p.ok and not undone[r].ok]
+    message = f"adapter {name!r} was not loaded on every replica, so it is served by none: " + "; ".join(states)
+    if stuck:
+        message += f". Replica(s) {_names(stuck)} still hold it: their state is inconsistent until it is unloaded"
+    silent = tuple(r.index for r, p in zip(replicas, replies) if p.status is None)
+    return replace(error_outcome(status, message, "AdapterLoadError"), silent=silent)
+
+
+def _hard_failure(reply: Reply) -> bool:
+    """A refusal that stopped the load, as opposed to a replica still waiting for its mount or out of time."""
+    return reply.error != "deadline" and not adapter_missing(reply)
+
+
+def _held_after_undo(replica: Replica, reply: Reply, undo: Reply | None, retry: LoadRetry) -> str:
+    """What one replica holds after a failed load, in words."""
+    who = _name(replica)
+    if already_loaded(reply):
+        return f"{who} already had it before this call and keeps it"
+    if reply.ok:
+        if undo is not None and undo.ok:
+            return f"{who} loaded it; unloaded it again"
+        return f"{who} loaded it, but the unload FAILED ({undo.summary() if undo else 'not sent'})"
+    if reply.status is None:
+        return (
+            f"{who} gave no answer ({reply.error}): it is out of rotation, and should its load land late it is "
+            "unloaded before the replica serves again"
+        )
+    if reply.error == "deadline":
+        return f"{who} still found no adapter after {retry.deadline_s:g}s"
+    if adapter_missing(reply):
+        return f"{who} had not found the adapter yet (stopped)"
+    return f"{who} answered {reply.summary()}"
 
 
 async def unload_adapter(replicas: Sequence[Replica], body: bytes, send: Send) -> Outcome:

@@ -9,14 +9,16 @@ import asyncio
 import json
 import logging
 from time import perf_counter
+from urllib.parse import parse_qs, urlsplit
 
 import aiohttp
 from aiohttp import web
 
-from agrpo.proxy import broadcast
+from agrpo.proxy import availability, broadcast
 from agrpo.proxy.broadcast import LoadRetry, Outcome, Reply
 from agrpo.proxy.replicas import Replica
-from agrpo.proxy.settings import url_problems
+from agrpo.proxy.retired import RecentNames, listed_models
+from agrpo.proxy.settings import canonical_url, url_problems
 from agrpo.proxy.upstream import (
     describe_error,
     json_error,
@@ -39,10 +41,13 @@ class Control:
         )
         self.loaded: dict[str, bytes] = {}  # adapter name -> its load body, replayed on (re)admission
         self.unloaded: set[str] = set()  # routing state to forget at the next successful load
+        self.retired = RecentNames()  # unloaded by a client: requests naming one get 410 (retired.py)
+        self.owed: dict[int, dict[str, float]] = {}  # replica -> {failed load it did not answer: give up at}
         self.paused_qs: str | None = None
         self.generation = 0  # bumped by every state change; an admission replays until stable
         self._lock = asyncio.Lock()
         self._probe_task: asyncio.Task | None = None
+        self._loading: set[asyncio.Task] = set()  # serve=first loads still running on slower replicas
         self._broadcast_timeout = aiohttp.ClientTimeout(
             total=self.settings.broadcast_timeout_s, connect=self.settings.connect_timeout_s
         )
@@ -58,18 +63,6 @@ class Control:
         replica.healthy = False
         replica.last_error = reason
         return f"replica {replica.index}: {reason}"
-
-    def error_status(self, replica: Replica, status: int) -> None:
-        replica.consecutive_errors += 1
-        replica.last_error = f"HTTP {status}"
-        if replica.consecutive_errors >= self.settings.error_threshold and replica.healthy:
-            log.warning(
-                "replica %d (%s) marked unhealthy after %d errors",
-                replica.index,
-                replica.url,
-                replica.consecutive_errors,
-            )
-            replica.healthy = False
 
     # ------------------------------------------------------------------ broadcast
     async def _send(self, replica: Replica, method: str, path_qs: str, body: bytes) -> Reply:
@@ -100,22 +93,26 @@ class Control:
         body, held = read
         path, path_qs = request.path, request.raw_path
         started = perf_counter()
-        try:
-            async with self._lock:
-                self.generation += 1  # before and after: an admission that read the state
-                try:  # while this ran sees a change either way and replays again
-                    outcome = await self._apply(path, path_qs, body)
-                finally:
-                    self.generation += 1
-        except Exception as err:  # never a traceback to the client
-            log.exception("broadcast %s failed", path)
-            outcome = broadcast.error_outcome(500, f"proxy error during {path}: {describe_error(err)}")
+        try:  # shielded: a client that leaves must not stop a state change half-way (all-or-nothing)
+            outcome = await asyncio.shield(self._locked_apply(path, path_qs, body))
         finally:
             self.server.budget.release(held)
         self.metrics.observe_broadcast(path.rsplit("/", 1)[-1], outcome.ok, perf_counter() - started)
         if not outcome.ok:
             log.warning("%s -> %d: %s", path, outcome.status, outcome.body[:500])
         return web.Response(status=outcome.status, body=outcome.body, content_type=outcome.content_type.split(";")[0])
+
+    async def _locked_apply(self, path: str, path_qs: str, body: bytes) -> Outcome:
+        try:
+            async with self._lock:
+                self.generation += 1  # before and after: an admission that read the state
+                try:  # while this ran sees a change either way and replays again
+                    return await self._apply(path, path_qs, body)
+                finally:
+                    self.generation += 1
+        except Exception as err:  # never a traceback to the client
+            log.exception("broadcast %s failed", path)
+            return broadcast.error_outcome(500, f"proxy error during {path}: {describe_error(err)}")
 
     async def _apply(self, path: str, path_qs: str, body: bytes) -> Outcome:
         targets = self.replicas.healthy()
@@ -125,25 +122,32 @@ class Control:
                 return broadcast.error_outcome(
                     400, "load_lora_adapter needs a JSON body with a string 'lora_name'", "BadRequestError"
                 )
+            if _query(path_qs, "serve") == availability.SERVE_FIRST:
+                return await self._load_first(targets, name, body)
             outcome = await broadcast.load_adapter(targets, body, self._send, self.retry)
-            if outcome.ok:
-                self.loaded[name] = body
-                forgotten = self.server.router.forget_adapters(self.unloaded | {name})
-                log.info(
-                    "adapter %s loaded on %d replica(s); forgot %d routing entries of %s",
-                    name,
-                    len(targets),
-                    forgotten,
-                    sorted(self.unloaded) or "none",
-                )
-                self.unloaded.clear()
+            if not outcome.ok:
+                give_up = asyncio.get_running_loop().time() + self.settings.broadcast_timeout_s
+                for index in outcome.silent:  # its load may land late: undone before it serves again
+                    self.owed.setdefault(index, {})[name] = give_up
+            else:
+                for replica in targets:
+                    if replica.healthy:
+                        replica.adapters.add(name)
+                self._loaded(name, body, f"loaded on {len(targets)} replica(s)")
             return outcome
         if path == "/v1/unload_lora_adapter":
             name = _lora_name(body)
+            if name is not None:  # retired first: a request arriving while replicas unload gets 410, not a 404
+                self.retired.add(name)
+            if name in self.replicas.adapters:  # only where it is loaded: the others have nothing to unload
+                targets = [r for r in targets if name in r.adapters]
             outcome = await broadcast.unload_adapter(targets, body, self._send)
             if name is not None:
                 self.loaded.pop(name, None)
                 self.unloaded.add(name)
+                self.replicas.adapters.discard(name)
+                for replica in self.replicas:
+                    replica.adapters.discard(name)
             return outcome
         if path == "/pause":
             outcome = await broadcast.everywhere_or_undo(targets, path_qs, body, self._send, "/resume")
@@ -158,6 +162,55 @@ class Control:
                 self.paused_qs = None
             return outcome
         return await broadcast.everywhere(targets, "POST", path_qs, body, self._send)
+
+    def _loaded(self, name: str, body: bytes, where: str) -> None:
+        self.retired.discard(name)
+        for owed in self.owed.values():
+            owed.pop(name, None)
+        self.loaded[name] = body
+        self.replicas.adapters.add(name)
+        forgotten = self.server.router.forget_adapters(self.unloaded | {name})
+        log.info(
+            "adapter %s %s; forgot %d routing entries of %s", name, where, forgotten, sorted(self.unloaded) or "none"
+        )
+        self.unloaded.clear()
+
+    async def _load_first(self, targets: list[Replica], name: str, body: bytes) -> Outcome:
+        """`?serve=first`: answer once one replica serves the adapter; the others load on (availability.py)."""
+        first = [True]
+
+        async def served(replica: Replica) -> None:
+            if first[0]:
+                first[0] = False
+                replica.adapters.add(name)
+                self._loaded(name, body, f"served by replica {replica.index} (first of {len(targets)})")
+            elif name in self.loaded:
+                replica.adapters.add(name)
+            else:  # unloaded while this replica was still loading it: undo it here too
+                await self._send(replica, "POST", "/v1/unload_lora_adapter", json.dumps({"lora_name": name}).encode())
+
+        def failed(replica: Replica, reply: Reply) -> None:
+            if reply.status is None:
+                return  # no answer: already out of rotation (_send), re-admitted with a replay
+            replica.healthy = False
+            replica.last_error = f"could not load adapter {name}: {reply.summary()}"
+            log.warning("replica %d (%s) out of rotation: %s", replica.index, replica.url, replica.last_error)
+
+        def done() -> None:
+            holders = sum(1 for r in self.replicas if name in r.adapters)
+            log.info("adapter %s loaded on %d replica(s)", name, holders)
+
+        return await availability.load_first(
+            targets,
+            name,
+            body,
+            self._send,
+            self.retry,
+            on_served=served,
+            on_failed=failed,
+            on_done=done,
+            tasks=self._loading,
+        )
 
     # ------------------------------------------------------------------ health
     async def probe_all(self) -> None:
@@ -195,6 +248,8 @@ class Control:
             replica.admitting = False
 
     async def _catch_up(self, replica: Replica) -> None:
+        if not await self._unload_strays(replica):
+            return
         paused_by_us = None
         while True:
             generation = self.generation
@@ -217,16 +272,41 @@ class Control:
                 if self.replicas.get(replica.index) is not replica:
                     return  # removed meanwhile
                 if self.generation == generation:
+                    replica.adapters = set(loaded)
                     replica.healthy = True
                     replica.consecutive_errors = 0
                     replica.last_error = ""
                     log.info("replica %d (%s) admitted", replica.index, replica.url)
                     return
 
+    async def _unload_strays(self, replica: Replica) -> bool:
+        """Before re-admission, unload what the replica must not serve: versions retired while it was out, and any
+        failed load it did not answer (that load may have landed after the timeout). Such a load is waited for until
+        its unload succeeds or --broadcast-timeout-s has passed since. False: not admitted now (next probe retries)."""
+        reply = await self._send(replica, "GET", "/v1/models", b"")
+        retired = [n for n in listed_models(reply.body) if n in self.retired and n not in self.loaded]
+        owed = self.owed.get(replica.index, {})
+        now = asyncio.get_running_loop().time()
+        for name in [*retired, *owed]:
+            undo = await self._send(
+                replica, "POST", "/v1/unload_lora_adapter", json.dumps({"lora_name": name}).encode()
+            )
+            if undo.ok:
+                log.info("replica %d (%s): unloaded stray adapter %s", replica.index, replica.url, name)
+            waiting = name in owed and not undo.ok and (undo.status is None or now < owed[name])
+            if waiting:
+                replica.last_error = f"waiting to undo the failed load of {name}: {undo.summary()}"
+                return False
+            owed.pop(name, None)
+        self.owed.pop(replica.index, None)
+        return True
+
     def start_probing(self) -> None:
         self._probe_task = asyncio.get_running_loop().create_task(self._probe_forever())
 
     async def stop_probing(self) -> None:
+        for task in list(self._loading):
+            task.cancel()
         if self._probe_task is not None:
             self._probe_task.cancel()
             try:
@@ -266,13 +346,13 @@ class Control:
         denied = self.server.admin_denied(request)
         if denied is not None:
             return denied
-        url = await _url_from(request)
+        url = await _url_from(request, self.server)
         if isinstance(url, web.Response):
             return url
         if self.replicas.find(url) is not None:
             return json_error(409, f"replica {url} is already behind the proxy", "Conflict")
         replica = self.server.add_replica(url, healthy=False)
-        await self.probe(replica)  # synchronises adapters and pause state, then admits
+        await asyncio.shield(self.probe(replica))  # synchronises adapters and pause state, then admits
         log.info("replica %d (%s) added (healthy=%s)", replica.index, replica.url, replica.healthy)
         return web.json_response(replica.describe(), status=201)
 
@@ -280,7 +360,7 @@ class Control:
         denied = self.server.admin_denied(request)
         if denied is not None:
             return denied
-        url = await _url_from(request)
+        url = await _url_from(request, self.server)
         if isinstance(url, web.Response):
             return url
         replica = self.replicas.remove(url)
@@ -290,17 +370,28 @@ class Control:
         return web.json_response(replica.describe())
 
 
-async def _url_from(request: web.Request):
+async def _url_from(request: web.Request, server):
+    """The canonical replica URL of a `{"url": ...}` body, or the error to answer (400 naming the reason)."""
     if (request.content_length or 0) > 65536:
         return json_error(413, "a replica request body is a small JSON object", "RequestTooLarge")
+    read = await server.read_body(request)
+    if isinstance(read, web.Response):
+        return read
+    body, held = read
+    server.budget.release(held)
     try:
-        url = json.loads(await request.read())["url"]
+        url = json.loads(body)["url"]
     except (ValueError, KeyError, TypeError, RecursionError):
         return json_error(400, 'expected a JSON body like {"url": "http://host:port"}', "BadRequestError")
-    problems = url_problems(url) if isinstance(url, str) else [f"{url!r} is not a string"]
+    problems = url_problems(url)
     if problems:
         return json_error(400, f"not a replica URL: {'; '.join(problems)}", "BadRequestError")
-    return url.rstrip("/")
+    return canonical_url(url)
+
+
+def _query(path_qs: str, key: str) -> str | None:
+    values = parse_qs(urlsplit(path_qs).query).get(key)
+    return values[-1] if values else None
 
 
 def _lora_name(body: bytes) -> str | None:

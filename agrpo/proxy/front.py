@@ -7,6 +7,12 @@ first request that is anything else (another path, a chunked upload, `Expect`, a
 target, a body over the limits...) hands the whole connection, with the bytes already received,
 to aiohttp's server, which then serves it to the end with every check it has. aiohttp's server
 costs about as much CPU per request as the rest of the proxy together; this path skips it.
+
+Abuse it must survive: a body counts against the shared body budget only as its bytes arrive (a
+head that declares 64 MiB holds nothing); a request must arrive whole within
+--request-read-timeout-s (else 408); a client that pipelines requests without reading the
+answers is not read from until it does; a client that leaves cancels its request upstream; a
+head with a bare LF gets 400 at once.
 """
 
 import asyncio
@@ -14,7 +20,8 @@ import re
 from http import HTTPStatus
 from time import perf_counter
 
-from agrpo.proxy.upstream import TRANSPORT_ERRORS
+from agrpo.proxy.trust import over_budget_message
+from agrpo.proxy.upstream import TRANSPORT_ERRORS, error_body
 
 _ROUTED = {b"/v1/completions": "/v1/completions", b"/v1/chat/completions": "/v1/chat/completions"}
 _MAX_HEAD = 65536
@@ -22,6 +29,7 @@ IDLE_CLOSE_S = 75.0  # like aiohttp's keep-alive: a connection silent this long 
 _REASONS = {s.value: s.phrase.encode() for s in HTTPStatus}
 _CONTROL = re.compile(rb"[\x00-\x08\x0a-\x1f\x7f]")  # in a head without its CRLFs: refused
 _TOKEN = re.compile(rb"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")  # a header name (RFC 9110)
+_BARE_LF = re.compile(rb"(?<!\r)\n")  # a head line ended by LF alone: never a valid HTTP/1.1 head
 
 
 class RawSink:
@@ -84,27 +92,34 @@ class FrontProtocol(asyncio.Protocol):
         self._paused = False
         self._drain: asyncio.Future | None = None
         self._task: asyncio.Task | None = None
-        self._pending = None  # (head end, path, length, headers) of a body still arriving
+        self._pending = None  # [head end, path, length, headers, body bytes held] of a body still arriving
+        self._loop = None
         self.last_active = 0.0
+        self.reading_since: float | None = None  # when the request being read began to arrive (None: none is)
 
     # -- asyncio callbacks
     def connection_made(self, transport):
         self.transport = transport
-        self.last_active = asyncio.get_running_loop().time()
+        self._loop = asyncio.get_running_loop()
+        self.last_active = self._loop.time()
         self.server.front_connections.add(self)
 
     def connection_lost(self, exc):
         self.server.front_connections.discard(self)
         self.closing = True
-        if self._pending is not None:  # a body that will never complete
-            self.server.budget.release(self._pending[2])
-            self._pending = None
+        self._release_pending()  # a body that will never complete
+        if self._task is not None and not self._task.done():
+            # nobody waits for the answer (a client that half-closes counts as gone, as nginx has it by
+            # default): stop the request upstream too, so the replica stops generating for nobody
+            self._task.cancel()
         self._wake()
 
     def data_received(self, data):
-        self.last_active = asyncio.get_running_loop().time()
+        self.last_active = now = self._loop.time()
         self.buffer += data
         if not self.busy:
+            if self.reading_since is None:
+                self.reading_since = now
             self._next()
         elif len(self.buffer) > _MAX_HEAD:
             self.transport.pause_reading()  # a client racing ahead of its answers waits
@@ -139,13 +154,32 @@ class FrontProtocol(asyncio.Protocol):
         self.closing = True
         self.transport.abort()
 
+    def refuse(self, status: int, message: str, kind: str, extra_headers=()) -> None:
+        """Answer the request being read with an error and close the connection (its body is not read)."""
+        self._release_pending()
+        self.closing = True
+        self.buffer.clear()
+        self.server.metrics.rejected += 1
+        body = error_body(status, message, kind)
+        headers = [("Content-Type", "application/json"), *extra_headers]
+        if not self.transport.is_closing():
+            self.transport.write(RawSink(self)._head(status, headers, b"Content-Length: %d\r\n" % len(body)) + body)
+            self.transport.close()
+
+    def _release_pending(self) -> None:
+        pending, self._pending = self._pending, None
+        if pending is not None:
+            self.server.budget.release(pending[4])
+
     # -- requests
     def _next(self) -> None:
         buffer = self.buffer
         if self._pending is None:
             end = buffer.find(b"\r\n\r\n")
             if end < 0:
-                if len(buffer) > _MAX_HEAD:
+                if _BARE_LF.search(buffer):
+                    self.refuse(400, "request head lines must end with CRLF, not a bare LF", "BadRequestError")
+                elif len(buffer) > _MAX_HEAD:
                     self._hand_over()
                 return
             request = self._lean_request(bytes(buffer[:end]))
@@ -153,20 +187,27 @@ class FrontProtocol(asyncio.Protocol):
                 self._hand_over()
                 return
             path, length, headers = request
-            budget = self.server.budget
-            if length > self.server.settings.max_body_bytes or not budget.fits(length):
-                self._hand_over()  # aiohttp answers 413 / 503 without reading the body
+            if length > self.server.settings.max_body_bytes:
+                self._hand_over()  # aiohttp answers 413 without reading the body
                 return
-            budget.reserve(length)
-            self._pending = (end, path, length, headers)  # the budget is held from now on
-        end, path, length, headers = self._pending
-        if len(buffer) < end + 4 + length:
+            self._pending = [end, path, length, headers, 0]
+        pending = self._pending
+        end, path, length, headers, held = pending
+        arrived = min(len(buffer) - end - 4, length)
+        if arrived > held:  # the budget counts body bytes as they arrive, never what a head declares
+            if not self.server.budget.reserve(arrived - held):
+                limit = self.server.settings.max_inflight_body_bytes
+                self.refuse(503, over_budget_message(limit), "Overloaded", [("Retry-After", "1")])
+                return
+            pending[4] = arrived
+        if arrived < length:
             return
         self._pending = None
         raw = bytes(buffer[end + 4 : end + 4 + length])
         del buffer[: end + 4 + length]
         self.busy = True
-        self._task = asyncio.get_running_loop().create_task(self._serve(path, headers, raw, length))
+        self.reading_since = None
+        self._task = self._loop.create_task(self._serve(path, headers, raw, length))
 
     def _lean_request(self, head: bytes):
         """(path, content length, raw header pairs) when the lean path may serve it, else None.
@@ -210,18 +251,23 @@ class FrontProtocol(asyncio.Protocol):
         sink = RawSink(self)
         try:
             await self.server.routed.handle(sink, "POST", path, headers, raw, perf_counter())
+            if self._paused:  # answers are not being read: read no further request until they are
+                await asyncio.wait_for(self.drain(), IDLE_CLOSE_S)
+        except asyncio.TimeoutError:
+            self.abort()  # the client stopped reading long ago
         except TRANSPORT_ERRORS:
             self.closing = True  # the client left while we answered
         finally:
             self.server.budget.release(held)
             self.busy = False
             self._task = None
-            self.last_active = asyncio.get_running_loop().time()
+            self.last_active = self._loop.time()
         if self.closing or self.transport.is_closing():
             self.transport.close()
             return
         self.transport.resume_reading()
         if self.buffer:
+            self.reading_since = self.last_active
             self._next()
 
     def _hand_over(self) -> None:
@@ -235,13 +281,6 @@ class FrontProtocol(asyncio.Protocol):
         if data:
             handler.data_received(data)
 
-    def idle_since(self, now: float) -> float:
-        """Seconds without a byte from the client and with no answer under way (0 if busy).
-
-        A head with half a body also counts as idle: a client that stops mid-body must not
-        hold its share of the body budget forever."""
-        return 0.0 if self.busy else now - self.last_active
-
     async def close(self, timeout: float) -> None:
         """Let the request in flight finish (up to `timeout`), then close."""
         if self._task is not None:
@@ -254,7 +293,7 @@ class FrontProtocol(asyncio.Protocol):
 
 
 async def close_idle_forever(server, interval_s: float = 10.0) -> None:
-    """Close front connections idle for IDLE_CLOSE_S (the server runs this as a task)."""
+    """Close idle and too slow front connections (the server runs this as a task)."""
     loop = asyncio.get_running_loop()
     while True:
         await asyncio.sleep(interval_s)
@@ -262,7 +301,19 @@ async def close_idle_forever(server, interval_s: float = 10.0) -> None:
 
 
 def close_idle(server, now: float) -> int:
-    idle = [f for f in list(server.front_connections) if f.idle_since(now) >= IDLE_CLOSE_S]
-    for front in idle:
-        front.transport.close()  # connection_lost releases any body budget it held
-    return len(idle)
+    """Answer 408 to requests still arriving after --request-read-timeout-s, close connections silent for
+    IDLE_CLOSE_S; either releases the body budget they held. Returns how many were closed."""
+    deadline = server.settings.request_read_timeout_s
+    closed = 0
+    for front in list(server.front_connections):
+        if front.busy:
+            continue
+        if front.reading_since is not None and now - front.reading_since >= deadline:
+            message = f"the request did not arrive whole within {deadline:g}s (--request-read-timeout-s)"
+            front.refuse(408, message, "RequestTimeout")
+        elif now - front.last_active >= IDLE_CLOSE_S:
+            front.transport.close()  # connection_lost releases any body budget it held
+        else:
+            continue
+        closed += 1
+    return closed

@@ -73,6 +73,7 @@ class Metrics:
         self.retried = 0
         self.failed = 0  # routed requests answered with a proxy-made error
         self.rejected = 0  # malformed or oversized bodies
+        self.retired = 0  # routed requests naming a retired adapter (answered 410)
         self.broadcasts: dict[str, int] = {}
         self.broadcast_failures: dict[str, int] = {}
         self.routed_seconds = {kind: Histogram() for kind in self.by_kind}
@@ -100,6 +101,7 @@ class Metrics:
             "retried": self.retried,
             "failed": self.failed,
             "rejected": self.rejected,
+            "retired": self.retired,
             "tracked_routing_entries": tracked,
             "broadcasts": dict(self.broadcasts),
             "broadcast_failures": dict(self.broadcast_failures),
@@ -121,6 +123,7 @@ class Metrics:
             ("retried", self.retried, "Routed requests retried on another replica."),
             ("failed", self.failed, "Routed requests answered with a proxy-made error."),
             ("rejected", self.rejected, "Malformed or oversized request bodies."),
+            ("retired", self.retired, "Routed requests naming an adapter the trainer had unloaded (410)."),
             ("stream_cuts", self.stream_cuts, "Streams a replica cut short (client got an error)."),
             (
                 "body_budget_refused",

@@ -19,6 +19,7 @@ class Replica:
     last_error: str = ""
     authorization: str | None = field(default=None, repr=False)  # upstream token, if allowed
     admitting: bool = False  # a re-admission (state replay) is under way
+    adapters: set[str] = field(default_factory=set)  # adapters it serves, of those loaded through the proxy
     _urls: dict = field(default_factory=dict, repr=False)
 
     def target(self, path_qs: str) -> yarl.URL:
@@ -48,6 +49,7 @@ class Replica:
             "routed": self.routed,
             "outstanding_work": self.work,
             "last_error": self.last_error,
+            "adapters": sorted(self.adapters),
         }
 
 
@@ -57,6 +59,7 @@ class ReplicaSet:
     def __init__(self, urls: list[str]):
         self._by_index: dict[int, Replica] = {}
         self._next_index = 0
+        self.adapters: set[str] = set()  # adapter names loaded through the proxy: routed only to their holders
         for url in urls:
             self.add(url)
 
@@ -94,12 +97,18 @@ class ReplicaSet:
     def healthy(self) -> list[Replica]:
         return [r for r in self._by_index.values() if r.healthy]
 
-    def loads(self, exclude: set[int] | frozenset = frozenset()) -> dict[int, float]:
-        """Outstanding work of the replicas a request may go to (all, if none is healthy)."""
-        loads = {i: r.work for i, r in self._by_index.items() if r.healthy and i not in exclude}
+    def loads(self, exclude: set[int] | frozenset = frozenset(), model: str | None = None) -> dict[int, float]:
+        """Outstanding work of the replicas a request may go to (all, if none is healthy). A request naming an adapter
+        loaded through the proxy goes only to healthy replicas that hold it, while there is one (availability.py)."""
+        candidates = [r for i, r in self._by_index.items() if i not in exclude]
+        if model is not None and model in self.adapters:
+            holders = [r for r in candidates if model in r.adapters]
+            if any(r.healthy for r in holders):
+                candidates = holders
+        loads = {r.index: r.work for r in candidates if r.healthy}
         if not loads and not any(r.healthy for r in self._by_index.values()):
             # every replica is marked down: the marks may be stale, so try them anyway
-            loads = {i: r.work for i, r in self._by_index.items() if i not in exclude}
+            loads = {r.index: r.work for r in candidates}
         return loads
 
 

@@ -43,8 +43,8 @@ MAX_TOKENS = (1 << 31) - 1
 def parse_routing_fields(raw: bytes) -> RoutingFields:
     """Extract model, prompts, n, max_tokens and stream from a JSON request body.
 
-    Out-of-range `n` / `max_tokens` and absurdly nested JSON are BadRequest (400), never an
-    exception deeper in the proxy (a 500).
+    `n`, `best_of`, `min_tokens`, `max_tokens` and `max_completion_tokens` that are not JSON integers in range,
+    and absurdly nested JSON, are BadRequest (400), never an exception deeper in the proxy (a 500).
     """
     try:
         text = raw.decode("utf-8")
@@ -67,27 +67,40 @@ def _fields(text: str) -> RoutingFields:
         else:
             prompts = [Prompt.from_text("")]
     model = values.get("model")
-    max_tokens = values.get("max_tokens")
-    if max_tokens is None:
-        max_tokens = values.get("max_completion_tokens")
-    n = values.get("n", 1)
-    if type(n) is int and not 1 <= n <= MAX_N:
-        raise BadRequest(f"'n' must be between 1 and {MAX_N}, got {_short(n)}")
-    if type(max_tokens) is int and not 0 <= max_tokens <= MAX_TOKENS:
-        raise BadRequest(f"'max_tokens' must be between 0 and {MAX_TOKENS}, got {_short(max_tokens)}")
+    n = _integer(values, "n", 1, MAX_N)
+    _integer(values, "best_of", 1, MAX_N)
+    _integer(values, "min_tokens", 0, MAX_TOKENS)
+    max_tokens = _integer(values, "max_tokens", 0, MAX_TOKENS)
+    completion_tokens = _integer(values, "max_completion_tokens", 0, MAX_TOKENS)
     return RoutingFields(
         model=model if isinstance(model, str) else "",
         prompts=prompts or [Prompt.from_text("")],
-        n=n if type(n) is int else 1,
-        max_tokens=max_tokens if type(max_tokens) is int else None,
+        n=1 if n is None else n,
+        max_tokens=max_tokens if max_tokens is not None else completion_tokens,
         stream=values.get("stream") is True,
     )
 
 
-def _short(number: int) -> str:
-    """A number for an error message: 400 digits are not worth echoing."""
-    text = str(number) if abs(number) < 10**30 else f"a {len(str(abs(number)))}-digit number"
-    return text
+def _integer(values: dict, key: str, low: int, high: int) -> int | None:
+    """The value of `key` if it is a JSON integer in low..high, None if absent or null; anything else is a
+    BadRequest. Floats (`1e9`, even `3.0`), strings of digits and booleans are refused: vLLM would coerce some of
+    them, so they would slip past the range check and the load accounting."""
+    value = values.get(key)
+    if value is None:
+        return None
+    if type(value) is not int:
+        raise BadRequest(f"{key!r} must be a JSON integer between {low} and {high}, got {_short(value)}")
+    if not low <= value <= high:
+        raise BadRequest(f"{key!r} must be between {low} and {high}, got {_short(value)}")
+    return value
+
+
+def _short(value) -> str:
+    """A value for an error message: 400 digits (or a 1 MB string) are not worth echoing."""
+    if type(value) is int and abs(value) >= 10**30:
+        return f"a {len(str(abs(value)))}-digit number"
+    text = json.dumps(value)
+    return text if len(text) <= 40 else text[:40] + "..."
 
 
 def _split_prompt(text: str) -> tuple[dict, list[Prompt] | None]:

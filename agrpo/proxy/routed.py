@@ -16,6 +16,7 @@ from aiohttp import web
 from agrpo.proxy.pool import Exchange
 from agrpo.proxy.replicas import Replica
 from agrpo.proxy.request_fields import BadRequest, parse_routing_fields
+from agrpo.proxy.retired import retired_body
 from agrpo.proxy.upstream import (
     REPLICA_HEADER,
     TRANSPORT_ERRORS,
@@ -28,6 +29,7 @@ from agrpo.proxy.upstream import (
 log = logging.getLogger("agrpo.proxy")
 
 JSON = [("Content-Type", "application/json")]
+RETRY_ELSEWHERE = frozenset((502, 503, 504))  # a gateway or an engine saying "not now", not "this request is wrong"
 
 
 def error_headers(replica: Replica | None, extra: dict | None = None) -> list:
@@ -117,7 +119,11 @@ class RoutedPath:
         kind = None
         last_error, replica = "no replica is available", None
         for attempt in range(2):
-            loads = self.replicas.loads(tried)
+            if fields.model in self.control.retired:  # before the first try and before a failover
+                metrics.retired += 1
+                await sink.respond(410, JSON, retired_body(fields.model))
+                return
+            loads = self.replicas.loads(tried, fields.model)
             if not loads:
                 break
             decision = self.router.route(fields, loads)
@@ -133,13 +139,11 @@ class RoutedPath:
             try:
                 try:
                     upstream = await exchange.send(method, path_qs, head_lines, raw)
-                    if upstream.status >= 500:
-                        self.control.error_status(replica, upstream.status)
-                        if attempt == 0 and self.replicas.loads(tried):  # another to try
-                            last_error = f"replica {replica.index} answered {upstream.status}"
-                            continue
-                    else:
-                        replica.consecutive_errors = 0
+                    # An answer is never the replica's health (probes and connection failures are): a 500 is this
+                    # request's problem and goes back as it is. "Not now" statuses get one try elsewhere.
+                    if upstream.status in RETRY_ELSEWHERE and attempt == 0 and self.replicas.loads(tried, fields.model):
+                        last_error = f"replica {replica.index} answered {upstream.status}"
+                        continue
                     if upstream.content_type == "text/event-stream":
                         await self.stream(sink, exchange, upstream, replica, kind, started)
                         return

@@ -24,12 +24,13 @@ from agrpo.proxy.routed import AiohttpSink, RoutedPath
 from agrpo.proxy.routing import Router
 from agrpo.proxy.settings import (
     ProxySettings,
+    canonical_url,
     is_loopback,
     may_receive_token,
     token_patterns,
     url_host,
 )
-from agrpo.proxy.trust import AdminGuard, BodyBudget
+from agrpo.proxy.trust import AdminGuard, BodyBudget, over_budget_message
 from agrpo.proxy.upstream import (
     TRANSPORT_ERRORS,
     forwarded_head_lines,
@@ -64,7 +65,7 @@ class ProxyServer:
         self.settings = settings
         self.authorization = _authorization(settings.token_env)
         self.admin = AdminGuard.from_env(settings.admin_token_env)
-        self._token_hosts = {url_host(url) for url in settings.upstreams}
+        self._token_hosts = {url_host(canonical_url(url)) for url in settings.upstreams}
         self._token_patterns = token_patterns(settings)
         self.replicas = ReplicaSet([])
         for url in settings.upstreams:
@@ -85,7 +86,9 @@ class ProxyServer:
         self._next_any = 0
 
     def add_replica(self, url: str, healthy: bool = True) -> Replica:
-        """A new replica; it gets the upstream token only if its host may receive it."""
+        """A new replica under its canonical URL (a valid one: settings.url_problems); it gets the upstream token only
+        if its host may receive it."""
+        url = canonical_url(url)
         replica = self.replicas.add(url, healthy=healthy)
         if self.authorization and may_receive_token(url_host(url), self._token_hosts, self._token_patterns):
             replica.authorization = self.authorization
@@ -114,7 +117,11 @@ class ProxyServer:
             auto_decompress=False,
         )
         self._runner = web.AppRunner(
-            self.build_app(), access_log=None, handle_signals=False, shutdown_timeout=self.settings.shutdown_timeout_s
+            self.build_app(),
+            access_log=None,
+            handle_signals=False,
+            shutdown_timeout=self.settings.shutdown_timeout_s,
+            handler_cancellation=True,  # a client that leaves cancels its request (broadcasts are shielded)
         )
         try:
             await self._runner.setup()
@@ -123,7 +130,8 @@ class ProxyServer:
                     lambda: FrontProtocol(self), self.settings.host, self.settings.port, backlog=2048
                 )
                 host, port = self._listener.sockets[0].getsockname()[:2]
-                self._sweeper = asyncio.get_running_loop().create_task(close_idle_forever(self))
+                sweep_s = min(10.0, self.settings.request_read_timeout_s / 4)
+                self._sweeper = asyncio.get_running_loop().create_task(close_idle_forever(self, sweep_s))
             else:
                 site = web.TCPSite(self._runner, self.settings.host, self.settings.port, backlog=2048)
                 await site.start()
@@ -197,49 +205,48 @@ class ProxyServer:
         )
 
     async def read_body(self, request: web.Request):
-        """(body, bytes reserved) or an error response: 413 over --max-body-bytes, 503 while
-        all requests together hold --max-inflight-body-bytes."""
+        """(body, bytes reserved) or an error response: 413 over --max-body-bytes, 503 while all requests together
+        hold --max-inflight-body-bytes, 408 when the body does not arrive within --request-read-timeout-s. The budget
+        counts bytes as they arrive, whatever Content-Length declares."""
         limit = self.settings.max_body_bytes
-        length = request.content_length
-        too_large = (
-            json_error(413, f"request body exceeds {limit} bytes (--max-body-bytes)", "RequestTooLarge")
-            if length is not None and length > limit
-            else None
-        )
-        if too_large is not None:
+        too_large = json_error(413, f"request body exceeds {limit} bytes (--max-body-bytes)", "RequestTooLarge")
+        if request.content_length is not None and request.content_length > limit:
             return too_large
-        if length is not None:
-            if not self.budget.reserve(length):
-                return self._over_budget()
-            try:
-                return await request.read(), length
-            except BaseException as err:
-                self.budget.release(length)
-                if isinstance(err, web.HTTPRequestEntityTooLarge):
-                    return json_error(413, f"request body exceeds {limit} bytes (--max-body-bytes)", "RequestTooLarge")
-                raise
-        held, parts = 0, []  # chunked upload: take budget as it arrives
-        try:
+        held, parts = 0, []
+
+        async def arrive():
+            nonlocal held
             async for chunk in request.content.iter_any():
                 if held + len(chunk) > limit:
-                    self.budget.release(held)
-                    return json_error(413, f"request body exceeds {limit} bytes (--max-body-bytes)", "RequestTooLarge")
+                    return too_large
                 if not self.budget.reserve(len(chunk)):
-                    self.budget.release(held)
                     return self._over_budget()
                 held += len(chunk)
                 parts.append(chunk)
+            return None
+
+        try:
+            refused = await asyncio.wait_for(arrive(), self.settings.request_read_timeout_s)
+        except asyncio.TimeoutError:
+            refused = json_error(
+                408,
+                f"the request body did not arrive within {self.settings.request_read_timeout_s:g}s "
+                "(--request-read-timeout-s)",
+                "RequestTimeout",
+            )
         except BaseException:
             self.budget.release(held)
             raise
+        if refused is not None:
+            self.budget.release(held)
+            refused.force_close()  # the rest of the body is not read
+            return refused
         return b"".join(parts), held
 
     def _over_budget(self) -> web.Response:
         return json_error(
             503,
-            "the proxy holds its limit of request bytes in flight "
-            f"({self.settings.max_inflight_body_bytes} bytes, "
-            "--max-inflight-body-bytes); retry shortly",
+            over_budget_message(self.settings.max_inflight_body_bytes),
             "Overloaded",
             extra_headers={"Retry-After": "1"},
         )

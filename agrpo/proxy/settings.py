@@ -6,11 +6,12 @@ config compatible). The `help` metadata is the one-line "why" shown by `--help`.
 """
 
 import ipaddress
-import re
 from dataclasses import dataclass, field, fields
 from fnmatch import fnmatchcase
 from typing import Optional
-from urllib.parse import urlsplit
+
+# The URL rules live in urls.py; url_host and url_problems are imported from here too.
+from agrpo.proxy.urls import BadReplicaUrl, canonical_url, url_host, url_problems  # noqa: F401
 
 
 # The env var a launcher puts the proxy's admin token in (proxy and trainer only; --admin-token-env names it).
@@ -64,9 +65,6 @@ class ProxySettings:
     load_retry_max_s: float = _knob(4.0, "cap of the doubling wait between adapter-load retries")
     health_interval_s: float = _knob(2.0, "how often every replica's /health is probed")
     health_timeout_s: float = _knob(5.0, "a probe slower than this marks the replica unhealthy")
-    error_threshold: int = _knob(
-        3, "consecutive 5xx answers that mark a replica unhealthy (connection errors: at once)"
-    )
     health_quorum: int = _knob(0, "healthy replicas /health needs for 200; 0 means all of them (no degraded mode)")
     shutdown_timeout_s: float = _knob(5.0, "on stop, in-flight requests get this long to finish")
     max_body_bytes: int = _knob(64 * 1024 * 1024, "larger request bodies get 413")
@@ -99,6 +97,11 @@ class ProxySettings:
         "longest a replica's re-admission (replaying adapters and pause) may take; it "
         "stays out and is retried at the next probe",
     )
+    request_read_timeout_s: float = _knob(
+        60.0,
+        "longest a client may take to send one request's head and body; slower ones get 408 and are "
+        "closed, so a client dribbling bytes cannot hold a connection or its body bytes forever",
+    )
 
     def problems(self) -> list[str]:
         """Everything wrong with these settings, as sentences naming the flag to change."""
@@ -107,8 +110,10 @@ class ProxySettings:
             found.append("no replica given: pass --upstream URL at least once")
         for url in self.upstreams:
             found.extend(url_problems(url))
-        if len(set(u.rstrip("/") for u in self.upstreams)) != len(self.upstreams):
-            found.append("the same --upstream URL is given twice")
+        canonical = [_canonical_or_none(url) for url in self.upstreams]
+        valid = [url for url in canonical if url is not None]
+        if len(set(valid)) != len(valid):
+            found.append("the same replica is given twice as --upstream (URLs that differ only in spelling count)")
         if not 0 <= self.port <= 65535:
             found.append(f"--port {self.port} is not a TCP port (0-65535)")
         for name in (
@@ -116,7 +121,6 @@ class ProxySettings:
             "text_chars_per_token",
             "default_max_tokens",
             "lru_size",
-            "error_threshold",
             "template_fanout",
             "max_body_bytes",
             "max_inflight_body_bytes",
@@ -133,6 +137,7 @@ class ProxySettings:
             "health_timeout_s",
             "shutdown_timeout_s",
             "admit_timeout_s",
+            "request_read_timeout_s",
         ):
             if getattr(self, name) <= 0:
                 found.append(f"--{flag_name(name)} must be positive")
@@ -150,40 +155,11 @@ class ProxySettings:
         return found
 
 
-_HOSTNAME = re.compile(r"[A-Za-z0-9_.-]+|\[[0-9A-Fa-f:.]+\]")
-
-
-def url_problems(url: str) -> list[str]:
-    """Why `url` cannot be a replica base URL (empty list when it can).
-
-    A replica URL is scheme://host[:port] and nothing else (a trailing "/" is fine): no
-    credentials (they would show in stats, metrics and logs), no path, query or fragment (the
-    proxy appends request paths to it, so anything there would turn routing into a way to
-    reach arbitrary URLs).
-    """
-    if not isinstance(url, str) or not url.isascii() or not url.isprintable() or " " in url:
-        return [f"replica URL {url!r} must be printable ASCII without spaces"]
-    parts = urlsplit(url)
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        return [f"replica URL {url!r} must look like http://host:port (http or https)"]
-    if "@" in parts.netloc:
-        shown = f"{parts.scheme}://***@{parts.netloc.rsplit('@', 1)[1]}"  # never echo a password
-        return [f"replica URL {shown!r} must not carry credentials (user:password@)"]
-    if parts.path not in ("", "/") or "?" in url or "#" in url:
-        return [f"replica URL {url!r} must not have a path, query or fragment (only scheme://host:port)"]
-    host = parts.netloc.rsplit(":", 1)[0] if not parts.netloc.endswith("]") else parts.netloc
-    if not _HOSTNAME.fullmatch(host):
-        return [f"replica URL {url!r} has an invalid host"]
+def _canonical_or_none(url: object) -> str | None:
     try:
-        parts.port
-    except ValueError:
-        return [f"replica URL {url!r} has an invalid port"]
-    return []
-
-
-def url_host(url: str) -> str:
-    """The lower-case host of a (valid) replica URL."""
-    return (urlsplit(url).hostname or "").lower()
+        return canonical_url(url)  # type: ignore[arg-type]
+    except BadReplicaUrl:
+        return None
 
 
 def token_patterns(settings: "ProxySettings") -> list[str]:

@@ -67,3 +67,11 @@ class BodyBudget:
 
     def release(self, size: int) -> None:
         self.held -= size
+
+
+def over_budget_message(limit: int) -> str:
+    """The 503 message when a request's body does not fit in the budget."""
+    return (
+        f"the proxy holds its limit of request bytes in flight ({limit} bytes, --max-inflight-body-bytes); "
+        "retry shortly"
+    )

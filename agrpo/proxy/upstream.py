@@ -2,6 +2,7 @@
 
 import asyncio
 import json
+import re
 
 import aiohttp
 from aiohttp import web
@@ -56,9 +57,29 @@ def forwarded_head_lines(raw_headers) -> bytes:
     return b"".join(k + b": " + v + b"\r\n" for k, v in raw_headers if k.lower() not in _DROP_UPSTREAM_RAW)
 
 
+_HEADER_NAME = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")  # a token (RFC 9110)
+_CONTROL_IN_VALUE = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")  # any control character but HTAB
+
+
+_NAME_VERDICTS: dict[str, bool] = {}  # names repeat from answer to answer: each is checked once (bounded)
+
+
+def safe_header(name: str, value: str) -> bool:
+    """Whether a replica's header may reach the client: a token name and a value without control characters (a
+    bare CR or LF inside a value would let a replica start headers, or a whole response, of its own)."""
+    ok = _NAME_VERDICTS.get(name)
+    if ok is None:
+        ok = _HEADER_NAME.fullmatch(name) is not None
+        if len(_NAME_VERDICTS) < 1024:
+            _NAME_VERDICTS[name] = ok
+    # isprintable() is the fast yes for plain values; a tab or non-ASCII text goes to the exact check
+    return ok and (value.isprintable() or _CONTROL_IN_VALUE.search(value) is None)
+
+
 def response_headers(pairs, replica: Replica | None) -> list[tuple[str, str]]:
-    """A replica's response headers (name, value pairs) as sent on to the client."""
-    headers = [(k, v) for k, v in pairs if k.lower() not in _DROP_DOWNSTREAM]
+    """A replica's response headers (name, value pairs) as sent on to the client, minus hop-by-hop ones and any
+    that `safe_header` refuses."""
+    headers = [(k, v) for k, v in pairs if k.lower() not in _DROP_DOWNSTREAM and safe_header(k, v)]
     if replica is not None:
         headers.append((REPLICA_HEADER, str(replica.index)))
     return headers
@@ -97,13 +118,15 @@ async def send_once(
 ) -> Reply:
     """One buffered request to one replica; transport failures become `Reply(None, ...)`.
 
-    The upstream token is added here only for replicas allowed to receive it.
+    The upstream token is added here only for replicas allowed to receive it. Redirects are never followed: a
+    replica answering 3xx to a probe or a broadcast has not done what was asked (and following it would carry the
+    token elsewhere).
     """
     if replica.authorization:
         headers = {**headers, "Authorization": replica.authorization}
     try:
         async with session.request(
-            method, replica.target(path_qs), data=body or None, headers=headers, timeout=timeout
+            method, replica.target(path_qs), data=body or None, headers=headers, timeout=timeout, allow_redirects=False
         ) as response:
             payload = await response.read()
             return Reply(response.status, payload, response.headers.get("Content-Type", "application/octet-stream"))

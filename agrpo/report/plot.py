@@ -1,8 +1,13 @@
-"""`agrpo plot RUN_DIR [RUN_DIR...] [-o out.png]`: a picture of one or more runs (reward, KL, completion length, step
-time over steps), from each run's `<run_dir>/log_history.json` (written by the trainer), runs overlaid with a legend.
+"""agrpo plot RUN_DIR [RUN_DIR ...] [-o OUT.png] [--overwrite]: a picture of one or more runs over steps.
 
-Readable without TensorBoard, small enough for a model card or an issue. `plot_run_dir` writes
-`<run_dir>/training_curves.png` at the end of a run. Drawing uses matplotlib's Agg backend (no display needed).
+Four panels from each run's <run_dir>/log_history.json (written by the trainer): the reward (the total, which is the
+sum of the weighted terms, with its band of ± TRL's reward_std clipped to the range the terms can reach; with two
+terms or more, each weighted term dashed), the KL between the trained and the sampling policy, the completion length
+and the step time; several runs overlaid with a legend. Readable without TensorBoard, small enough for a model card
+or an issue. Drawing uses matplotlib's Agg backend (no display needed).
+
+Every run writes <run_dir>/training_curves.png at its end (`plot_run_dir`). `agrpo plot` never replaces a picture:
+it writes training_curves-2.png (-3, ...) next to it, or refuses an existing -o file, unless --overwrite is given.
 """
 
 from __future__ import annotations
@@ -11,15 +16,19 @@ import argparse
 import json
 import math
 import sys
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 LOG_HISTORY_FILE = "log_history.json"  # as agrpo.trainer.trl_backend.LOG_HISTORY_FILE (that module imports TRL)
 CURVES_PNG = "training_curves.png"
 
-# (panel title, TRL's metric, y label). The reward band is mean +- std over each step's samples.
+CONFIG_FILE = "config.yaml"  # the run's resolved config: reward term weights, for the per-term curves and the band
+
+# (panel title, TRL's metric, y label). The reward is the sum of the weighted terms; its band is ± TRL's reward_std
+# (the spread of rewards within each prompt's group of completions, averaged over the step).
 PANELS = [
-    ("reward", "reward", "mean reward (band: ± std)"),
+    ("reward (total of the weighted terms)", "reward", "mean reward (band: ± reward_std)"),
     ("KL, trained vs sampling policy", "kl", "kl"),
     ("completion length", "completions/mean_length", "tokens"),
     ("step time", "perf/step_s", "seconds"),
@@ -68,32 +77,81 @@ def run_label(run_dir: str | Path, all_dirs: list[Path]) -> str:
     return str(run_dir)
 
 
-def plot_histories(runs: list[tuple[str, list[dict[str, Any]]]], out_png: str | Path, title: str | None = None) -> Path:
-    """Draw the four panels for each (label, history), overlaid; returns the PNG's path."""
+def read_terms(run_dir: str | Path) -> tuple[dict[str, float], tuple[float, float] | None]:
+    """The run's reward terms from its config.yaml: {name as TRL logs it: weight}, and the range the total can
+    reach when every term is one of agrpo's rewards (they score in [0, 1]): negative weights below 0, positive ones
+    above. ({}, None) when the config cannot be read; no range when a term of one's own may score anything."""
+    from omegaconf import OmegaConf
+
+    from agrpo.rewards.registry import term_weights
+
+    try:
+        funcs = OmegaConf.load(Path(run_dir) / CONFIG_FILE).reward.funcs
+        weights = term_weights(funcs)
+    except Exception:  # noqa: BLE001 - a run dir without its config: no per-term labels, no clipping
+        return {}, None
+    ours = all(str(t.get("reward") or t.get("_target_")).startswith("agrpo.rewards.") for t in funcs)
+    if not weights or not ours:
+        return weights, None
+    return weights, (sum(min(w, 0.0) for w in weights.values()), sum(max(w, 0.0) for w in weights.values()))
+
+
+def _reward_panel(ax: Any, steps: list[int], values: list[float], history: list[dict[str, Any]], run: Run) -> None:
+    """The band (± reward_std, clipped to the reachable range) and, with two terms or more, each weighted term."""
+    std_steps, stds = series(history, "reward_std")
+    if std_steps == steps:
+        low, high = run.bounds or (-math.inf, math.inf)
+        ax.fill_between(
+            steps,
+            [max(v - s, low) for v, s in zip(values, stds)],
+            [min(v + s, high) for v, s in zip(values, stds)],
+            color=run.color,
+            alpha=0.15,
+            linewidth=0,
+        )
+    if len(run.weights) < 2:
+        return
+    for style, (name, weight) in zip(("--", ":", "-.", (0, (5, 1))) * 4, run.weights.items()):
+        term_steps, term_values = series(history, f"rewards/{name}")
+        if term_steps:
+            ax.plot(
+                term_steps, term_values, color=run.color, linestyle=style, linewidth=1.0, label=run.term_label(name)
+            )
+
+
+@dataclass
+class Run:
+    label: str
+    history: list[dict[str, Any]]
+    weights: dict[str, float] = field(default_factory=dict)
+    bounds: tuple[float, float] | None = None
+    color: str = "C0"
+
+    def term_label(self, name: str) -> str:
+        return f"{self.label}: {name} x {self.weights[name]:g}"
+
+
+def plot_histories(
+    runs: list[tuple[str, list[dict[str, Any]]]] | list[Run], out_png: str | Path, title: str | None = None
+) -> Path:
+    """Draw the four panels for each run ((label, history) or Run), overlaid; returns the PNG's path."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    runs = [r if isinstance(r, Run) else Run(r[0], r[1]) for r in runs]
+    for index, run in enumerate(runs):
+        run.color = f"C{index % 10}"
     fig, axes = plt.subplots(2, 2, figsize=(11, 7), sharex=True)
     for (panel, key, ylabel), ax in zip(PANELS, axes.flat):
-        for index, (label, history) in enumerate(runs):
-            color = f"C{index % 10}"
-            steps, values = series(history, key)
+        for run in runs:
+            steps, values = series(run.history, key)
             if not steps:
                 continue
-            ax.plot(steps, values, color=color, linewidth=1.4, label=label)
+            ax.plot(steps, values, color=run.color, linewidth=1.4, label=run.label)
             if key == "reward":
-                std_steps, stds = series(history, "reward_std")
-                if std_steps == steps:
-                    ax.fill_between(
-                        steps,
-                        [v - s for v, s in zip(values, stds)],
-                        [v + s for v, s in zip(values, stds)],
-                        color=color,
-                        alpha=0.15,
-                        linewidth=0,
-                    )
+                _reward_panel(ax, steps, values, run.history, run)
         ax.set_title(panel)
         ax.set_ylabel(ylabel)
         ax.grid(True, alpha=0.3)
@@ -107,6 +165,10 @@ def plot_histories(runs: list[tuple[str, list[dict[str, Any]]]], out_png: str | 
                 break
     if handles:
         fig.legend(handles, labels, loc="lower center", ncol=min(len(labels), 3), fontsize=9, frameon=False)
+        if any(len(run.weights) > 1 for run in runs):
+            axes.flat[0].annotate(
+                "dashed: each term x its weight", (0.01, 0.97), xycoords="axes fraction", va="top", fontsize=8
+            )
     fig.suptitle(title or ("agrpo run" if len(runs) == 1 else f"agrpo: {len(runs)} runs"))
     fig.tight_layout(rect=(0, 0.04 + 0.03 * ((len(labels) - 1) // 3 if handles else 0), 1, 1))
     out = Path(out_png)
@@ -124,7 +186,7 @@ def plot_runs(
     if not dirs:
         raise PlotError("no run directory given")
     names = labels or [run_label(d, dirs) for d in dirs]
-    return plot_histories([(name, read_history(d)) for name, d in zip(names, dirs)], out_png, title)
+    return plot_histories([Run(name, read_history(d), *read_terms(d)) for name, d in zip(names, dirs)], out_png, title)
 
 
 def plot_run_dir(run_dir: str | Path) -> Path:
@@ -134,19 +196,56 @@ def plot_run_dir(run_dir: str | Path) -> Path:
     )
 
 
+def free_path(path: Path) -> Path:
+    """`path`, or the first of path-2, path-3, ... (same suffix) that does not exist yet."""
+    if not path.exists():
+        return path
+    number = 2
+    while (candidate := path.with_name(f"{path.stem}-{number}{path.suffix}")).exists():
+        number += 1
+    return candidate
+
+
+def output_path(run_dirs: list[str], output: str | None, overwrite: bool) -> Path:
+    """Where `agrpo plot` writes: -o as given (an existing file only with --overwrite), else the default name, or
+    the next free one beside it (an earlier picture is never replaced silently)."""
+    if output:
+        path = Path(output)
+        if path.exists() and not overwrite:
+            raise PlotError(f"{path} exists: pass --overwrite to replace it, or choose another -o")
+        return path
+    default = Path(run_dirs[0]) / CURVES_PNG if len(run_dirs) == 1 else Path("runs_comparison.png")
+    return default if overwrite else free_path(default)
+
+
+def finished(run_dirs: list[str]) -> list[str]:
+    """Of several run dirs (a glob over a task's runs), those with a history to draw; the others are named."""
+    if len(run_dirs) < 2:
+        return run_dirs
+    drawn = [d for d in run_dirs if (Path(d) / LOG_HISTORY_FILE).is_file()]
+    for skipped in (d for d in run_dirs if d not in drawn):
+        print(f"agrpo plot: skipping {skipped} (no {LOG_HISTORY_FILE}: the run did not finish)", file=sys.stderr)
+    return drawn or run_dirs
+
+
 def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="agrpo plot", description=__doc__.splitlines()[0].strip("`"))
+    parser = argparse.ArgumentParser(
+        prog="agrpo plot",
+        description=__doc__.split("\n", 1)[1].strip(),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", help="run directories holding log_history.json")
     parser.add_argument(
         "-o",
         "--output",
-        help=f"PNG to write (default: <RUN_DIR>/{CURVES_PNG} for one run, "
-        "runs_comparison.png in the working directory for several)",
+        help=f"PNG to write (default: <RUN_DIR>/{CURVES_PNG} for one run, runs_comparison.png in the working "
+        "directory for several; when that file exists, the next free name: -2, -3, ...)",
     )
+    parser.add_argument("--overwrite", action="store_true", help="replace the output file if it exists")
     args = parser.parse_args(argv)
-    out = args.output or (Path(args.run_dirs[0]) / CURVES_PNG if len(args.run_dirs) == 1 else "runs_comparison.png")
+    run_dirs = finished(args.run_dirs)
     try:
-        path = plot_runs(args.run_dirs, out)
+        path = plot_runs(run_dirs, output_path(run_dirs, args.output, args.overwrite))
     except PlotError as error:
         print(f"agrpo plot: error: {error}", file=sys.stderr)
         return 2

@@ -72,44 +72,13 @@ def find_evals(run_dir: Path, extra: list[Path]) -> list[dict[str, Any]]:
     return summaries
 
 
-def recipe_files(run_dir: Path) -> dict[str, str]:
-    """Recipe name -> file name, for recipes given as a YAML path: the CLI exposes such a file as a recipe of its
-    stem in a temporary search path (agrpo.cli.expand_recipe_paths), which Hydra records in .hydra/hydra.yaml."""
-    import yaml
-
-    path = run_dir / ".hydra" / "hydra.yaml"
-    if not path.is_file():
-        return {}
-    recorded = yaml.safe_load(path.read_text()) or {}
-    roots = [
-        Path(p.removeprefix("file://"))
-        for p in ((recorded.get("hydra") or {}).get("searchpath") or [])
-        if str(p).startswith("file://") and "agrpo-recipe-" in str(p)
-    ]
-    found = {}
-    for root in roots:
-        for link in (root / "recipe").glob("*.y*ml"):
-            found[link.stem] = Path(os.readlink(link)).name if link.is_symlink() else link.name
-    return found
-
-
 def training_command(run_dir: Path) -> str | None:
-    """`python -m agrpo` plus the run's overrides, as Hydra recorded them in .hydra/overrides.yaml (a recipe given
-    as a file shown by its file name, as it was typed)."""
-    import yaml
+    """`python -m agrpo` plus the run's overrides as typed (a recipe file by its path: agrpo/launchers/run_dir.py)."""
+    from agrpo.launchers.run_dir import typed_overrides
 
-    path = run_dir / ".hydra" / "overrides.yaml"
-    if not path.is_file():
+    if not (run_dir / ".hydra" / "overrides.yaml").is_file():
         return None
-    files = recipe_files(run_dir)
-    overrides = []
-    for override in map(str, yaml.safe_load(path.read_text()) or []):
-        key, _, value = override.partition("=")
-        if key.lstrip("+") == "recipe" and value in files:
-            override = f"{key}={files[value]}"
-        if not override.startswith("hydra."):
-            overrides.append(override)
-    return " ".join(["python -m agrpo", *overrides])
+    return " ".join(["python -m agrpo", *(o for o in typed_overrides(run_dir) if not o.startswith("hydra."))])
 
 
 def gather_run(run_dir: Path, repo_id: str, base_model: str | None, extra_evals: list[Path]) -> dict[str, Any]:

@@ -12,6 +12,8 @@ import re
 from collections.abc import Callable
 from typing import Any
 
+from agrpo.rewards.contract import call_reward
+
 # Chat special tokens as they appear in decoded text: <|im_start|>, <|endoftext|>, <|eot_id|>, ...
 SPECIAL_TOKEN_MARKER = re.compile(r"<\|[^<>|\s]{1,40}\|>")
 
@@ -50,8 +52,9 @@ class WeightedReward:
         self.__name__ = name or getattr(func, "__name__", type(func).__name__)
 
     def __call__(self, **kwargs: Any) -> list[float | None]:
-        scores = self.func(**kwargs)
-        return [None if score is None else self.weight * float(score) for score in scores]
+        """The weighted scores; a failing or misshapen reward raises agrpo.rewards.contract.RewardError."""
+        scores = call_reward(self.func, self.__name__, kwargs)
+        return [None if score is None else self.weight * score for score in scores]
 
     def __repr__(self) -> str:
         return f"WeightedReward({self.__name__}, weight={self.weight})"

@@ -206,30 +206,3 @@ def length_within(
         length = _length(completion, ids, unit)
         scores.append(float(length >= min_len and (max_len is None or length <= max_len)))
     return scores
-
-
-# The column each generic reward reads when its term names none.
-_DEFAULT_COLUMN = {"exact_match": "answer", "numeric_match": "answer", "math_equivalent": "answer"}
-
-
-def missing_columns(funcs: list[Any], column_names: Sequence[str]) -> list[str]:
-    """Problems with the `reward.funcs` terms (plain dicts) whose generic reward reads a column the dataset lacks.
-
-    Meant for the moment the dataset is loaded, so a typo in `column:` is a config error rather than a crash inside
-    TRL's scoring process. A term that wraps a generic reward (`reward: agrpo.rewards.generic.X`) counts too.
-    """
-    problems = []
-    for index, term in enumerate(funcs):
-        if not isinstance(term, dict):
-            continue
-        target = term.get("reward") if isinstance(term.get("reward"), str) else term.get("_target_")
-        module, _, name = str(target).rpartition(".")
-        if module != __name__:
-            continue
-        column = term.get("column", _DEFAULT_COLUMN.get(name))
-        if column is not None and column not in column_names:
-            problems.append(
-                f"reward.funcs[{index}] ({name}) reads column {column!r}, but the dataset's columns are "
-                f"{sorted(column_names)}: set its `column:` or rename a column with data.columns"
-            )
-    return problems

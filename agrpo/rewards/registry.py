@@ -11,6 +11,7 @@ import hashlib
 import importlib.util
 import inspect
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -100,12 +101,35 @@ def _default_name(target: str, kwargs: dict[str, Any]) -> str:
     return f"{name}[{wrapped.rsplit('.', 1)[-1]}]" if isinstance(wrapped, str) else name
 
 
+def _terms(funcs_cfg: Any) -> list[Any]:
+    return (OmegaConf.to_container(funcs_cfg, resolve=True) if OmegaConf.is_config(funcs_cfg) else funcs_cfg) or []
+
+
+def unique_names(names: Sequence[str], separator: str = "_") -> list[str]:
+    """TRL logs each term under its name (`rewards/<name>`): a repeated name gets _2, _3, ..."""
+    taken: dict[str, int] = {}
+    unique = []
+    for name in names:
+        taken[name] = taken.get(name, 0) + 1
+        unique.append(name if taken[name] == 1 else f"{name}{separator}{taken[name]}")
+    return unique
+
+
+def term_weights(funcs_cfg: Any) -> dict[str, float]:
+    """{name TRL logs the term under: its weight}, from the config alone (nothing imported)."""
+    terms = [t for t in _terms(funcs_cfg) if isinstance(t, dict) and "_target_" in t]
+    names = [
+        t.get("name") or _default_name(t["_target_"], {k: v for k, v in t.items() if k != "_target_"}) for t in terms
+    ]
+    return dict(zip(unique_names(names), (float(t.get("weight", 1.0)) for t in terms)))
+
+
 def build_reward_funcs(funcs_cfg: Any) -> list[WeightedReward]:
     """Each term `{_target_: dotted.path, weight: w, name: optional, **kwargs}` becomes
     WeightedReward(partial(target, **kwargs), w), named uniquely (TRL logs `rewards/<name>`)."""
-    terms = OmegaConf.to_container(funcs_cfg, resolve=True) if OmegaConf.is_config(funcs_cfg) else funcs_cfg
+    terms = _terms(funcs_cfg)
     rewards = []
-    for index, term in enumerate(terms or []):
+    for index, term in enumerate(terms):
         if not isinstance(term, dict) or "_target_" not in term:
             raise ConfigError(
                 f"reward.funcs[{index}] must be a mapping with `_target_` (a dotted callable), got {term!r}"
@@ -130,11 +154,8 @@ def build_reward_funcs(funcs_cfg: Any) -> list[WeightedReward]:
                 functools.update_wrapper(bound, func)
             func = bound
         rewards.append(WeightedReward(func, weight, name=name or _default_name(target, term)))
-    taken: dict[str, int] = {}
-    for reward in rewards:  # TRL logs each term under its name: two terms must not share one
-        taken[reward.__name__] = taken.get(reward.__name__, 0) + 1
-        if taken[reward.__name__] > 1:
-            reward.__name__ = f"{reward.__name__}_{taken[reward.__name__]}"
+    for reward, name in zip(rewards, unique_names([r.__name__ for r in rewards])):
+        reward.__name__ = name
     if not rewards:
         raise ConfigError("reward.funcs is empty: choose a reward group (e.g. reward=smoke) or add a term")
     return rewards

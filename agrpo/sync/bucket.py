@@ -75,7 +75,7 @@ class BucketStore(AdapterStore):
             timeout_s,
             self.poll_interval_s,
         )
-        log.info(
+        log.debug(  # one per version: trainer.log only (the console shows sync time in its step lines)
             "%s listed by the bucket after %.2f s (%d listing(s))",
             os.path.basename(adapter_dir),
             time.monotonic() - start,

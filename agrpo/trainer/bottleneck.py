@@ -25,6 +25,8 @@ STALE_SHARE_WORTH_FIXING = 0.10  # a tenth of the generated samples thrown away 
 
 DROPPED_STALE = "sample/dropped_stale_total"  # TRL's per-window count of samples dropped as too stale
 SAMPLES_TRAINED = "batch/samples_per_step"
+GENERATED = "rollout/samples_generated_total"  # counted by agrpo's paced rollout loop (agrpo/trainer/rollout_child.py)
+INFLIGHT_TARGET = "rollout/inflight_target"  # logged while trainer.max_inflight_tasks=auto sizes it
 
 REPLICAS_KNOB = "add replicas (inference.replicas)"
 GENERATION_KNOBS = f"{REPLICAS_KNOB} or requests in flight (trainer.max_inflight_tasks)"
@@ -32,6 +34,13 @@ SYNC_KNOB = "sync less often (trainer.weight_sync_steps)"
 STALE_KNOBS = (
     "lower trainer.max_inflight_tasks (fewer requests in flight, so fewer finish too late) or raise "
     "trainer.max_staleness (accept older samples)"
+)
+STALE_KNOBS_AUTO = (  # the controller already sizes requests in flight: what is left is the bound, or capacity
+    "raise trainer.max_staleness (accept older samples) or speed up generation (inference.replicas)"
+)
+GENERATION_KNOBS_AUTO = (  # requests in flight are already at what the staleness bound allows, or growing to it
+    f"{REPLICAS_KNOB}, or let more samples be ahead of the trainer: raise trainer.max_staleness or "
+    "trainer.weight_sync_steps (the in-flight budget is at most samples per step x weight_sync_steps x max_staleness)"
 )
 TRAINER_KNOBS = (
     "speed up steps: packed batches (trainer.token_budget), trainer.gradient_checkpointing=false if "
@@ -64,6 +73,31 @@ def stale_share(window: list[dict[str, Any]]) -> float | None:
     return dropped / (dropped + trained) if dropped + trained > 0 else None
 
 
+def sample_accounting(window: list[dict[str, Any]]) -> dict[str, float | None]:
+    """Where the generated samples went: used (trained), dropped as stale, left over when the run ended (in flight,
+    queued, or in the batch the data loader fetches one step ahead). `generated` is None when the rollout loop did
+    not count them (TRL's own loop)."""
+    dropped, used = stale_counts(window)
+    counted = [float(entry[GENERATED]) for entry in window if entry.get(GENERATED) is not None]
+    generated = sum(counted) if counted else None
+    left = max(generated - used - dropped, 0.0) if generated is not None else None
+    return {"generated": generated, "used": used, "dropped_stale": dropped, "left_at_end": left}
+
+
+def accounting_line(accounting: dict[str, float | None]) -> str:
+    """One line for the end of a run: generated, used, dropped and why."""
+    used, dropped, generated = accounting["used"], accounting["dropped_stale"], accounting["generated"]
+    share = dropped / (dropped + used) if dropped + used else 0.0
+    parts = [f"generated {generated:,.0f}"] if generated is not None else []
+    parts += [
+        f"used {used:,.0f}",
+        f"dropped {dropped:,.0f} as stale ({share:.0%}: more than trainer.max_staleness versions old when trained)",
+    ]
+    if accounting["left_at_end"] is not None:
+        parts.append(f"{accounting['left_at_end']:,.0f} generated but not trained when the run ended")
+    return ", ".join(parts)
+
+
 def diagnose(window: list[dict[str, Any]]) -> Verdict | None:
     """Verdict over a window of per-step log dicts (TRL's `logs`); None when there is no timing yet."""
     step = _mean(window, "perf/step_s")
@@ -84,14 +118,15 @@ def diagnose(window: list[dict[str, Any]]) -> Verdict | None:
     if share is not None and dropped > 0:
         facts += f", {share:.0%} of generated samples dropped as stale ({dropped:.0f} of {dropped + trained:.0f})"
     sync_note = f"; {SYNC_KNOB}" if sync_share >= SYNC_SHARE_WORTH_MENTIONING else ""
+    stale_knobs = STALE_KNOBS_AUTO if any(INFLIGHT_TARGET in entry for entry in window) else STALE_KNOBS
     if wait_share >= WAIT_SHARE_GENERATION_BOUND:
         if wasteful:  # more requests in flight would finish even later: stop the waste first
-            knobs = f"first stop the waste: {STALE_KNOBS}; then {REPLICAS_KNOB}"
+            knobs = f"first stop the waste: {stale_knobs}; then {REPLICAS_KNOB}"
         else:
-            knobs = GENERATION_KNOBS
+            knobs = GENERATION_KNOBS_AUTO if stale_knobs is STALE_KNOBS_AUTO else GENERATION_KNOBS
         return Verdict("generation-bound", f"generation-bound ({facts}): {knobs}{sync_note}", share)
     if backpressure > 0 or wasteful:
         detail = facts + (f", generator back-pressured {backpressure:.2f} s" if backpressure > 0 else "")
-        knobs = f"{STALE_KNOBS}; {TRAINER_KNOBS}" if wasteful else TRAINER_KNOBS
+        knobs = f"{stale_knobs}; {TRAINER_KNOBS}" if wasteful else TRAINER_KNOBS
         return Verdict("trainer-bound", f"trainer-bound ({detail}): {knobs}", share)
     return Verdict("balanced", f"balanced ({facts}): generation and training keep pace", share)

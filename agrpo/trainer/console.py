@@ -11,14 +11,14 @@ from __future__ import annotations
 import logging
 import shlex
 import sys
+import time
 from pathlib import Path
 from statistics import fmean
 from typing import Any, TextIO
 
 from transformers import TrainerCallback
 
-from agrpo.config.resolve import round_lora_rank
-from agrpo.trainer.bottleneck import stale_share
+from agrpo.trainer.bottleneck import accounting_line, sample_accounting, stale_share
 from agrpo.trainer.logs import CONSOLE_LOGGER, level_number, current_log_file
 
 TENSORBOARD_DIR = "tensorboard"  # as trl_backend.TENSORBOARD_DIR (importing it here would import TRL)
@@ -55,7 +55,16 @@ def step_line(logs: dict[str, Any], step: int, total: int) -> str:
         f"stale {'-' if share is None else format(share, '.0%')}",
         f"sync {_num(logs.get('perf/weight_sync_s'), '.2f')} s",
     ]
+    retried, dropped = logs.get("rollout/vllm_retry_total"), logs.get("rollout/retired_dropped_total")
+    if retried or dropped:  # each one's warning is in trainer.log (agrpo/trainer/rollout_loop.py)
+        parts.append(f"requests retried {int(retried or 0)}, dropped {int(dropped or 0)} (see trainer.log)")
     return "  ".join(parts)
+
+
+def line_due(step: int, every: int, since_last_s: float, every_s: float) -> bool:
+    """Whether a step gets its compact line: every `every` steps, the first step, and after `every_s` seconds without
+    one (a slow run shows its pace early instead of after `every` long steps)."""
+    return step % every == 0 or step == 1 or since_last_s >= every_s
 
 
 def run_summary(log_history: list[dict[str, Any]], window: int = 5) -> dict[str, Any]:
@@ -71,10 +80,17 @@ def run_summary(log_history: list[dict[str, Any]], window: int = 5) -> dict[str,
         "steps": max((int(e.get("step", 0)) for e in steps), default=len(steps)),
         "runtime_s": runtime,
         "stale_share": stale_share(steps),
+        "samples": sample_accounting(steps),
     }
     if rewards:
         summary["reward_first"] = fmean(rewards[:window])
         summary["reward_last"] = fmean(rewards[-window:])
+    terms = sorted({key.removeprefix("rewards/") for e in steps for key in e if key.startswith("rewards/")})
+    summary["terms"] = {}
+    for name in terms:  # TRL's rewards/<name>: the term's mean score times its weight (agrpo weights inside)
+        values = [float(e[f"rewards/{name}"]) for e in steps if e.get(f"rewards/{name}") is not None]
+        if values:
+            summary["terms"][name] = (fmean(values[:window]), fmean(values[-window:]))
     if runtime:
         summary["steps_per_s"] = summary["steps"] / runtime
         summary["tokens_per_s"] = tokens / runtime if tokens else None
@@ -99,12 +115,15 @@ def banner_lines(
     vllm_url: str | None,
     log_file: str | None,
     report_to: list[str],
+    attention: str | None = None,
 ) -> list[str]:
     where = f" behind {vllm_url}" if vllm_url else ""
     lines = [
         f"agrpo: training {model} (LoRA r={lora_rank}) for {max_steps} steps on {replicas} replica(s){where}",
         f"  run dir      {run_dir}",
     ]
+    if attention:
+        lines.append(f"  attention    {attention}")
     if log_file:
         lines.append(f"  full log     {log_file}")
     if "tensorboard" in report_to:
@@ -116,28 +135,46 @@ def banner_lines(
     return lines
 
 
+def reward_lines(summary: dict[str, Any], weights: dict[str, float]) -> list[str]:
+    """The reward of the first and last steps, then each term: unweighted (its own scale, e.g. the share of correct
+    answers) and, when its weight is not 1, what it added to the total."""
+    if "reward_first" not in summary:
+        return []
+    lines = [
+        f"  reward       {summary['reward_first']:.4f} (first 5 steps) -> {summary['reward_last']:.4f} (last 5 steps)"
+        + (", the sum of each term x its weight:" if len(summary.get("terms", {})) > 1 else "")
+    ]
+    terms = summary.get("terms", {})
+    width = max((len(name) for name in terms), default=0)
+    for name, (first, last) in terms.items() if len(terms) > 1 else ():
+        weight = weights.get(name)
+        if not weight:  # unknown, or 0: what was logged is all there is
+            lines.append(f"    {name:<{width}}  {first:.4f} -> {last:.4f}" + (" (weight 0)" if weight == 0 else ""))
+            continue
+        line = f"    {name:<{width}}  {first / weight:.4f} -> {last / weight:.4f} unweighted"
+        if weight != 1:
+            line += f", x {weight:g} = {first:.4f} -> {last:.4f} in the sum"
+        lines.append(line)
+    return lines
+
+
 def summary_lines(
     summary: dict[str, Any],
     *,
     run_dir: str,
     adapter: str,
-    base_model: str,
-    lora_rank: int,
-    adapter_name: str,
     overrides: list[str],
+    serve: str,
+    base_model: str,
+    weights: dict[str, float] | None = None,
+    repo_name: str = "my-adapter",
     verdict: str | None = None,
     curves: str | None = None,
 ) -> list[str]:
-    """The end of a run: what it reached, how fast, where the adapter is, and the commands that use it."""
-    lines = [
-        f"agrpo: done, {summary.get('steps', '-')} steps"
-        + (f" in {summary['runtime_s']:.0f} s" if summary.get("runtime_s") else "")
-    ]
-    if "reward_first" in summary:
-        lines.append(
-            f"  reward       {summary['reward_first']:.4f} (first 5 steps) -> "
-            f"{summary['reward_last']:.4f} (last 5 steps)"
-        )
+    """The end of a run, once: what it reached (per reward term), how fast, and commands that run as printed."""
+    runtime = f" ({summary['runtime_s']:.0f} s of training)" if summary.get("runtime_s") else ""
+    lines = [f"agrpo: done, {summary.get('steps', '-')} steps, final adapter in {adapter}{runtime}"]
+    lines += reward_lines(summary, weights or {})
     speed = [f"{summary['steps_per_s']:.2f} steps/s"] if summary.get("steps_per_s") else []
     if summary.get("tokens_per_s"):
         speed.append(f"{summary['tokens_per_s']:.0f} trained tokens/s")
@@ -145,22 +182,19 @@ def summary_lines(
         speed.append(f"{summary['stale_share']:.0%} of generated samples dropped as stale")
     if speed:
         lines.append("  speed        " + ", ".join(speed))
+    if summary.get("samples", {}).get("used"):
+        lines.append("  samples      " + accounting_line(summary["samples"]))
     if verdict:
         lines.append(f"  bottleneck   {verdict}")
-    lines.append(f"  adapter      {adapter}")
     if curves:
         lines.append(f"  curves       {curves}")
     q = shlex.quote
-    rank = max(16, round_lora_rank(lora_rank))  # vLLM's default is 16; it serves only ranks it builds buffers for
     lines += [
         "next:",
         "  evaluate     " + " ".join(["agrpo eval", *map(q, eval_overrides(overrides)), f"eval.adapter={q(adapter)}"]),
         f"  plot         agrpo plot {q(run_dir)}",
-        f"  share        agrpo push {q(run_dir)} --repo-id NAME [--private]",
-        (
-            f"  serve        vllm serve {q(base_model)} --enable-lora --max-lora-rank {rank} "
-            f"--lora-modules {q(adapter_name)}={q(adapter)}"
-        ),
+        f"  share        agrpo push {q(run_dir)} --repo-id {q(repo_name)} --dry-run   # the card; without --dry-run it uploads",
+        f"  serve        {serve}",
         (
             f"  load (peft)  PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained({base_model!r}), "
             f"{adapter!r})"
@@ -169,17 +203,20 @@ def summary_lines(
     return lines
 
 
+def serve_command(cfg: Any, adapter: str, device: str) -> str:
+    """The command that served this run's replicas (agrpo/inference/vllm_server.py), on port 8000, with the adapter
+    loaded under the run's name: it works wherever the run's own replicas did."""
+    from agrpo.inference.vllm_server import build_replica_launch
+
+    launch = build_replica_launch(cfg, 8000, device, python="python")
+    argv = [*launch.argv, "--lora-modules", f"{cfg.run_name}={adapter}"]
+    if cfg.model.chat_template and (Path(adapter) / "chat_template.jinja").is_file():
+        argv += ["--chat-template", str(Path(adapter) / "chat_template.jinja")]  # the template it was trained with
+    env = [f"{key}={launch.env[key]}" for key in ("VLLM_CPU_KVCACHE_SPACE",) if key in launch.env]
+    return " ".join([*env, shlex.join(argv)])
+
+
 # ---- the callback -----------------------------------------------------------------------------------------------
-
-
-def _read_overrides(run_dir: str) -> list[str]:
-    path = Path(run_dir) / ".hydra" / "overrides.yaml"
-    try:
-        import yaml
-
-        return [str(o) for o in (yaml.safe_load(path.read_text()) or [])]
-    except (OSError, ValueError, ImportError):
-        return []
 
 
 class ConsoleCallback(TrainerCallback):
@@ -194,8 +231,10 @@ class ConsoleCallback(TrainerCallback):
         log_file: str | None = None,
         stream: TextIO | None = None,
         bar: bool | None = None,
+        attention: str | None = None,
     ):
         self.cfg = cfg
+        self.attention = attention  # the packed-attention choice (agrpo/trainer/attention.py), for the banner
         self.num_replicas = num_replicas
         self.vllm_url = vllm_url
         self.log_file = log_file if log_file is not None else current_log_file()
@@ -204,6 +243,8 @@ class ConsoleCallback(TrainerCallback):
         # redrawn bar would be one endless line of carriage returns.
         self.want_bar = bar if bar is not None else bool(getattr(self.stream, "isatty", lambda: False)())
         self.every = int(cfg.logger.console_every)
+        self.every_s = float(cfg.logger.console_every_s)
+        self.last_line_at = time.monotonic()
         self.history: list[dict[str, Any]] = []
         self.bar = None
         self.main = True
@@ -226,6 +267,7 @@ class ConsoleCallback(TrainerCallback):
             vllm_url=self.vllm_url,
             log_file=self.log_file,
             report_to=list(self.cfg.logger.report_to),
+            attention=self.attention,
         ):
             self.log.info(line)
         self.log.debug("progress bar wanted: %s (stream %r)", self.want_bar, self.stream)
@@ -256,8 +298,11 @@ class ConsoleCallback(TrainerCallback):
         self.history.append({**logs, "step": state.global_step})
         if self.bar is not None and logs.get("reward") is not None:
             self.bar.set_postfix_str(f"reward {float(logs['reward']):.3f}", refresh=False)
-        if self.every > 0 and state.global_step % self.every == 0:
+        if self.every > 0 and line_due(
+            state.global_step, self.every, time.monotonic() - self.last_line_at, self.every_s
+        ):
             self.log.info(step_line(logs, state.global_step, int(state.max_steps)))
+            self.last_line_at = time.monotonic()
 
     def on_train_end(self, args, state, control, **kwargs):
         if self.bar is not None:
@@ -272,14 +317,20 @@ class ConsoleCallback(TrainerCallback):
         """The end summary (call it after the final adapter is saved); returns the lines it printed."""
         if not self.main:
             return []
+        import torch
+
+        from agrpo.launchers.run_dir import typed_overrides
+        from agrpo.rewards.registry import term_weights
+
         lines = summary_lines(
             run_summary(self.history),
             run_dir=self.run_dir,
             adapter=str(final_adapter),
+            overrides=typed_overrides(self.run_dir),
+            serve=serve_command(self.cfg, str(final_adapter), "cuda" if torch.cuda.is_available() else "cpu"),
             base_model=str(self.cfg.model.name_or_path),
-            lora_rank=int(self.cfg.lora.r),
-            adapter_name=str(self.cfg.run_name),
-            overrides=_read_overrides(self.run_dir),
+            weights=term_weights(self.cfg.reward.funcs),
+            repo_name=f"{self.cfg.run_name}-lora".replace("_", "-"),
             verdict=verdict,
             curves=self._curves(),
         )

@@ -34,6 +34,12 @@ HARMLESS: list[tuple[str, str, str]] = [
         "AsyncGRPOTrainer registers its own StepIntervalCallback a second time; transformers keeps both, no effect",
     ),
     (
+        "trl.experimental.async_grpo.async_rollout_worker",
+        "; retry ",
+        "TRL's warning for each retried request (hundreds when a replica dies): the step line counts them "
+        "(`requests retried N`, agrpo/trainer/console.py)",
+    ),
+    (
         "vllm.triton_utils.importing",
         "Triton is installed, but doesn't include CPU backend",
         "the trainer imports vLLM only for TRL's helpers; no Triton kernel runs in the trainer on CPU",
@@ -139,6 +145,9 @@ def _route_transformers_logging() -> None:
     hf_logging.enable_propagation()
     hf_logging.set_verbosity_info()
     hf_logging.disable_progress_bar()  # the weight-loading bar: one more terminal line per run, no information
+    from datasets.utils import logging as datasets_logging
+
+    datasets_logging.disable_progress_bar()  # "Generating train split", "formatting prompts": the same
 
 
 def current_log_file() -> str | None:

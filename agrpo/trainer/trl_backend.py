@@ -19,11 +19,16 @@ from typing import Any, Iterator
 from omegaconf import OmegaConf
 from transformers import TrainerCallback
 
+from agrpo.config.resolve import inflight_slots, queue_size
 from agrpo.errors import ConfigError
 from agrpo.sync.resume import checkpoint_to_resume
 from agrpo.trainer.adapter_retention import default_retain_s, retain_adapter_files
-from agrpo.trainer.bottleneck import Verdict, diagnose
+from agrpo.trainer.background_sync import BACKGROUND
+from agrpo.trainer.bottleneck import Verdict, diagnose, sample_accounting
+from agrpo.trainer.inflight import is_auto
+from agrpo.trainer.rollout_pacing import attach_pacing
 from agrpo.trainer.serving_metrics import ServingCollector, log_serving_figures, summary_line
+from agrpo.trainer.sync_mode import BackgroundSyncRun
 
 log = logging.getLogger(__name__)
 
@@ -54,15 +59,6 @@ def build_peft_config(lora_cfg: Any):
     )
 
 
-def scaled_inflight(trainer_cfg: Any, num_replicas: int) -> int:
-    """Requests in flight: TRL's auto value (staleness x samples per step) times the replica count, so that adding
-    a replica adds generation capacity instead of leaving it idle behind one global cap."""
-    if trainer_cfg.max_inflight_tasks > 0:
-        return trainer_cfg.max_inflight_tasks
-    samples_per_step = trainer_cfg.per_device_train_batch_size * trainer_cfg.gradient_accumulation_steps
-    return max(trainer_cfg.max_staleness, 1) * samples_per_step * max(num_replicas, 1)
-
-
 def build_grpo_args(cfg: Any, vllm_url: str, num_replicas: int, use_gpu: bool):
     """Map the run config onto TRL's AsyncGRPOConfig. `trainer.extra` passes any other TRL field through."""
     from trl.experimental.async_grpo import AsyncGRPOConfig
@@ -83,10 +79,8 @@ def build_grpo_args(cfg: Any, vllm_url: str, num_replicas: int, use_gpu: bool):
         top_p=trainer.top_p,
         max_staleness=trainer.max_staleness,
         weight_sync_steps=trainer.weight_sync_steps,
-        max_inflight_tasks=scaled_inflight(trainer, num_replicas),
-        queue_maxsize=trainer.queue_maxsize
-        if trainer.queue_maxsize > 0
-        else 2 * scaled_inflight(trainer, num_replicas),
+        max_inflight_tasks=inflight_slots(trainer),  # with auto, a ceiling: agrpo/trainer/rollout_pacing.py paces
+        queue_maxsize=queue_size(trainer),
         token_budget=trainer.token_budget,
         gradient_checkpointing=trainer.gradient_checkpointing,
         bf16=bf16,
@@ -221,6 +215,16 @@ def install_sync_hook(trainer: Any, store: Any, timeout_s: float, gate: bool = T
     client.load_lora_adapter = load_when_visible
 
 
+def choose_sync(trainer: Any, cfg: Any, store: Any, via_proxy: bool) -> Any:
+    """`sync.mode`: background (agrpo/trainer/sync_mode.py) or TRL's blocking sync with agrpo's hook. Returns the
+    context to train in; call it before the adapter-retention wrappers are installed."""
+    timeout_s, gate = cfg.inference.startup_timeout_s, cfg.sync.visibility_gate
+    if cfg.sync.mode == BACKGROUND:
+        return BackgroundSyncRun(trainer, store, gate, timeout_s, via_proxy)
+    install_sync_hook(trainer, store, timeout_s, gate=gate)
+    return contextlib.nullcontext()
+
+
 @contextlib.contextmanager
 def fix_loaded_model(fix: Any) -> Iterator[None]:
     """Apply `fix(model)` to the model AsyncGRPOTrainer loads from its path, right after from_pretrained and before
@@ -261,21 +265,23 @@ def run_training(cfg: Any, vllm_url: str, num_replicas: int) -> dict[str, Any]:
     from agrpo.data import load_train_dataset
     from agrpo.rewards.registry import build_reward_funcs
     from agrpo.sync import get_store
-    from agrpo.trainer.cpu_compat import apply_cpu_workarounds
+    from agrpo.trainer.attention import trainer_attention
+    from agrpo.trainer.trl_patches import apply_trl_patches
 
     use_gpu = cuda_available()
-    apply_cpu_workarounds()
+    attention = trainer_attention(cfg)  # FA3 or SDPA for packed sequences, decided before the model loads
+    apply_trl_patches(attention.kind)
     from trl.experimental.async_grpo import AsyncGRPOTrainer
 
     args = build_grpo_args(cfg, vllm_url, num_replicas, use_gpu)
     # transformers 5 reads the TensorBoard directory from the environment only.
     os.environ["TENSORBOARD_LOGGING_DIR"] = os.path.join(args.output_dir, TENSORBOARD_DIR)
     dataset = load_train_dataset(cfg.data, seed=cfg.trainer.seed)
-    from agrpo.rewards.generic import missing_columns
+    from agrpo.config.data_checks import reward_problems
 
-    missing = missing_columns(OmegaConf.to_container(cfg.reward.funcs, resolve=True), dataset.column_names)
-    if missing:  # a typo in a reward's `column:` would otherwise crash inside TRL's scoring process
-        raise ConfigError(" ".join(missing))
+    problems = reward_problems(cfg.reward.funcs, dataset.column_names)  # a Hub dataset is first opened here
+    if problems:
+        raise ConfigError("; ".join(problems))
     rewards = build_reward_funcs(cfg.reward.funcs) if cfg.reward.funcs else []  # an environment may own the reward
     from agrpo.agents.build import log_agent_summary, prepare_agent
     from agrpo.trainer.fsdp_compat import running_under_fsdp, untie_embeddings
@@ -292,14 +298,18 @@ def run_training(cfg: Any, vllm_url: str, num_replicas: int) -> dict[str, Any]:
             peft_config=build_peft_config(cfg.lora),
             **agent_kwargs,
         )
-    install_sync_hook(trainer, get_store(cfg), cfg.inference.startup_timeout_s, gate=cfg.sync.visibility_gate)
-    serving = ServingCollector(vllm_url, via_proxy=num_replicas > 1 or cfg.inference.use_proxy is True)
+    via_proxy = num_replicas > 1 or cfg.inference.use_proxy is True
+    syncing = choose_sync(trainer, cfg, get_store(cfg), via_proxy)
+    serving = ServingCollector(vllm_url, via_proxy=via_proxy)
+    from agrpo.trainer.rollout_guard import guard_rollout_worker  # a failing reward or a hung child ends the run
+
+    guard_rollout_worker(trainer, args.output_dir, cfg.logger.level)
     if trainer.accelerator.is_main_process:
         log_serving_figures(trainer, serving)
     from agrpo.trainer.console import ConsoleCallback, quiet_trainer
 
     quiet_trainer(trainer)
-    console = ConsoleCallback(cfg, num_replicas, vllm_url)
+    console = ConsoleCallback(cfg, num_replicas, vllm_url, attention=attention.banner)
     trainer.add_callback(console)
     bottleneck = BottleneckCallback(cfg.logger.bottleneck_every_steps)
     if cfg.logger.bottleneck_every_steps > 0:
@@ -311,12 +321,18 @@ def run_training(cfg: Any, vllm_url: str, num_replicas: int) -> dict[str, Any]:
     if resume_from is not None:
         log.info("Resuming from %s", resume_from)
     retain_s = cfg.inference.adapter_retention_s
-    with retain_adapter_files(trainer, default_retain_s(args.request_timeout) if retain_s is None else retain_s):
+    paced = is_auto(cfg.trainer.max_inflight_tasks) or cfg.sync.mode == BACKGROUND
+    with (
+        retain_adapter_files(trainer, default_retain_s(args.request_timeout) if retain_s is None else retain_s),
+        attach_pacing(trainer, auto=is_auto(cfg.trainer.max_inflight_tasks)) if paced else contextlib.nullcontext(),
+        syncing,
+    ):
         trainer.train(resume_from_checkpoint=resume_from)
 
     final_dir = Path(args.output_dir) / FINAL_ADAPTER
     save_final_adapter(trainer, final_dir)
     summary = final_metrics(trainer.state.log_history)
+    summary["samples"] = sample_accounting(trainer.state.log_history)  # generated, used, dropped as stale, left
     summary["final_adapter"] = str(final_dir)
     summary["global_step"] = trainer.state.global_step
     if serving.last:

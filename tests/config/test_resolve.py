@@ -24,28 +24,28 @@ def test_derived_values_agree_with_the_consumers(overrides, cuda):
     """Until every consumer reads the resolved file, the rules live twice: they must agree."""
     from agrpo.inference.vllm_server import resolve_device, served_lora_rank, served_max_loras
     from agrpo.launchers.local import uses_proxy
-    from agrpo.trainer.trl_backend import scaled_inflight
+    from agrpo.config.resolve import queue_size
 
     cfg = composed(overrides)
     resolved = resolve(cfg, cuda_available=cuda)
-    replicas = len(cfg.inference.urls) or cfg.inference.replicas
     assert resolved.inference.device == resolve_device(cfg.inference.device, cuda)
     assert resolved.inference.max_lora_rank == served_lora_rank(cfg)
     assert resolved.inference.max_loras == served_max_loras(cfg)
     assert resolved.inference.use_proxy == uses_proxy(cfg)
-    assert resolved.trainer.max_inflight_tasks == scaled_inflight(cfg.trainer, replicas)
-    assert resolved.trainer.queue_maxsize == 2 * scaled_inflight(cfg.trainer, replicas)
+    assert resolved.trainer.max_inflight_tasks == cfg.trainer.max_inflight_tasks  # auto is decided at run time
+    assert resolved.trainer.queue_maxsize == queue_size(cfg.trainer)
     assert resolved.trainer.bf16 is cuda
     assert resolved.inference.dtype == ("bfloat16" if cuda else "float32")
 
 
 def test_resolved_config_has_nothing_left_to_derive():
     resolved = resolve(composed(["+recipe=smoke"]), cuda_available=False)
-    text = OmegaConf.to_yaml(resolved)
+    text = OmegaConf.to_yaml(resolved).replace("max_inflight_tasks: auto", "")  # the controller's, at run time
     assert "${" not in text and "auto" not in text
     assert resolved.trainer.token_budget == 0  # the recipe's own value is kept
     assert resolved.eval.max_tokens == resolved.trainer.max_completion_length == 16
-    assert resolved.trainer.max_inflight_tasks == 1 * 16 * 1  # max_staleness x samples per step x replicas
+    assert resolved.trainer.max_inflight_tasks == "auto"
+    assert resolved.trainer.queue_maxsize == 16 * 1 * 1  # the controller's ceiling: C x W x max(S, 1)
     assert OmegaConf.get_type(resolved.trainer).__name__ == "TrainerConfig"  # still typed: unknown keys fail
 
 

@@ -24,7 +24,7 @@ DATA = Path(__file__).resolve().parents[2].parent / "shared" / "data"
 def _local(relative: str) -> Path:
     path = DATA / relative
     if not path.exists():
-        pytest.skip(f"local dataset copy {path} is absent (see the project's data notes); nothing is downloaded")
+        pytest.fail(f"local dataset copy {path} is absent (see the project's data notes); nothing is downloaded")
     return path
 
 

@@ -130,6 +130,28 @@ def test_versioned_adapters_were_loaded_and_used_by_name(trained, vllm_server):
         assert (folder / "adapter_config.json").is_file() and (folder / "adapter_model.safetensors").is_file()
 
 
+def test_syncs_ran_in_the_background_and_every_sample_is_accounted_for(trained):
+    """sync.mode=background (the default): no replica was paused, every version was loaded once, the trainer's
+    blocked time is what it logs as perf/weight_sync_s, and the summary says where every generated sample went."""
+    log = trained["server_log"]
+    assert '"POST /pause' not in log and '"POST /resume' not in log
+    assert len(re.findall(r'"POST /v1/load_lora_adapter\?serve=first HTTP/1.1" 200', log)) == 61
+    metrics = json.loads((trained["run_dir"] / "metrics.json").read_text())
+    samples = metrics["samples"]
+    assert abs(samples["used"] - 60 * 16) < 0.5
+    assert abs(samples["generated"] - samples["used"] - samples["dropped_stale"] - samples["left_at_end"]) < 0.5
+    # at the end: at most the budget ahead (one step's worth here) + the batch the data loader had fetched ahead
+    assert samples["left_at_end"] <= 2 * 16
+    output = trained["result"].stdout + trained["result"].stderr
+    assert (
+        f"generated {samples['generated']:,.0f}, used 960, dropped {samples['dropped_stale']:,.0f} as stale" in output
+    )
+    history = json.loads((trained["run_dir"] / "log_history.json").read_text())
+    blocked = [e["perf/weight_sync_s"] for e in history if "perf/weight_sync_s" in e]
+    waited = [e["sync/wait_for_served_s"] for e in history if "sync/wait_for_served_s" in e]
+    assert len(blocked) == len(waited) == 60 and all(w <= b for w, b in zip(waited, blocked))
+
+
 def test_adapter_moved_and_base_weights_did_not(trained, tiny_model_dir):
     import torch
     from safetensors.torch import load_file
@@ -176,6 +198,8 @@ def test_run_dir_holds_config_tensorboard_and_checkpoints(trained):
     assert any(tag.startswith("train/perf/") for tag in tags)
     assert any(tag.startswith("train/rollout/") for tag in tags)
     assert "train/sync/publish_to_loaded_s" in tags  # agrpo's sync hook timed every version
+    assert "train/rollout/inflight_target" in tags  # trainer.max_inflight_tasks=auto: the budget over time
+    assert len(accumulator.Scalars("train/rollout/inflight_target")) >= 59
     assert len(accumulator.Scalars("train/reward")) == 60
     # save_steps=20 and save_total_limit=2 keep the last two
     assert sorted(p.name for p in run_dir.glob("checkpoint-*")) == ["checkpoint-40", "checkpoint-60"]

@@ -58,5 +58,5 @@ def test_a_term_reading_a_missing_column_fails_before_any_server_starts(tmp_path
         ],
         output_dir=str(tmp_path / "out"),
     )
-    with pytest.raises(ConfigError, match=r"reads column 'answer'.*\['city', 'prompt'\]"):
+    with pytest.raises(ConfigError, match=r"reads column\(s\) \['answer'\].*\['city', 'prompt'\]"):
         run_eval(cfg, tmp_path / "out")

@@ -34,17 +34,24 @@ def test_cancel_by_label_cancels_only_that_runs_live_jobs(hub, capsys):
     assert "(all were already over)" in capsys.readouterr().out
 
 
-def test_status_lists_every_job_of_the_run(hub, capsys):
+def test_status_lists_every_job_of_the_run_with_the_spend_so_far(hub, capsys):
+    hub.prices = {"h200": 4.2}  # the Jobs API's hardware list wins over agrpo's table
+    hub.r0.running_s, hub.r1.running_s, hub.t.running_s = 1800, 600, 3600
     assert main(["status", "run1", "--namespace", "alice"]) == 0
     out = capsys.readouterr().out.splitlines()
-    assert out[0].split() == ["JOB", "ID", "ROLE", "STAGE", "FLAVOR", "NAME", "/", "URL"]
-    rows = [line.split()[:5] for line in out[1:]]
+    assert out[0].split() == ["JOB", "ID", "ROLE", "STAGE", "FLAVOR", "NAME", "RUNNING", "COST", "URL"]
+    rows = [line.split()[:7] for line in out[1:-1]]
     assert rows == [
-        [hub.r0.id, "replica", "RUNNING", "h200", "run1-vllm-0"],
-        [hub.r1.id, "replica", "ERROR", "h200", "run1-vllm-1"],
-        [hub.t.id, "trainer", "RUNNING", "h200", "run1-trainer"],
+        [hub.r0.id, "replica", "RUNNING", "h200", "run1-vllm-0", "30m00s", "$2.10"],
+        [hub.r1.id, "replica", "ERROR", "h200", "run1-vllm-1", "10m00s", "$0.70"],
+        [hub.t.id, "trainer", "RUNNING", "h200", "run1-trainer", "1h00m", "$4.20"],
     ]
+    assert out[-1] == "spend so far: $7.00, 2 Job(s) still running (prices: the Jobs API's hardware list)"
     assert hub.calls("GET", "/api/whoami-v2") == []  # --namespace given: no lookup
+    hub.hardware_down = True  # the list cannot be read: agrpo's table, marked as an estimate
+    assert main(["status", "run1", "--namespace", "alice"]) == 0
+    last = capsys.readouterr().out.splitlines()[-1]
+    assert last.startswith("spend so far: $8.33, 2 Job(s) still running (prices: agrpo's price table")
 
 
 def test_logs_prints_the_trainers_logs_by_default_or_a_named_job(hub, capsys):

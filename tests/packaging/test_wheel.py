@@ -21,9 +21,10 @@ SHARED_DATA = REPO_ROOT.parent / "shared" / "data"
 
 pytestmark = [
     pytest.mark.packaging,
-    pytest.mark.skipif(
-        shutil.which("git") is None or not (REPO_ROOT / ".git").exists(),
-        reason="builds the wheel from `git ls-files` of a checkout",
+    pytest.mark.requires(
+        None
+        if shutil.which("git") is not None and (REPO_ROOT / ".git").exists()
+        else "it builds the wheel from `git ls-files` of a checkout: git or the .git folder is missing"
     ),
 ]
 
@@ -86,7 +87,8 @@ def test_gsm8k_dry_run_from_the_wheel(installed_wheel, tmp_path):
     result = run_installed(installed_wheel, tmp_path, "+recipe=gsm8k", "launcher.dry_run=true")
     assert result.returncode == 0, result.stderr
     assert "[replica]" in result.stdout and "[trainer]" in result.stdout
-    assert list((tmp_path / "outputs" / "gsm8k").iterdir())  # the run dir is under the working directory
+    assert f"run dir {tmp_path / 'outputs' / 'gsm8k'}/" in result.stdout  # under the working directory
+    assert not (tmp_path / "outputs").exists()  # and a dry run leaves no run folder behind
 
 
 def test_cfg_job_resolve_from_the_wheel(installed_wheel, tmp_path):

@@ -102,10 +102,10 @@ def test_hard_failure_stops_the_others_retrying():
         async with cluster(2, load_retry_deadline_s=30, load_retry_initial_s=0.05) as (proxy, fakes, session):
             fakes[0].missing_adapter_answers = 10_000
             fakes[1].fail_paths["/v1/load_lora_adapter"] = 400
-            started = asyncio.get_running_loop().time()
             status, _, body = await post(session, proxy.url + "/v1/load_lora_adapter", LOAD)
             assert status == 400 and "replica 1" in message(body)
-            assert asyncio.get_running_loop().time() - started < 5
+            # stopped by replica 1's refusal, not retried until the 30 s deadline (hundreds of tries at 0.05 s)
+            assert len(fakes[0].requests("/v1/load_lora_adapter")) <= 3
 
     run(scenario())
 

@@ -104,6 +104,13 @@ def test_cli_refuses_unsafe_replica_urls_and_an_empty_admin_token():
     result = cli("--upstream", "http://127.0.0.1:1", "--admin-token-env", "AGRPO_UNSET_ADMIN")
     assert result.returncode == 2 and "AGRPO_UNSET_ADMIN" in result.stderr
     assert "Traceback" not in result.stderr
+    # hosts no resolver takes, port 0, and one server under two spellings: refused at start, exit 2, one paragraph
+    for bad in ("http://..:8000", "http://127.0.0.1:0", "http://[127.0.0.1]:1"):
+        result = cli("--upstream", bad)
+        assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
+        assert bad in result.stderr and len(result.stderr.strip().splitlines()) == 1
+    result = cli("--upstream", "http://127.0.0.1:9", "--upstream", "HTTP://0x7f.1:9")
+    assert result.returncode == 2 and "given twice" in result.stderr
 
 
 def test_cli_port_in_use_is_a_clear_error():

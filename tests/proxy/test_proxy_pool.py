@@ -5,6 +5,7 @@ import asyncio
 from types import SimpleNamespace
 
 import pytest
+from proxy_fakes import content_length
 
 from agrpo.proxy.pool import Exchange, Pool, UpstreamClosed
 
@@ -25,14 +26,7 @@ class Scripted:
         try:
             while True:
                 head = await reader.readuntil(b"\r\n\r\n")
-                length = next(
-                    (
-                        int(line.split(b":")[1])
-                        for line in head.split(b"\r\n")
-                        if line.lower().startswith(b"content-length")
-                    ),
-                    0,
-                )
+                length = content_length(head)
                 body = await reader.readexactly(length)
                 index = len(self.requests)
                 self.requests.append((head, body))

@@ -40,9 +40,31 @@ def test_text_list_and_chat_prompts():
     assert f.max_tokens == 9
 
 
-def test_defaults_when_fields_are_missing_or_odd():
-    f = fields({"prompt": [1], "n": "many", "max_tokens": None})
+def test_defaults_when_fields_are_missing_or_null():
+    f = fields({"prompt": [1], "n": None, "max_tokens": None, "model": 7})
     assert (f.model, f.n, f.max_tokens, f.stream) == ("", 1, None, False)
+    g = fields({"prompt": [1], "max_completion_tokens": 9, "n": 3})
+    assert (g.n, g.max_tokens) == (3, 9)
+
+
+@pytest.mark.parametrize(
+    "key,value",
+    [
+        ("n", 1e9),
+        ("n", "1000000000"),
+        ("n", "many"),
+        ("n", 3.0),
+        ("n", True),
+        ("max_tokens", 3e9),
+        ("max_tokens", "16"),
+        ("max_completion_tokens", 16.5),
+        ("best_of", 1e6),
+        ("min_tokens", [1]),
+    ],
+)
+def test_numeric_fields_must_be_json_integers(key, value):
+    with pytest.raises(BadRequest, match=f"'{key}' must be a JSON integer"):
+        fields({"prompt": [1], key: value})
 
 
 def test_a_prompt_key_inside_another_value_is_not_taken_for_the_prompt():

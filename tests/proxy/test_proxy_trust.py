@@ -12,7 +12,7 @@ import pytest
 from proxy_fakes import FakeReplica, cluster, completion, post
 
 from agrpo.proxy import ProxyServer, ProxySettings
-from agrpo.proxy.settings import is_loopback, may_receive_token, url_problems
+from agrpo.proxy.settings import canonical_url, is_loopback, may_receive_token, url_problems
 from agrpo.proxy.trust import AdminGuard
 
 ADMIN = "admin-secret-42"
@@ -126,6 +126,45 @@ def test_replica_urls_are_scheme_host_port_only(url, reason):
     assert words[reason] in problems[0]
     for good in ("http://127.0.0.1:8000", "http://127.0.0.1:8000/", "https://abc--8000.hf.jobs", "http://[::1]:8000"):
         assert url_problems(good) == []
+
+
+@pytest.mark.parametrize(
+    "url,canonical",
+    [
+        ("http://127.0.0.1:8000/", "http://127.0.0.1:8000"),
+        ("HTTP://127.0.0.1:8000", "http://127.0.0.1:8000"),
+        ("http://0x7f.1:8000", "http://127.0.0.1:8000"),
+        ("http://127.1:8000", "http://127.0.0.1:8000"),
+        ("http://2130706433:8000", "http://127.0.0.1:8000"),
+        ("http://0177.0.0.1:8000", "http://127.0.0.1:8000"),
+        ("http://[::ffff:7f00:1]:8000", "http://127.0.0.1:8000"),
+        ("http://[0:0::1]:8000", "http://[::1]:8000"),
+        ("https://ABC--8000.HF.Jobs", "https://abc--8000.hf.jobs"),
+        ("https://abc--8000.hf.jobs:443", "https://abc--8000.hf.jobs"),
+        ("http://localhost.:80", "http://localhost"),
+    ],
+)
+def test_one_server_has_one_canonical_url(url, canonical):
+    assert canonical_url(url) == canonical
+
+
+@pytest.mark.parametrize(
+    "url,reason",
+    [
+        ("http://..:8000", "not a host name"),
+        ("http://a..b:8000", "not a host name"),
+        ("http://-a:8000", "not a host name"),
+        ("http://127.0.0.1:0", "port"),
+        ("http://127.0.0.1:", "empty port"),
+        ("http://[127.0.0.1]:1", "invalid host"),
+        ("http://[fe80::1%25eth0]:1", "zone"),
+        ("http://999.1.1.1:1", "out of range"),
+        ("http://08.1.1.1:1", "octal"),
+    ],
+)
+def test_hosts_no_resolver_takes_and_port_0_are_refused(url, reason):
+    problems = url_problems(url)
+    assert len(problems) == 1 and reason in problems[0], problems
 
 
 def test_runtime_replica_urls_are_checked_before_anything_is_sent():

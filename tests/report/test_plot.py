@@ -77,3 +77,64 @@ def test_cli_writes_the_png_and_rejects_a_folder_without_history(tmp_path, capsy
     err = capsys.readouterr().err
     assert err.startswith("agrpo plot: error: ") and "log_history.json does not exist" in err
     assert err.count("\n") == 1  # one line, no traceback
+
+
+def test_agrpo_plot_never_replaces_a_picture_unless_told(tmp_path, capsys):
+    run = make_run(tmp_path, "run")
+    plot_run_dir(run)  # what every run draws at its end
+    before = (run / CURVES_PNG).read_bytes()
+    assert main([str(run)]) == 0 and (run / "training_curves-2.png").is_file()
+    assert main([str(run)]) == 0 and (run / "training_curves-3.png").is_file()
+    assert (run / CURVES_PNG).read_bytes() == before
+    out = tmp_path / "mine.png"
+    assert main([str(run), "-o", str(out)]) == 0
+    assert main([str(run), "-o", str(out)]) == 2 and "--overwrite" in capsys.readouterr().err
+    assert main([str(run), "-o", str(out), "--overwrite"]) == 0
+
+
+def test_runs_that_did_not_finish_are_skipped_among_several(tmp_path, capsys):
+    done, failed = make_run(tmp_path, "done"), tmp_path / "failed"
+    failed.mkdir()
+    assert main([str(done), str(failed), "-o", str(tmp_path / "all.png")]) == 0
+    assert f"skipping {failed}" in capsys.readouterr().err and (tmp_path / "all.png").is_file()
+
+
+TWO_TERMS = """reward:
+  funcs:
+    - {_target_: agrpo.rewards.generic.numeric_match, weight: 1.0}
+    - {_target_: agrpo.rewards.generic.regex_match, regex: x, weight: 0.5}
+"""
+
+
+def test_two_terms_are_drawn_dashed_and_the_band_stays_in_reach(tmp_path):
+    from agrpo.report.plot import Run, plot_histories, read_terms
+
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "config.yaml").write_text(TWO_TERMS)
+    weights, bounds = read_terms(run)
+    assert weights == {"numeric_match": 1.0, "regex_match": 0.5} and bounds == (0.0, 1.5)
+    history = [
+        {"step": s, "reward": 0.05, "reward_std": 0.5, "rewards/numeric_match": 0.0, "rewards/regex_match": 0.05}
+        for s in range(1, 11)
+    ]
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    captured = {}
+    original = plt.close
+    plt.close = lambda fig: captured.setdefault("fig", fig)  # keep the figure to read what was drawn
+    try:
+        plot_histories([Run("run", history, weights, bounds)], tmp_path / "two.png")
+    finally:
+        plt.close = original
+    reward_axes = captured["fig"].axes[0]
+    labels = [line.get_label() for line in reward_axes.get_lines()]
+    assert labels == ["run", "run: numeric_match x 1", "run: regex_match x 0.5"]
+    assert [line.get_linestyle() for line in reward_axes.get_lines()][1:] == ["--", ":"]
+    [band] = reward_axes.collections
+    lows = band.get_paths()[0].vertices[:, 1]
+    assert lows.min() == pytest.approx(0.0)  # 0.05 - 0.5 would draw the band below what the reward can reach
+    assert read_terms(tmp_path) == ({}, None)  # no config.yaml: no per-term labels, no clipping

@@ -142,13 +142,11 @@ def test_a_refused_token_is_one_paragraph(run_dir, hub, monkeypatch, capsys):
 
 
 def test_a_recipe_given_as_a_file_shows_as_typed(run_dir, tmp_path):
-    """`+recipe=my_task.yml` reaches Hydra as recipe `my_task` in a temporary search path; the card shows the file."""
+    """`+recipe=my_task.yml` reaches Hydra as recipe `my_task`; the CLI records the file as typed, the card shows it."""
+    from agrpo.launchers.run_dir import record_recipe_files
     from agrpo.report.push import training_command
 
-    search = tmp_path / "agrpo-recipe-abc"
-    (search / "recipe").mkdir(parents=True)
-    (tmp_path / "my_task.yml").write_text("# @package _global_\n")
-    (search / "recipe" / "my_task.yaml").symlink_to(tmp_path / "my_task.yml")
-    (run_dir / ".hydra" / "hydra.yaml").write_text(f"hydra:\n  searchpath:\n  - file://{search}\n")
-    (run_dir / ".hydra" / "overrides.yaml").write_text("- +recipe=my_task\n- model=tiny\n")
+    (run_dir / ".hydra" / "overrides.yaml").write_text("- +recipe=my_task\n- model=tiny\n- hydra.run.dir=x\n")
+    assert training_command(run_dir) == "python -m agrpo +recipe=my_task model=tiny"
+    record_recipe_files(run_dir, {"my_task": "my_task.yml"})
     assert training_command(run_dir) == "python -m agrpo +recipe=my_task.yml model=tiny"

@@ -139,24 +139,3 @@ def test_user_reward_from_a_module_in_the_working_directory(tmp_path, monkeypatc
     rewards = build_reward_funcs([{"_target_": "task_rewards_wd.has_keyword"}])
     assert rewards[0](completions=["cat"], keyword=["cat"]) == [1.0]
     assert pickle.loads(pickle.dumps(rewards[0]))(completions=["dog"], keyword=["cat"]) == [0.0]
-
-
-def test_missing_columns_are_found_when_the_dataset_is_known():
-    from agrpo.rewards.generic import missing_columns
-
-    funcs = [
-        {"_target_": "agrpo.rewards.generic.exact_match", "weight": 1.0},
-        {"_target_": "agrpo.rewards.generic.regex_match", "column": "rx"},
-        {
-            "_target_": "agrpo.rewards.math.zero_if_truncated",
-            "reward": "agrpo.rewards.generic.numeric_match",
-            "column": "gold",
-        },
-        {"_target_": "agrpo.rewards.generic.regex_match", "regex": "x"},
-        {"_target_": "agrpo.rewards.smoke.lowercase_fraction"},
-    ]
-    problems = missing_columns(funcs, ["prompt", "rx"])
-    assert len(problems) == 2
-    assert "reward.funcs[0] (exact_match) reads column 'answer'" in problems[0]
-    assert "reward.funcs[2] (numeric_match) reads column 'gold'" in problems[1]
-    assert missing_columns(funcs, ["prompt", "rx", "answer", "gold"]) == []

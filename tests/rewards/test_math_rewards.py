@@ -7,7 +7,6 @@ import functools
 import multiprocessing
 import pickle
 import threading
-import time
 
 import pytest
 from hypothesis import given, settings
@@ -117,10 +116,18 @@ def test_missing_or_mismatched_golds_are_errors() -> None:
 
 
 @pytest.mark.parametrize("bomb", [r"10^{10^{10^{10}}}", "100!!!", r"e^{e^{e^{100}}}", r"9^{9^{9}}"])
-def test_answers_that_would_stall_sympy_score_zero_fast(bomb: str) -> None:
-    start = time.monotonic()
-    assert math_accuracy([rf"\boxed{{{bomb}}}"], answer=["3"]) == [0.0]
-    assert time.monotonic() - start < 2
+def test_answers_that_would_stall_sympy_score_zero_without_being_compared(bomb: str, monkeypatch) -> None:
+    import math_verify
+
+    compared = []
+    real_verify = math_verify.verify
+    monkeypatch.setattr(math_verify, "verify", lambda *a, **k: compared.append(a) or real_verify(*a, **k))
+    scores: list = []
+    worker = threading.Thread(target=lambda: scores.append(math_accuracy([rf"\boxed{{{bomb}}}"], answer=["3"])))
+    worker.start()
+    worker.join(timeout=120)  # a bound on a stall (sympy would take hours), not a measurement
+    assert not worker.is_alive() and scores == [[0.0]]
+    assert compared == []  # refused before sympy was asked to compare it
 
 
 def test_rewards_run_outside_the_main_thread() -> None:

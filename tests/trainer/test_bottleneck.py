@@ -122,3 +122,30 @@ def test_callback_reports_every_n_steps_and_keeps_a_final_verdict(caplog):
     assert len(lines) == 3  # steps 1-2, steps 3-4, whole run
     assert "steps 1-2" in lines[0] and "whole run" in lines[-1]
     assert callback.final.kind == "generation-bound"
+
+
+def test_with_auto_inflight_the_advice_is_the_bound_or_capacity_not_the_knob_the_controller_turns():
+    auto = {"rollout/inflight_target": 16.0, "batch/samples_per_step": 16.0, "sample/dropped_stale_total": 0.0}
+    window = steps(**auto, **{"perf/step_s": 2.0, "perf/rollout_wait_s": 1.2})
+    verdict = diagnose(window)
+    assert verdict.kind == "generation-bound"
+    assert "inference.replicas" in verdict.line and "trainer.max_staleness" in verdict.line
+    assert "requests in flight (trainer.max_inflight_tasks)" not in verdict.line
+    wasteful = diagnose(steps(**{**window[0], "perf/rollout_wait_s": 0.0, "sample/dropped_stale_total": 8.0}))
+    assert "lower trainer.max_inflight_tasks" not in wasteful.line and "raise trainer.max_staleness" in wasteful.line
+
+
+def test_sample_accounting_says_where_the_generated_samples_went():
+    from agrpo.trainer.bottleneck import accounting_line, sample_accounting
+
+    history = [
+        {"rollout/samples_generated_total": 40.0, "batch/samples_per_step": 16.0, "sample/dropped_stale_total": 8.0},
+        {"rollout/samples_generated_total": 16.0, "batch/samples_per_step": 16.0},
+        {"batch/samples_per_step": 16.0},
+    ]
+    accounting = sample_accounting(history)
+    assert accounting == {"generated": 56.0, "used": 48.0, "dropped_stale": 8.0, "left_at_end": 0.0}
+    line = accounting_line(accounting)
+    assert line.startswith("generated 56, used 48, dropped 8 as stale (14%") and "0 generated but not trained" in line
+    trl_only = sample_accounting([{"batch/samples_per_step": 16.0, "sample/dropped_stale_total": 16.0}])
+    assert trl_only["generated"] is None and accounting_line(trl_only).startswith("used 16, dropped 16 as stale (50%")

@@ -22,7 +22,9 @@ from agrpo.trainer.console import (
     banner_lines,
     eval_overrides,
     quiet_trainer,
+    reward_lines,
     run_summary,
+    serve_command,
     step_line,
     summary_lines,
 )
@@ -70,28 +72,75 @@ def test_summary_lines_name_the_adapter_and_the_next_commands():
         run_summary(HISTORY),
         run_dir="/runs/smoke/1",
         adapter="/runs/smoke/1/final_adapter",
+        overrides=["+recipe=my task.yaml", "trainer.max_steps=60", "model=qwen2_5_0_5b"],
+        serve="python -m vllm.entrypoints.openai.api_server --model Qwen/Qwen2.5-0.5B-Instruct",
         base_model="Qwen/Qwen2.5-0.5B-Instruct",
-        lora_rank=32,
-        adapter_name="smoke",
-        overrides=["+recipe=smoke", "trainer.max_steps=60", "model=qwen2_5_0_5b"],
+        weights={"lowercase_fraction": 1.0},
+        repo_name="smoke-lora",
         verdict="trainer-bound (...)",
         curves="/runs/smoke/1/training_curves.png",
     )
     text = "\n".join(lines)
-    assert lines[0] == "agrpo: done, 60 steps in 48 s"
-    assert "reward       0.1018 (first 5 steps) -> 0.9547 (last 5 steps)" in text
+    assert lines[0] == "agrpo: done, 60 steps, final adapter in /runs/smoke/1/final_adapter (48 s of training)"
+    assert lines[1] == "  reward       0.1018 (first 5 steps) -> 0.9547 (last 5 steps)"  # one term: said once
     assert "1.24 steps/s" in text and "55% of generated samples dropped as stale" in text
     assert "bottleneck   trainer-bound (...)" in text and "curves       /runs/smoke/1/training_curves.png" in text
-    assert "agrpo eval +recipe=smoke model=qwen2_5_0_5b eval.adapter=/runs/smoke/1/final_adapter" in text
-    assert "agrpo push /runs/smoke/1 --repo-id NAME" in text and "agrpo plot /runs/smoke/1" in text
-    assert (
-        "vllm serve Qwen/Qwen2.5-0.5B-Instruct --enable-lora --max-lora-rank 32 "
-        "--lora-modules smoke=/runs/smoke/1/final_adapter"
-    ) in text
+    assert "agrpo eval '+recipe=my task.yaml' model=qwen2_5_0_5b eval.adapter=/runs/smoke/1/final_adapter" in text
+    assert "agrpo push /runs/smoke/1 --repo-id smoke-lora --dry-run   # the card" in text
+    assert "agrpo plot /runs/smoke/1" in text
+    assert "  serve        python -m vllm.entrypoints.openai.api_server --model Qwen/Qwen2.5-0.5B-Instruct" in text
     assert (
         "PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained('Qwen/Qwen2.5-0.5B-Instruct'), "
         "'/runs/smoke/1/final_adapter')"
     ) in text
+    assert sum(line.startswith("agrpo:") for line in lines) == 1  # one ending
+
+
+def test_a_line_every_n_steps_the_first_step_and_after_a_quiet_minute():
+    from agrpo.trainer.console import line_due
+
+    assert [s for s in range(1, 31) if line_due(s, 10, 5.0, 60.0)] == [1, 10, 20, 30]
+    assert line_due(3, 10, 61.0, 60.0)  # a slow model: its pace shows within a minute, not after 10 long steps
+
+
+def test_two_terms_are_shown_unweighted_and_as_they_add_up():
+    history = [
+        {"step": s, "reward": 0.1 * s, "rewards/numeric_match": 0.08 * s, "rewards/regex_match": 0.02 * s}
+        for s in range(1, 11)
+    ]
+    lines = reward_lines(run_summary(history), {"numeric_match": 1.0, "regex_match": 0.2})
+    assert lines == [
+        "  reward       0.3000 (first 5 steps) -> 0.8000 (last 5 steps), the sum of each term x its weight:",
+        "    numeric_match  0.2400 -> 0.6400 unweighted",
+        "    regex_match    0.3000 -> 0.8000 unweighted, x 0.2 = 0.0600 -> 0.1600 in the sum",
+    ]
+
+
+def test_the_serve_line_is_the_runs_own_replica_command_with_the_adapter(tmp_path):
+    from agrpo.config.compose import compose_run_config
+    from agrpo.config.resolve import resolve
+    from agrpo.inference.vllm_server import build_replica_launch
+
+    cfg = resolve(compose_run_config(["+recipe=smoke"], output_dir=str(tmp_path)), cuda_available=False)
+    line = serve_command(cfg, "/runs/smoke/1/final_adapter", "cpu")
+    launch = build_replica_launch(cfg, 8000, "cpu", python="python")
+    assert line == (
+        f"VLLM_CPU_KVCACHE_SPACE={cfg.inference.cpu_kvcache_gib} "
+        + " ".join(launch.argv)
+        + " --lora-modules smoke=/runs/smoke/1/final_adapter"
+    )
+    pytest.importorskip("vllm")
+    import shlex
+
+    from vllm.entrypoints.launchers.cli_args import make_arg_parser
+    from vllm.utils.argparse_utils import FlexibleArgumentParser
+
+    argv = shlex.split(line)
+    served = argv[argv.index("vllm.entrypoints.openai.api_server") + 1 :]
+    args = make_arg_parser(FlexibleArgumentParser()).parse_args(served)  # vLLM's own parser takes every flag
+    assert args.enable_lora and [(m.name, m.path) for m in args.lora_modules] == [
+        ("smoke", "/runs/smoke/1/final_adapter")
+    ]
 
 
 def test_eval_overrides_keep_what_says_the_task():
@@ -164,10 +213,10 @@ def test_callback_prints_banner_a_line_every_n_steps_and_the_summary(caplog):
         printed = callback.print_summary("/runs/smoke/1/final_adapter")
     lines = [r.getMessage() for r in caplog.records if r.name == "agrpo.console"]
     steps = [line for line in lines if line.startswith("step ")]
-    assert [line.split()[1] for line in steps] == ["20/60", "40/60", "60/60"]
+    assert [line.split()[1] for line in steps] == ["1/60", "20/60", "40/60", "60/60"]  # the first step too
     assert lines[0].startswith("agrpo: training") and lines[-len(printed) :] == printed
     assert len(lines) < 60  # well under one line per step, banner and summary included
-    assert "agrpo: done, 60 steps in 48 s" in printed
+    assert "agrpo: done, 60 steps, final adapter in /runs/smoke/1/final_adapter (48 s of training)" in printed
 
 
 def test_callback_draws_one_bar_on_its_stream(tmp_path):

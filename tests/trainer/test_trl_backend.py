@@ -5,7 +5,7 @@ import pytest
 from agrpo.config.compose import compose_run_config
 from agrpo.errors import ConfigError
 from agrpo.inference.vllm_server import VLLM_LORA_RANKS
-from agrpo.trainer.trl_backend import build_grpo_args, build_peft_config, final_metrics, scaled_inflight
+from agrpo.trainer.trl_backend import build_grpo_args, build_peft_config, final_metrics
 
 
 def cfg_for(*overrides, tmp="/tmp/agrpo-args"):
@@ -27,18 +27,20 @@ def test_grpo_args_carry_the_config_values(tmp_path):
     assert args.save_strategy == "steps" and args.save_steps == 20
 
 
-def test_inflight_and_queue_scale_with_replicas(tmp_path):
-    cfg = cfg_for(tmp=str(tmp_path))
+def test_auto_inflight_gives_trl_the_controllers_ceiling_as_slots_and_queue(tmp_path):
+    """With auto, TRL's slots and queue are only ceilings: the paced loop admits what the controller allows. The
+    ceiling is the staleness bound, samples per step x weight_sync_steps x max_staleness, whatever the
+    number of replicas."""
+    cfg = cfg_for("trainer.max_staleness=3", "trainer.weight_sync_steps=2", tmp=str(tmp_path))
     one = build_grpo_args(cfg, "http://x", num_replicas=1, use_gpu=False)
     three = build_grpo_args(cfg, "http://x", num_replicas=3, use_gpu=False)
-    assert one.max_inflight_tasks == 1 * 16  # max_staleness x samples per step
-    assert three.max_inflight_tasks == 3 * one.max_inflight_tasks
-    assert three.queue_maxsize == 2 * three.max_inflight_tasks
+    assert one.max_inflight_tasks == three.max_inflight_tasks == 16 * 2 * 3
+    assert one.queue_maxsize == one.max_inflight_tasks
 
 
-def test_explicit_inflight_is_kept():
-    cfg = cfg_for("trainer.max_inflight_tasks=7")
-    assert scaled_inflight(cfg.trainer, 4) == 7
+def test_a_fixed_inflight_is_kept_with_twice_the_queue(tmp_path):
+    args = build_grpo_args(cfg_for("trainer.max_inflight_tasks=7", tmp=str(tmp_path)), "http://x", 4, False)
+    assert (args.max_inflight_tasks, args.queue_maxsize) == (7, 14)
 
 
 def test_extra_passes_through_and_unknown_extra_fails(tmp_path):

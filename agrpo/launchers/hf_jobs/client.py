@@ -44,11 +44,12 @@ def resolve_namespace(api: Any, configured: str | None) -> str:
         ) from None
 
 
-def secret_values(names: Iterable[str]) -> dict[str, str]:
-    """The value of every secret, from this machine's environment (HF_TOKEN: the saved token too)."""
+def secret_values(names: Iterable[str], token: str | None = None) -> dict[str, str]:
+    """The value of every secret, from this machine's environment (HF_TOKEN: `token` when given, else the saved
+    token)."""
     values, missing = {}, []
     for name in dict.fromkeys(names):
-        value = hf_token() if name == TOKEN_SECRET else os.environ.get(name)
+        value = (token or hf_token()) if name == TOKEN_SECRET else os.environ.get(name)
         if value:
             values[name] = value
         else:

@@ -18,12 +18,15 @@ from pathlib import Path
 from typing import Any
 
 from agrpo.errors import LaunchError
+from agrpo.hub_compat import supported_kwargs
 from agrpo.launchers.hf_jobs.client import TERMINAL_STAGES, cancel_jobs, hf_token, log_tail, secret_values, stage_of
 from agrpo.launchers.hf_jobs.inputs import upload_pairs
 from agrpo.launchers.hf_jobs.package import build_wheel, copy_source, wheel_build_dir
 from agrpo.launchers.hf_jobs.plan import TOKEN_SECRET, JobSpec, JobsPlan, WheelBuild
 from agrpo.launchers.hf_jobs.repack import installed_distribution, repack, site_dir, wheel_name
+from agrpo.launchers.hf_jobs.outcome import end_report
 from agrpo.launchers.hf_jobs.ready import ReplicaJob, ReplicaNotReady, probe_health, wait_until_ready
+from agrpo.launchers.hf_jobs.terminal import JobLogView, banner_lines
 
 log = logging.getLogger(__name__)
 
@@ -52,23 +55,69 @@ def refuse_secret_in_plan(plan: JobsPlan, secrets: dict[str, str]) -> None:
         )
 
 
+def reason(error: Exception) -> str:
+    """One line of why a Hub call failed: the Hub's own message when it sent one."""
+    text = getattr(error, "server_message", None) or str(error)
+    lines = [line.strip() for line in str(text).strip().splitlines() if line.strip()]
+    return lines[-1] if getattr(error, "server_message", None) else (lines[0] if lines else "")
+
+
 class JobsRun:
     """One launch of a plan: the Jobs it created, so that whatever happens they are cancelled."""
 
-    def __init__(self, plan: JobsPlan, api: Any, echo=print, reach=lambda url: url):
+    def __init__(
+        self,
+        plan: JobsPlan,
+        api: Any,
+        echo=print,
+        reach=lambda url: url,
+        token: str | None = None,
+        replay: list[str] | None = None,
+    ):
+        """`api`, `token` and `reach` are what this launch talks to: the Hub's (HfApi, the saved token, URLs as
+        they are) or a rehearsal's stand-in (its API, its own token, its gateway); `replay` is what `agrpo pull` and
+        `agrpo jobs` need to find it again afterwards (a rehearsal's --rehearsal-dir). `echo` prints the trainer
+        Job's console lines, `say` this launch's own (the banner, Job stages, the end of the run)."""
         self.plan, self.api, self.echo = plan, api, echo
         self.reach = reach  # how this process reaches an exposed URL (rehearsal: the gateway by path)
+        self.token = token  # None: huggingface_hub's (HF_TOKEN or the saved login)
+        self.replay = list(replay or [])
         self.watch = plan.watch
         self.launched: list[str] = []
+        self.jobs: dict[str, JobSpec] = {}  # job id -> its spec, to name it in stage lines
+        self.stages: dict[str, str] = {}  # job id -> the last stage said on the terminal
+
+    def say(self, line: str) -> None:
+        """A line of the launch itself: on the terminal and in the launch log."""
+        print(line, flush=True)
+        log.info(line)
+
+    def _said_stage(self, job_id: str, stage: str, message: str | None = None) -> None:
+        if self.stages.get(job_id) == stage:
+            return
+        self.stages[job_id] = stage
+        spec = self.jobs.get(job_id)
+        if spec is not None:
+            self.say(f"{spec.role} {spec.name} (Job {job_id}): {stage}" + (f": {message}" if message else ""))
 
     def _run(self, spec: JobSpec, secrets: dict[str, str]) -> Any:
-        info = self.api.run_job(**spec.run_job_kwargs(self.plan.namespace, secrets))
+        kwargs = supported_kwargs(self.api.run_job, spec.run_job_kwargs(self.plan.namespace, secrets))  # hub 1.x/2.x
+        try:
+            info = self.api.run_job(**kwargs)
+        except Exception as error:  # the Jobs API's 400 (flavor, labels, volume), run_job's own ValueError, network
+            raise LaunchError(
+                f"the Jobs API refused the {spec.role} Job {spec.name} ({type(error).__name__}: {reason(error)}); "
+                f"every Job of run {self.plan.run_id} was cancelled"
+            ) from None
         self.launched.append(info.id)
+        self.jobs[info.id] = spec
         log.info("launched %s Job %s (%s, %s): %s", spec.role, info.id, spec.flavor, spec.name, info.url)
+        self._said_stage(info.id, stage_of(info))
         return info
 
     def _stage(self, job_id: str) -> tuple[str, str | None]:
         job = self.api.inspect_job(job_id=job_id, namespace=self.plan.namespace)
+        self._said_stage(job_id, stage_of(job), job.status.message)
         return stage_of(job), job.status.message
 
     def upload(self) -> None:
@@ -117,7 +166,7 @@ class JobsRun:
                 lambda url: probe_health(self.reach(url), token),
                 self.watch.ready_timeout_s,
                 self.watch.poll_interval_s,
-                on_ready=lambda r, s: log.info("replica %s healthy after %.0f s: %s", r.name, s, r.url),
+                on_ready=lambda r, s: self.say(f"replica {r.name} (Job {r.job_id}): healthy after {s:.0f} s"),
             )
         except ReplicaNotReady as error:
             tail = log_tail(self.api, self.plan.namespace, error.replica.job_id)
@@ -128,10 +177,13 @@ class JobsRun:
         """Stream the trainer's logs until it is over (waiting out a platform requeue); return its last JobInfo."""
         namespace, watch = self.plan.namespace, self.watch
         printed = 0  # a new stream replays the Job's logs from the start: print each line once
+        view = JobLogView()
         while True:
             for index, line in enumerate(self.api.fetch_job_logs(job_id=job_id, namespace=namespace, follow=True)):
                 if index >= printed:
-                    self.echo(line)
+                    self._said_stage(job_id, "RUNNING")  # a Job that logs runs (its start fell between two polls)
+                    if view.shows(line):
+                        self.echo(line)
                     printed += 1
             info = self._wait_terminal(job_id)
             if stage_of(info) != "ERROR" or watch.trainer_attempts <= 1:
@@ -147,19 +199,22 @@ class JobsRun:
     def _wait_terminal(self, job_id: str) -> Any:
         while True:
             info = self.api.inspect_job(job_id=job_id, namespace=self.plan.namespace)
+            self._said_stage(job_id, stage_of(info), info.status.message)
             if stage_of(info) in TERMINAL_STAGES:
                 return info
             time.sleep(self.watch.poll_interval_s)
 
     def execute(self) -> dict[str, Any]:
         plan = self.plan
-        secrets = secret_values([name for job in plan.jobs() for name in job.secrets])
+        secrets = secret_values([name for job in plan.jobs() for name in job.secrets], token=self.token)
         refuse_secret_in_plan(plan, secrets)
+        for line in banner_lines(plan):
+            self.say(line)
         self.upload()
-        detached = False
+        detached, stage = False, "not started"
         try:
             replicas = self.launch_replicas(secrets)
-            took = self.wait_ready(replicas, secrets.get(TOKEN_SECRET) or hf_token())
+            took = self.wait_ready(replicas, secrets.get(TOKEN_SECRET) or self.token or hf_token())
             log.info("%d replica(s) healthy after %.0f s", len(replicas), took)
             trainer = self._run(plan.trainer, secrets)
             summary = {
@@ -178,7 +233,8 @@ class JobsRun:
                 )
                 return summary
             final = self.watch_trainer(trainer.id)
-            if stage_of(final) != "COMPLETED":
+            stage = stage_of(final)
+            if stage != "COMPLETED":
                 why = f": {final.status.message}" if final.status.message else ""
                 raise LaunchError(
                     f"the trainer Job {trainer.id} ended with stage {stage_of(final)}{why}. Its "
@@ -187,9 +243,13 @@ class JobsRun:
                 )
             return summary
         except KeyboardInterrupt:
+            stage = "interrupted"
             raise LaunchError(f"interrupted; every Job of run {plan.run_id} was cancelled") from None
         finally:
             if not detached:
                 cancelled = cancel_jobs(self.api, plan.namespace, self.launched)
                 if cancelled:
                     log.info("cancelled %d Job(s) of run %s", len(cancelled), plan.run_id)
+                if self.launched:  # what the Jobs cost (and, after a success, what to do next)
+                    for line in end_report(plan, self.api, self.launched, stage, self.replay):
+                        self.say(line)

@@ -35,39 +35,50 @@ class HFJobsLauncher(Launcher):
 
     def execute(self, cfg: Any, plan: JobsPlan) -> dict[str, Any]:
         """Run `plan` (cfg is not read: the plan holds everything); with plan.rehearse, against the local stand-in."""
-        if plan.rehearse:
-            return execute_rehearsal(plan)
-        from agrpo.launchers.hf_jobs.client import make_api, resolve_namespace
-        from agrpo.launchers.hf_jobs.executor import JobsRun
+        from agrpo.launchers.hf_jobs.terminal import launch_console
 
-        api = make_api()
-        if plan.namespace == NAMESPACE_PLACEHOLDER:
-            plan = bind_namespace(plan, resolve_namespace(api, None))
-        previous = signal.signal(signal.SIGTERM, _sigterm_as_interrupt)
-        try:
-            return JobsRun(plan, api).execute()
-        finally:
-            signal.signal(signal.SIGTERM, previous)
+        with launch_console(plan.after.launch_log if plan.after else None):
+            if plan.rehearse:
+                return execute_rehearsal(plan)
+            return execute_on_hub(plan)
+
+
+def execute_on_hub(plan: JobsPlan) -> dict[str, Any]:
+    from agrpo.launchers.hf_jobs.client import make_api, resolve_namespace
+    from agrpo.launchers.hf_jobs.executor import JobsRun
+
+    api = make_api()
+    if plan.namespace == NAMESPACE_PLACEHOLDER:
+        plan = bind_namespace(plan, resolve_namespace(api, None))
+    previous = signal.signal(signal.SIGTERM, _sigterm_as_interrupt)
+    try:
+        return JobsRun(plan, api).execute()
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def execute_rehearsal(plan: JobsPlan) -> dict[str, Any]:
-    """The same plan against a stand-in started here and stopped (every Job ended) before this returns."""
+    """The same plan against a stand-in started here and stopped (every Job ended) before this returns: the executor
+    is handed the stand-in's API, token and gateway in place of the Hub's."""
     from agrpo.launchers.hf_jobs.executor import JobsRun
-    from agrpo.launchers.hf_jobs.rehearsal.rehearse import GATEWAY_PLACEHOLDER, REHEARSAL_NAMESPACE, rehearsal
+    from agrpo.launchers.hf_jobs.plan import PRICE_PER_HOUR_USD
+    from agrpo.rehearsal.rehearse import GATEWAY_PLACEHOLDER, REHEARSAL_NAMESPACE, rehearsal
 
     spec = plan.rehearse
     namespace = REHEARSAL_NAMESPACE if plan.namespace == NAMESPACE_PLACEHOLDER else plan.namespace
     previous = signal.signal(signal.SIGTERM, _sigterm_as_interrupt)
     try:
         with rehearsal(
-            namespace,
-            spec.listing_lag_s,
-            spec.negative_cache_s,
-            spec.root,
-            preempt_trainer_after_s=spec.preempt_trainer_after_s,
+            namespace, spec.listing_lag_s, spec.negative_cache_s, spec.root, prices=PRICE_PER_HOUR_USD
         ) as stand_in:
             bound = bind_placeholder(bind_namespace(plan, namespace), GATEWAY_PLACEHOLDER, stand_in.gateway_port)
-            summary = JobsRun(bound, stand_in.api(), reach=stand_in.reach).execute()
-            return {**summary, "rehearsal_dir": str(stand_in.stand_in.root)}
+            root = str(stand_in.stand_in.root)
+            run = JobsRun(
+                bound, stand_in.api(), reach=stand_in.reach, token=stand_in.token, replay=["--rehearsal-dir", root]
+            )
+            try:
+                return {**run.execute(), "rehearsal_dir": root}
+            finally:
+                print(f"agrpo: the rehearsal's Jobs (jobs.json, jobs/<id>/log.txt) and bucket stay in {root}")
     finally:
         signal.signal(signal.SIGTERM, previous)

@@ -18,30 +18,8 @@ from typing import Any
 
 from agrpo.launchers.plan import SAFE_ENV_VALUES
 
-# Estimated USD per hour by flavor, from Hugging Face's public Jobs pricing when this was written. An estimate
-# only: `HfApi().list_jobs_hardware()` returns the current prices.
-PRICE_PER_HOUR_USD = {
-    "cpu-basic": 0.01,
-    "cpu-upgrade": 0.03,
-    "t4-small": 0.40,
-    "t4-medium": 0.60,
-    "l4x1": 0.80,
-    "l4x4": 3.80,
-    "l40sx1": 1.80,
-    "l40sx4": 8.30,
-    "l40sx8": 23.50,
-    "a10g-small": 1.00,
-    "a10g-large": 1.50,
-    "a10g-largex2": 3.00,
-    "a10g-largex4": 5.00,
-    "a100-large": 2.50,
-    "a100x4": 10.00,
-    "a100x8": 20.00,
-    "h200": 5.00,
-    "h200x2": 10.00,
-    "h200x4": 20.00,
-    "h200x8": 40.00,
-}
+from agrpo.launchers.hf_jobs.cost import PRICE_PER_HOUR_USD
+
 RUN_LABEL, ROLE_LABEL, LAUNCH_LABEL = "agrpo-run", "agrpo-role", "agrpo-launch"
 TOKEN_SECRET = "HF_TOKEN"  # the secret the proxy sends upstream and the trainer Job lists/cancels replicas with
 LAUNCH_ID_ENV = "AGRPO_LAUNCH_ID"  # tells the attempts of one trainer Job apart from a later relaunch
@@ -173,6 +151,30 @@ class ConfigUpload:
 
 
 @dataclass
+class LaunchRecord:
+    """The command that launched the run (Hydra's overrides), kept in the run's folder as `.hydra/overrides.yaml`, as
+    in a local run dir: `agrpo push` writes it into the model card, and a pulled folder says how it was trained."""
+
+    path_in_bucket: str
+    text: str
+
+
+@dataclass
+class AfterRun:
+    """What the launching machine prints when the run ends: what it cost, and commands that work there (pull the
+    run's folder first, then evaluate, plot, share and serve the pulled copy)."""
+
+    run_name: str
+    pull_dir: str  # where `agrpo pull` puts the run's folder: outputs/<run_name>/<run_id>
+    bucket_name: str  # sync.bucket without the namespace (agrpo pull's --bucket when it is not the default)
+    eval_overrides: list[str]  # the launch's overrides that say what was trained (recipe, model, LoRA, data, reward)
+    base_model: str  # as this machine names it: a local model's folder here, not its copy in the bucket
+    lora_rank: int
+    samples_per_step: int | None  # for $ per 1,000 samples when TRL's log cannot be read
+    launch_log: str | None = None  # <local run dir>/logs/launch.log: HTTP requests, Job states (None: no run dir)
+
+
+@dataclass
 class Watch:
     """How the executor waits and follows: the launcher.hf_jobs knobs it needs, copied in at plan time."""
 
@@ -187,22 +189,18 @@ class Watch:
 
 @dataclass
 class Rehearse:
-    """launcher.hf_jobs.rehearse=true: run the plan against a local stand-in (agrpo/launchers/hf_jobs/rehearsal)."""
+    """rehearsal.enabled=true: run the plan against a local stand-in of the Hub (agrpo/rehearsal)."""
 
     listing_lag_s: float
     negative_cache_s: float
     root: str | None  # Jobs' folders, logs, bucket; None: a fresh temporary folder
-    preempt_trainer_after_s: float | None = None
 
     def render(self) -> str:
         where = self.root or "a fresh temporary folder"
-        preempt = ""
-        if self.preempt_trainer_after_s is not None:
-            preempt = f"; preempt the trainer Job's first attempt after {self.preempt_trainer_after_s:g} s"
         return (
             f"rehearse: every Job below runs on this machine against a local stand-in of the Jobs and Buckets API "
             f"(listing lag {self.listing_lag_s:g} s, negative lookup cache {self.negative_cache_s:g} s) in "
-            f"{where}{preempt}; <rehearsal-gateway-port> is the stand-in's gateway port, chosen at start"
+            f"{where}; <rehearsal-gateway-port> is the stand-in's gateway port, chosen at start"
         )
 
 
@@ -222,6 +220,8 @@ class JobsPlan:
     launcher: str = "hf_jobs"
     notes: list[str] = field(default_factory=list)
     rehearse: Rehearse | None = None
+    launch_record: LaunchRecord | None = None  # None: launched without Hydra (the API, tests): nothing to record
+    after: AfterRun | None = None
 
     def jobs(self) -> list[JobSpec]:
         return [*self.replicas, self.trainer]
@@ -262,7 +262,17 @@ class JobsPlan:
             f"prepare: upload the resolved run config ({len(self.config.text.splitlines())} lines, sha256 "
             f"{self.config.digest()}) to bucket {self.bucket}:{self.config.path_in_bucket}"
         )
+        if self.launch_record:
+            parts.append(
+                f"prepare: upload the launch command (Hydra's overrides) to bucket {self.bucket}:"
+                f"{self.launch_record.path_in_bucket}"
+            )
         parts += [f"note: {note}" for note in self.notes]
+        if self.after:
+            parts.append(
+                f"after the run: `agrpo pull {self.run_id}` downloads its folder (final adapter, metrics, curves, "
+                f"TensorBoard, config, logs) into {self.after.pull_dir}; the end of the run prints what it cost"
+            )
         if self.rehearse:
             parts.append(self.rehearse.render())
         parts += [job.render() for job in self.jobs()]

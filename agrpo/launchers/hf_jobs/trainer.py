@@ -24,8 +24,36 @@ from agrpo.launchers.hf_jobs.plan import LAUNCH_ID_ENV
 from agrpo.sync.resume import prepare_resume
 from agrpo.sync.storage import BucketStorage, LocalDirStorage
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("agrpo.launchers.hf_jobs.trainer")  # by name: as `python -m` this module is __main__
 ATTEMPTS_FILE = ".agrpo/trainer_attempt.json"
+JOB_LOG = "logs/trainer_job.log"  # this launcher's full log, in the run's folder
+
+
+def job_console() -> None:
+    """The Job's console as a local run's: agrpo's own lines, and other libraries' warnings (not huggingface_hub's
+    every HTTP request); `keep_job_log` adds the full log in the run's folder once the config says where."""
+    from agrpo.trainer.logs import ConsoleFilter, ConsoleFormatter
+
+    console = logging.StreamHandler(sys.stderr)
+    console.addFilter(ConsoleFilter(logging.INFO))
+    console.setFormatter(ConsoleFormatter())
+    root = logging.getLogger()
+    root.addHandler(console)
+    root.setLevel(logging.INFO)
+
+
+def keep_job_log(run_dir: str) -> None:
+    from agrpo.trainer.logs import FILE_FORMAT
+
+    path = os.path.join(run_dir, JOB_LOG)
+    try:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        handler = logging.FileHandler(path, encoding="utf-8")
+    except OSError as error:  # the bucket mount refuses: the console still has agrpo's lines
+        log.warning("cannot write %s: %s", path, error)
+        return
+    handler.setFormatter(logging.Formatter(FILE_FORMAT))
+    logging.getLogger().addHandler(handler)
 
 
 def next_attempt(previous: dict[str, Any] | None, launch_id: str) -> dict[str, Any]:
@@ -126,12 +154,13 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("config", help="<run dir>/config.yaml, uploaded by the launcher")
     args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    job_console()
     from agrpo.launchers.base import get_launcher
 
     try:
         api = make_api()
         cfg = load_job_config(args.config, api)
+        keep_job_log(str(cfg.sync.output_dir))
         inner = get_launcher(cfg.launcher.hf_jobs.trainer_launcher)
         run_trainer_job(cfg, inner.build_plan, inner.execute, api=api)
     except AgrpoError as error:

@@ -37,6 +37,7 @@ class JobRecord:
     finished: float | None = None
     cancel_requested: bool = False
     history: list[str] = field(default_factory=list)  # every stage it went through, in order
+    ran_s: float = 0.0  # running time of the attempts before the current one (what the flavor's price is paid for)
 
     @property
     def attempts(self) -> int:
@@ -55,7 +56,14 @@ class JobRecord:
     def exposed_ports(self) -> list[int]:
         return [int(p) for p in (self.spec.get("expose") or {}).get("ports", [])]
 
+    def running_s(self, now: float) -> float:
+        """Seconds this Job has run, over every attempt (the billed time)."""
+        current = now - self.started if self.stage == "RUNNING" and self.started is not None else 0.0
+        return self.ran_s + max(0.0, current)
+
     def move(self, stage: str, message: str | None = None, now: float | None = None) -> None:
+        if self.stage == "RUNNING" and stage != "RUNNING" and self.started is not None and now is not None:
+            self.ran_s += max(0.0, now - self.started)
         self.stage, self.message = stage, message
         self.history.append(stage)
         if stage == "RUNNING":
@@ -63,8 +71,9 @@ class JobRecord:
         if stage in TERMINAL:
             self.finished = now
 
-    def to_json(self, gateway: str | None = None) -> dict[str, Any]:
-        """The body huggingface_hub's JobInfo parses; secrets by name only, as the Hub answers."""
+    def to_json(self, gateway: str | None = None, now: float | None = None) -> dict[str, Any]:
+        """The body huggingface_hub's JobInfo parses; secrets by name only, as the Hub answers. With `now`, the
+        Hub's `durations` too (seconds scheduling, running over every attempt, in all)."""
         spec = self.spec
         status: dict[str, Any] = {"stage": self.stage, "message": self.message}
         if gateway and self.exposed_ports:
@@ -88,6 +97,14 @@ class JobRecord:
             body["startedAt"] = iso(self.started)
         if self.finished is not None:
             body["finishedAt"] = iso(self.finished)
+        if now is not None:
+            end = self.finished if self.stage in TERMINAL and self.finished is not None else now
+            running = self.running_s(end)
+            body["durations"] = {
+                "schedulingSecs": round(max(0.0, end - self.created - running)),
+                "runningSecs": round(running),
+                "totalSecs": round(end - self.created),
+            }
         return body
 
 
@@ -119,7 +136,7 @@ def timed_out(job: JobRecord, now: float) -> bool:
 
 
 def due_for_preemption(job: JobRecord, now: float, after_s: float | None, role: str = "trainer") -> bool:
-    """launcher.hf_jobs.rehearse_preempt_trainer_after_s: the first attempt of the Job labelled agrpo-role=<role> is
+    """rehearsal(preempt_trainer_after_s=...), a knob for tests: the first attempt of the Job labelled agrpo-role=<role> is
     killed once it has run that long (later attempts run undisturbed, so the requeued one can finish)."""
     return (
         after_s is not None

@@ -1,12 +1,13 @@
-"""The CPU workarounds: each patched TRL attribute still exists (fails if TRL moves it), and the CPU attention
-computes what FlashAttention's varlen kernel computes."""
+"""agrpo's TRL patches: each patched TRL attribute still exists (fails if TRL moves it), forcing them patches every
+one, the SDPA packed attention computes what FlashAttention's varlen kernel computes, and the rollout worker's
+child exits by itself when stopped."""
 
 import importlib
 
 import pytest
 import torch
 
-from agrpo.trainer import cpu_compat
+from agrpo.trainer import attention, trl_patches
 
 
 @pytest.mark.parametrize(
@@ -28,17 +29,23 @@ def test_trl_still_calls_cuda_for_flops():
 
     from trl.trainer import utils
 
-    assert "torch.cuda.get_device_name" in inspect.getsource(utils.get_peak_flops_per_device)
+    module_source = inspect.getsource(utils)  # the file, not the attribute: another test may have patched it already
+    function_source = module_source.split("def get_peak_flops_per_device", 1)[1].split("\ndef ", 1)[0]
+    assert "torch.cuda.get_device_name" in function_source
 
 
 def test_apply_forced_patches_every_attribute():
-    applied = cpu_compat.apply_cpu_workarounds(force=True)
-    assert {"flops", "tree_attention", "vllm_guard", "drain_on_stop"} <= set(applied)
+    applied = trl_patches.apply_trl_patches("sdpa", force_cpu=True)
+    assert {"flops", "sdpa_attention", "vllm_guard", "drain_on_stop", "rollout_loop"} <= set(applied)
     from trl.experimental.async_grpo import async_grpo_trainer, async_rollout_worker, packing
+
+    from agrpo.trainer.rollout_loop import AgrpoRolloutLoop
+
+    assert async_rollout_worker.AsyncRolloutWorker._loop_cls is AgrpoRolloutLoop  # the spawned child imports it
 
     assert async_grpo_trainer.get_peak_flops_per_device(None, "float32") is None
     assert async_rollout_worker.is_vllm_available() is True
-    assert packing._flash_attn().flash_attn_varlen_func is cpu_compat.varlen_causal_attention
+    assert packing._flash_attn().flash_attn_varlen_func is attention.varlen_causal_attention
 
 
 def reference_attention(q, k, v, q_lens, k_lens, kv_index, heads_per_kv):
@@ -68,7 +75,7 @@ def test_varlen_attention_matches_dense_reference():
     kv_index = torch.tensor([i for path in paths for i in path])
     cu_q = torch.tensor([0, 6, 9, 12], dtype=torch.int32)
     cu_k = torch.tensor([0, 6, 15, 24], dtype=torch.int32)
-    got = cpu_compat.varlen_causal_attention(
+    got = attention.varlen_causal_attention(
         q, k.index_select(0, kv_index), v.index_select(0, kv_index), cu_q, cu_k, 6, 9, causal=True
     )
     want = reference_attention(q, k, v, q_lens, [len(p) for p in paths], kv_index, heads // kv_heads)
@@ -90,7 +97,7 @@ def test_stopping_the_rollout_worker_lets_the_child_exit_by_itself():
     from accelerate import PartialState
 
     PartialState()  # TRL logs through accelerate's logger
-    cpu_compat.apply_cpu_workarounds()
+    trl_patches.apply_trl_patches()
     from trl.experimental.async_grpo.async_rollout_worker import AsyncRolloutWorker
 
     ctx = mp.get_context("fork")

@@ -1,7 +1,7 @@
 """The stand-in's state and its Jobs' lifecycle (I/O): Jobs as local process groups, buckets as local folders.
 
-`StandIn` is what the HTTP server (server.py) asks: create/list/inspect/cancel Jobs, read their logs, create and
-list buckets, write uploaded files. A watcher thread moves each Job through its stages (jobs.py decides them):
+`StandIn` is the backend of the stand-in Hub API (hub_api.py, shared with the tests' fake Hub): create/list/
+inspect/cancel Jobs, stream their logs, create and list buckets, write and read bucket files. A watcher thread moves each Job through its stages (jobs.py decides them):
 process exit, timeout, cancel, preemption (`preempt(job_id)`, for tests and users who want to see a requeue), and
 the platform's requeue of a Job created with attempts > 1.
 """
@@ -17,15 +17,17 @@ import time
 from pathlib import Path
 from typing import Any
 
-from agrpo.launchers.hf_jobs.rehearsal import jobs as J
-from agrpo.launchers.hf_jobs.rehearsal import runner
-from agrpo.launchers.hf_jobs.rehearsal.bucket import Visibility, listing
+from agrpo.rehearsal import jobs as J
+from agrpo.rehearsal import runner
+from agrpo.rehearsal.bucket import Visibility, listing
+from agrpo.rehearsal.hub_api import HubBackend
+from agrpo.rehearsal.hub_rules import hardware_list
 
 log = logging.getLogger(__name__)
 REQUEUE_DELAY_S = 1.0  # how long a requeued Job shows ERROR before it runs again
 
 
-class StandIn:
+class StandIn(HubBackend):
     def __init__(
         self,
         root: Path,
@@ -35,8 +37,10 @@ class StandIn:
         negative_cache_s: float = 30.0,
         stop_grace_s: float = 10.0,
         preempt_trainer_after_s: float | None = None,
+        prices: dict[str, float] | None = None,
     ):
         self.root, self.namespace, self.token = root, namespace, token
+        self.prices = prices  # $/hour per flavor for the hardware list; None: the list is not served (404)
         self.preempt_trainer_after_s = preempt_trainer_after_s
         self.lag_s, self.negative_cache_s, self.stop_grace_s = lag_s, negative_cache_s, stop_grace_s
         self.jobs: dict[str, J.JobRecord] = {}
@@ -65,6 +69,9 @@ class StandIn:
             path.mkdir(parents=True, exist_ok=True)
             return not existed
 
+    def bucket_exists(self, bucket_id: str) -> bool:
+        return self.bucket_dir(bucket_id).is_dir()
+
     def _scan(self, bucket_id: str, now: float) -> dict[str, int]:
         root, view = (
             self.bucket_dir(bucket_id),
@@ -85,7 +92,7 @@ class StandIn:
             now = time.time()
             return listing(self._scan(bucket_id, now), prefix, self.views[bucket_id], now)
 
-    def write_upload(self, bucket_id: str, dest: str, data: bytes) -> None:
+    def write_file(self, bucket_id: str, dest: str, data: bytes) -> None:
         """A file uploaded through the API: in the bucket folder and listed at once (the Hub lists an upload it
         acknowledged)."""
         target = self.bucket_dir(bucket_id) / dest
@@ -100,6 +107,17 @@ class StandIn:
             )
             tmp.replace(target)
 
+    def read_file(self, bucket_id: str, path: str) -> bytes | None:
+        """A file as the bucket lists it (the download route of `agrpo pull`); None when it is not listed."""
+        with self.lock:
+            now = time.time()
+            self._scan(bucket_id, now)
+            view = self.views[bucket_id]
+            if not view.visible(path, now):
+                return None
+        target = self.bucket_dir(bucket_id) / path
+        return target.read_bytes() if target.is_file() else None
+
     def mount_lookup(self, job_id: str, path: str) -> bool:
         """Whether this Job's bucket mount shows `path` now; a miss is cached for negative_cache_s (bucket.py)."""
         job = self.jobs.get(job_id)
@@ -113,20 +131,63 @@ class StandIn:
         return True  # not on a bucket mount: nothing modelled
 
     # --- jobs
-    def create_job(self, namespace: str, spec: dict[str, Any]) -> J.JobRecord:
+    def create_job(self, namespace: str, spec: dict[str, Any]) -> dict[str, Any]:
         with self.lock:
             job = J.JobRecord(id=secrets_module.token_hex(12), namespace=namespace, spec=spec, created=time.time())
             job.history.append("SCHEDULING")
             self.jobs[job.id] = job
+            body = job.to_json(self.gateway, time.time())
         threading.Thread(target=self._start, args=(job,), name=f"rehearsal-start-{job.id}", daemon=True).start()
-        return job
+        return body
+
+    def list_jobs(self, labels: list[str], stages: list[str]) -> list[dict[str, Any]]:
+        with self.lock:
+            now = time.time()
+            return [
+                job.to_json(self.gateway, now)
+                for job in self.jobs.values()
+                if J.matches_labels(job, labels) and (not stages or job.stage in stages)
+            ]
+
+    def job_json(self, job_id: str) -> dict[str, Any] | None:
+        with self.lock:
+            job = self.jobs.get(job_id)
+            return job.to_json(self.gateway, time.time()) if job else None
+
+    def cancel_job(self, job_id: str) -> None:
+        self.cancel(job_id)
+
+    def hardware(self) -> list[dict[str, Any]] | None:
+        """The hardware list at the prices the rehearsal was given (it bills nothing: a rehearsal's cost is what its
+        Jobs would have cost on those flavors)."""
+        return hardware_list(self.prices) if self.prices is not None else None
+
+    def log_batches(self, job_id: str, tail: int | None):
+        """Every line so far, then new lines while the Job runs; the stream ends when the Job is over."""
+        job, path, offset, first = self.jobs[job_id], self.log_path(job_id), 0, True
+        while True:
+            over = job.stage in J.TERMINAL and job_id not in self.procs
+            text = b""
+            if path.exists():
+                with open(path, "rb") as log:  # only what was added since the last poll
+                    log.seek(offset)
+                    text = log.read()
+            complete = text[: text.rfind(b"\n") + 1] if not over else text
+            offset += len(complete)
+            lines = complete.decode(errors="replace").splitlines()
+            if first and tail:
+                lines = lines[-tail:]
+            first = False
+            yield lines
+            if over:
+                return
+            time.sleep(0.3)
 
     def _mounts(self, job: J.JobRecord) -> list[tuple[str, str, bool]]:
         mounts = []
         for volume in job.spec.get("volumes") or []:
-            if volume.get("type") != "bucket":
-                raise ValueError(f"rehearsal mounts only buckets (got {volume.get('type')})")
-            self.create_bucket(volume["source"])
+            if not self.bucket_exists(volume["source"]):  # the API refused it already; a bucket deleted since
+                raise ValueError(f"bucket {volume['source']} does not exist")
             mounts.append((str(self.bucket_dir(volume["source"])), volume["mountPath"], bool(volume.get("readOnly"))))
         return mounts
 
@@ -273,21 +334,47 @@ class StandIn:
         return left
 
     def write_summary(self, left: list[int]) -> None:
-        """<root>/jobs.json: every Job's name, command, stages, attempts and end (what a rehearsal leaves to look at)."""
+        """<root>/jobs.json: every Job's name, labels, flavor, command, stages, attempts, times and end (what a
+        rehearsal leaves to look at, and what `replay` serves again). Secrets and env values are left out."""
         with self.lock:
             summary = {
                 job_id: {
                     "name": job.labels.get("name"),
                     "labels": job.labels,
+                    "flavor": job.spec.get("flavor"),
+                    "image": job.spec.get("dockerImage"),
                     "command": job.spec.get("command"),
                     "stage": job.stage,
                     "message": job.message,
                     "history": job.history,
                     "attempt": job.attempt,
+                    "created": job.created,
+                    "started": job.started,
+                    "finished": job.finished,
+                    "running_s": job.running_s(job.finished or time.time()),
                 }
                 for job_id, job in self.jobs.items()
             }
-        (self.root / "jobs.json").write_text(json.dumps({"jobs": summary, "killed_after_end": left}, indent=1))
+        record = {"namespace": self.namespace, "jobs": summary, "killed_after_end": left}
+        (self.root / "jobs.json").write_text(json.dumps(record, indent=1))
+
+    @classmethod
+    def revive(cls, root: Path, token: str, prices: dict[str, float] | None = None) -> "StandIn":
+        """A stand-in over a finished rehearsal's folder: its buckets, and its Jobs as jobs.json recorded them."""
+        path = root / "jobs.json"
+        record = json.loads(path.read_text()) if path.is_file() else {"jobs": {}}
+        namespaces = sorted(p.name for p in (root / "buckets").iterdir() if p.is_dir())
+        stand_in = cls(root, record.get("namespace") or (namespaces or ["rehearsal"])[0], token, prices=prices)
+        stand_in.lag_s = 0.0  # everything in the folder is listed: the run is over
+        for job_id, seen in record["jobs"].items():
+            spec = {"labels": seen["labels"], "flavor": seen.get("flavor"), "command": seen.get("command")}
+            spec["dockerImage"] = seen.get("image")
+            job = J.JobRecord(id=job_id, namespace=stand_in.namespace, spec=spec, created=seen.get("created") or 0.0)
+            job.stage, job.message, job.history = seen["stage"], seen.get("message"), list(seen.get("history", []))
+            job.attempt, job.started, job.finished = seen.get("attempt", 1), seen.get("started"), seen.get("finished")
+            job.ran_s = float(seen.get("running_s") or 0.0)
+            stand_in.jobs[job_id] = job
+        return stand_in
 
     def remove_tree(self) -> None:
         shutil.rmtree(self.root, ignore_errors=True)

@@ -1,0 +1,171 @@
+"""The rollout child's loop: agrpo's `AgrpoRolloutLoop` (rollout_loop.py), guarded (why: rollout_guard.py).
+
+It runs in the spawned child only. Compared with TRL's loop it never sleeps on a cross-process Condition (the stop
+watcher polls), never takes the shared values' locks, names the row whose prompt could not be rendered or generated,
+cancels its pending work before the event loop closes, and, once a failure is reported to the trainer, exits at
+once instead of printing three tracebacks and waiting for threads or queues nobody will read.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import sys
+import threading
+import time
+import traceback
+from typing import Any
+
+from trl.experimental.async_grpo import async_rollout_worker as trl_worker
+from trl.experimental.async_grpo.async_rollout_worker import _AsyncRolloutLoop
+
+from agrpo.errors import AgrpoError
+from agrpo.rewards.contract import describe_row, raised_at
+from agrpo.trainer.rollout_loop import AgrpoRolloutLoop
+
+log = logging.getLogger(__name__)
+STOP_POLL_S = 0.1
+
+
+class RowError(AgrpoError):
+    """A row's prompt could not be rendered through the chat template, or vLLM refused it."""
+
+
+def row_failure(prompt: Any, error: BaseException) -> str:
+    """The paragraph for a row whose completion could not be generated."""
+    where = raised_at(error)
+    status = getattr(error, "status", None)
+    hint = (
+        " vLLM refuses a prompt that does not fit: check that prompt tokens + trainer.max_completion_length stay "
+        "within inference.max_model_len"
+        if status == 400
+        else ""
+    )
+    return (
+        f"generating a completion for the row [{describe_row({'prompts': [prompt]})}] failed: "
+        f"{type(error).__name__}: {error}" + (f" ({where})" if where and status is None else "") + f".{hint}"
+    )
+
+
+def poll_stop_event(rollout_loop: GuardedRolloutLoop, stop_event: Any) -> None:
+    """TRL's stop watcher, polling the event instead of sleeping in its Condition: a child that exits while
+    registered as a sleeper makes the trainer's `set()` wait forever (CPython #75158)."""
+
+    def watch() -> None:
+        while not stop_event.is_set():
+            time.sleep(STOP_POLL_S)
+        try:
+            rollout_loop._loop.call_soon_threadsafe(rollout_loop.stop_now)
+        except RuntimeError:  # the loop already closed: nothing left to stop
+            pass
+
+    threading.Thread(target=watch, daemon=True, name="grpo-mp-stop-watcher").start()
+
+
+def exit_now(info_queue: Any, data_queues: list[Any]) -> None:
+    """End the child once its failure is on `info_queue`: the report is flushed into the pipe, scored samples nobody
+    will train on are dropped (a full pipe would hold the exit), and no stuck thread can keep the process alive."""
+    for data in data_queues:
+        data.cancel_join_thread()
+    info_queue.close()
+    info_queue.join_thread()
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(1)
+
+
+def report(info_queue: Any, failed_event: Any, error: BaseException) -> None:
+    """TRL's failure protocol: the exception's (type name, message, traceback) on the queue, then the event."""
+    try:
+        info_queue.put_nowait((type(error).__name__, str(error), traceback.format_exc()))
+    except Exception:  # noqa: BLE001 - full: an earlier failure is already there
+        pass
+    failed_event.set()
+
+
+class GuardedRolloutLoop(AgrpoRolloutLoop):
+    """agrpo's loop (token, retired versions: rollout_loop.py) that also ends the run on a failing reward."""
+
+    def __init__(self, *, heartbeat_value: Any, model_version_value: Any, **kwargs: Any):
+        try:
+            super().__init__(
+                # The raw shared memory, without the values' locks (read and written whole: no lock needed).
+                heartbeat_value=heartbeat_value.get_obj(),
+                model_version_value=model_version_value.get_obj(),
+                **kwargs,
+            )
+        except Exception as error:  # noqa: BLE001 - e.g. a chat template TRL does not recognise
+            log.debug("rollout worker failed to start", exc_info=True)
+            report(kwargs["exception_info_queue"], kwargs["failed_event"], error)
+            exit_now(kwargs["exception_info_queue"], [kwargs["rollout_buffer"], kwargs["metrics_queue"]])
+        trl_worker._spawn_stop_watcher = poll_stop_event  # _child_main starts the watcher right after this
+
+    def stop_now(self) -> None:
+        """The trainer stopped (training ended): TRL's loops would wait for every request in flight, which took a
+        slow model (SmolLM2 on a CPU) past TRL's 15 s before it terminated the process; nobody trains on those
+        samples any more, so the loops are cancelled."""
+        self._stop_event.set()
+        self._stopping = True
+        for task in getattr(self, "_loop_tasks", []):
+            task.cancel()
+
+    async def _run_loops(self, stop_event: asyncio.Event) -> None:
+        self._loop_tasks: list[asyncio.Task] = []
+        self._stopping = False
+        try:
+            await super()._run_loops(stop_event)
+        except asyncio.CancelledError:
+            if not self._stopping:  # cancelled by anything but the stop: not ours to swallow
+                raise
+        finally:  # whatever is left, cancelled and awaited before TRL closes the event loop
+            current = asyncio.current_task()
+            pending = [task for task in asyncio.all_tasks() if task is not current]
+            for task in pending:
+                task.cancel()
+            await asyncio.gather(*pending, return_exceptions=True)
+
+    async def _sibling_safe(self, loop: Any, stop_event: asyncio.Event) -> None:
+        """Run one of TRL's two loops; when it fails, cancel the other first, so that its requests end as
+        cancelled rather than as retried "Server disconnected" errors once TRL closes the HTTP session."""
+        self._loop_tasks.append(asyncio.current_task())
+        try:
+            await loop(stop_event=stop_event)
+        except Exception:
+            for task in self._loop_tasks:
+                if task is not asyncio.current_task():
+                    task.cancel()
+            raise
+
+    async def _generate_loop(self, stop_event: asyncio.Event) -> None:
+        await self._sibling_safe(super()._generate_loop, stop_event)
+
+    async def _score_loop(self, stop_event: asyncio.Event) -> None:
+        await self._sibling_safe(super()._score_loop, stop_event)
+
+    async def _generate_one(self, prompt: Any, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return await super()._generate_one(prompt, *args, **kwargs)
+        except Exception as error:  # CancelledError is not an Exception: cancellation passes through
+            raise RowError(row_failure(prompt, error)) from error
+
+    def run(self) -> None:
+        try:
+            super().run()  # on failure TRL reports it (queue + event) and logs the traceback (trainer.log only)
+        except BaseException:  # noqa: BLE001
+            exit_now(self._exception_info_queue, [self.rollout_buffer, self._metrics_queue])
+
+
+def install_loop(worker: Any, loop_cls: type[GuardedRolloutLoop]) -> None:
+    """Make `worker` spawn `loop_cls` in place of TRL's or agrpo's plain loop; a loop class of someone else's must
+    derive from GuardedRolloutLoop."""
+    current = worker._loop_cls
+    if issubclass(current, GuardedRolloutLoop):
+        return
+    if current not in (_AsyncRolloutLoop, AgrpoRolloutLoop):
+        raise RuntimeError(
+            f"the rollout worker already runs {current.__qualname__}: derive it from "
+            "agrpo.trainer.guarded_loop.GuardedRolloutLoop so that failures still end the run"
+        )
+    worker._loop_cls = loop_cls

@@ -1,0 +1,103 @@
+"""The I/O around the in-flight budget: install the paced rollout loop, measure each step, apply the controller.
+
+`attach_pacing` (main process, before `train()`) swaps TRL's rollout loop for agrpo/trainer/rollout_child.py's,
+counts what the trainer takes off the rollout queue, and with `trainer.max_inflight_tasks=auto` adds
+`PacingCallback`, which feeds each step's logged figures to the pure controller (agrpo/trainer/inflight.py) and
+writes its budget where the child reads it. TensorBoard gets `rollout/inflight_target` (the budget in force during
+the step) and the child's `rollout/samples_ahead`, `rollout/requests_in_flight`, `rollout/samples_generated_total`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Iterator
+from typing import Any
+
+from transformers import TrainerCallback
+
+from agrpo.trainer.inflight import InflightController, Limits, StepFigures
+from agrpo.trainer.rollout_control import ControlBlock, CountingQueue
+
+log = logging.getLogger(__name__)
+
+TARGET_METRIC = "rollout/inflight_target"
+CONTROL_ATTR = "_agrpo_rollout_control"  # the shared block, on the trainer for the background sync to find
+
+
+def note_published(trainer: Any, version: int) -> None:
+    """Tell the rollout child that `version` is published (it starts no rollout that would be stale on arrival)."""
+    block = getattr(trainer, CONTROL_ATTR, None)
+    if block is not None:
+        block.set("published", version)
+
+
+def run_limits(args: Any, num_processes: int = 1) -> Limits:
+    """The controller's limits from TRL's config (samples per step counts every data-parallel rank)."""
+    return Limits(
+        samples_per_step=args.per_device_train_batch_size * args.gradient_accumulation_steps * num_processes,
+        group_size=args.num_generations,
+        weight_sync_steps=args.weight_sync_steps,
+        max_staleness=args.max_staleness,
+    )
+
+
+class PacingCallback(TrainerCallback):
+    """Each logged step: figures -> controller -> budget in the shared block; the target goes to the next log."""
+
+    def __init__(self, trainer: Any, block: ControlBlock, controller: InflightController):
+        self.trainer = trainer
+        self.block = block
+        self.controller = controller
+
+    def on_step_end(self, args, state, control, **kwargs):
+        # before TRL's log() of this step reads (and then clears) its metrics: the budget in force during the step
+        self.trainer._metrics["train"][TARGET_METRIC].append(float(self.controller.target))
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        if not logs or "perf/step_s" not in logs:
+            return
+        decision = self.controller.observe(StepFigures.from_logs(logs), state.global_step)
+        if decision.changed:
+            self.block.set("budget", decision.target)
+            log.debug(
+                "step %d: samples ahead of the trainer now %d (%s)", state.global_step, decision.target, decision.reason
+            )
+
+
+@contextlib.contextmanager
+def attach_pacing(trainer: Any, auto: bool) -> Iterator[InflightController | None]:
+    """Install the paced loop on a built AsyncGRPOTrainer for the duration of `train()` (main process only; other
+    ranks have no rollout worker). Yields the controller (None with a fixed number of requests in flight)."""
+    worker = getattr(trainer, "rollout_worker", None)
+    if worker is None or not hasattr(worker, "_loop_kwargs"):
+        yield None
+        return
+    from agrpo.trainer.rollout_child import PacedRolloutLoop
+
+    block = ControlBlock.create()
+    controller = None
+    callback = None
+    try:
+        if not issubclass(worker._loop_cls, PacedRolloutLoop):  # one derived from it (agrpo/agents/rollout.py) stays
+            worker._loop_cls = PacedRolloutLoop
+        worker._loop_kwargs.update(agrpo_control=block.path, agrpo_max_staleness=trainer.args.max_staleness)
+        trainer.rollout_queue = CountingQueue(trainer.rollout_queue, block)
+        setattr(trainer, CONTROL_ATTR, block)
+        if auto:
+            controller = InflightController(run_limits(trainer.args, trainer.accelerator.num_processes))
+            block.set("budget", controller.target)
+            callback = PacingCallback(trainer, block, controller)
+            trainer.add_callback(callback)
+            log.debug(
+                "samples ahead of the trainer: %d to start, between %d and %d (trainer.max_inflight_tasks=auto)",
+                controller.target,
+                controller.limits.floor,
+                controller.limits.ceiling,
+            )
+        yield controller
+    finally:
+        if callback is not None:
+            trainer.remove_callback(callback)
+        setattr(trainer, CONTROL_ATTR, None)
+        block.close()

@@ -1,0 +1,91 @@
+"""The Makefile's set-up paths, run by make itself (`make -n` prints what a target would run; the refusals run for
+real, stopping at their first line): the CPU and GPU set-ups each have their own stamp, `make test/demo/lint` use
+the one .venv holds, and neither installs over the other."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+CPU_STACK = ('"torch==2.13.0"', '".[cpu,test]"')  # the CPU set-up's install line
+
+pytestmark = pytest.mark.skipif(shutil.which("make") is None, reason="needs make")
+
+
+@pytest.fixture()
+def checkout(tmp_path):
+    for name in ("Makefile", "pyproject.toml"):
+        shutil.copy(REPO / name, tmp_path / name)
+    shutil.copytree(REPO / "constraints", tmp_path / "constraints")
+    (tmp_path / ".venv").mkdir()
+    return tmp_path
+
+
+def make(checkout: Path, *args: str) -> subprocess.CompletedProcess:
+    """`make` as a person runs it in `checkout`: not as a sub-make of `make test` (whose flags and variable overrides
+    would carry over), and with VENV pinned to the checkout's own .venv, so nothing outside it can be touched."""
+    env = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MFLAGS", "MAKELEVEL", "MAKEOVERRIDES")}
+    command = ["make", "VENV=.venv", "GPU_VERSIONS_VENV=.venv-gpu-versions", "PY=false", *args]
+    return subprocess.run(command, cwd=checkout, capture_output=True, text=True, timeout=60, env=env)
+
+
+def stamp(checkout: Path, name: str, fresh: bool = True) -> None:
+    """A set-up's stamp, newer than pyproject.toml (fresh) or older (pyproject changed since)."""
+    now = time.time()
+    for path in [checkout / "pyproject.toml", *(checkout / "constraints").iterdir()]:
+        os.utime(path, (now - 3600, now - 3600))
+    path = checkout / ".venv" / name
+    path.touch()
+    when = now if fresh else now - 7200
+    os.utime(path, (when, when))
+
+
+@pytest.mark.parametrize("target", ["test", "demo", "lint", "test-fast"])
+def test_a_fresh_checkout_builds_the_cpu_set_up_first(checkout, target):
+    dry = make(checkout, "-n", target)
+    assert dry.returncode == 0, dry.stderr
+    assert all(part in dry.stdout for part in CPU_STACK), dry.stdout
+    assert "touch .venv/.agrpo-installed\n" in dry.stdout
+
+
+@pytest.mark.parametrize("target", ["test", "demo", "lint", "test-fast"])
+def test_after_setup_gpu_the_targets_use_it_and_never_install_the_cpu_stack(checkout, target):
+    stamp(checkout, ".agrpo-installed-gpu")
+    dry = make(checkout, "-n", target)
+    assert dry.returncode == 0, dry.stderr
+    assert "pip install" not in dry.stdout, dry.stdout  # up to date: straight to the command
+    assert ".venv/bin/" in dry.stdout
+
+
+def test_a_changed_pyproject_refreshes_the_gpu_set_up_not_the_cpu_one(checkout):
+    stamp(checkout, ".agrpo-installed-gpu", fresh=False)
+    dry = make(checkout, "-n", "test")
+    assert '-e ".[gpu,test]"' in dry.stdout and "touch .venv/.agrpo-installed-gpu" in dry.stdout
+    assert not any(part in dry.stdout for part in CPU_STACK), dry.stdout
+
+
+def test_setting_up_one_stack_over_the_other_is_refused_before_installing_anything(checkout):
+    stamp(checkout, ".agrpo-installed-gpu")
+    refused = make(checkout, "setup")
+    assert refused.returncode != 0 and "holds the GPU set-up" in refused.stdout + refused.stderr
+    (checkout / ".venv" / ".agrpo-installed-gpu").unlink()
+    stamp(checkout, ".agrpo-installed")
+    refused = make(checkout, "setup-gpu")
+    assert refused.returncode != 0 and "holds the CPU set-up" in refused.stdout + refused.stderr
+    assert sorted(p.name for p in (checkout / ".venv").iterdir()) == [".agrpo-installed"]  # nothing installed
+
+
+def test_the_gpu_versions_environment_is_seeded_from_the_cpu_set_up_and_pinned(checkout):
+    stamp(checkout, ".agrpo-installed")
+    dry = make(checkout, "-n", "test-gpu-versions")
+    assert dry.returncode == 0, dry.stderr
+    assert "cp -al" in dry.stdout
+    assert "-c constraints/gpu-versions.txt -c constraints/minimum-versions.txt" in dry.stdout
+    assert '"transformers[kernels]"' in dry.stdout and "uninstall --quiet -y torchvision" in dry.stdout
+    assert '-m "not vllm"' in dry.stdout and "tests/e2e/" in dry.stdout
