@@ -17,22 +17,22 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
 from agrpo import __version__
+from agrpo.config.prepare import prepare
+from agrpo.config.recipe_files import TYPED_RECIPES, expand_recipe_paths, store_recipe_file  # noqa: F401 (re-exported)
 from agrpo.config.schema import register_configs
-from agrpo.config.resolve import resolve
-from agrpo.config.validate import validate
 from agrpo.errors import AgrpoError, ConfigError
 from agrpo.launchers.run_dir import discard_if_empty, record_recipe_files
-from agrpo.paths import CONF_DIR, RECIPES_DIR, register_resolvers
+from agrpo.paths import CONF_DIR, register_resolvers
 
 log = logging.getLogger("agrpo")
 
 
 def run(cfg: DictConfig) -> dict[str, Any]:
-    """Validate, build the launcher's plan, print it (dry run) or execute it. Returns the final metrics."""
+    """Prepare (validate, resolve), build the launcher's plan, print it (dry run) or execute it. Returns the final
+    metrics."""
     from agrpo.launchers import get_launcher
 
-    validate(cfg)
-    cfg = resolve(cfg, cuda_available=runs_on_gpus(cfg))  # every derived value fixed once: config.yaml shows it
+    cfg = prepare(cfg)  # every derived value fixed once: config.yaml shows it (agrpo/config/prepare.py)
     launcher = get_launcher(cfg.launcher.name)
     plan = launcher.build_plan(cfg)
     if cfg.launcher.dry_run:
@@ -40,15 +40,6 @@ def run(cfg: DictConfig) -> dict[str, Any]:
         return {}
     log.info("plan:\n%s", plan.render())
     return launcher.execute(cfg, plan)
-
-
-def runs_on_gpus(cfg: DictConfig) -> bool:
-    """Whether the run's replicas and trainer have CUDA: HF Jobs always do; locally, this machine decides."""
-    if cfg.launcher.name == "hf_jobs" and cfg.role == "all" and not cfg.rehearsal.enabled:
-        return True  # a rehearsal runs the Jobs on this machine
-    import torch
-
-    return torch.cuda.is_available()
 
 
 @hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name="config")
@@ -82,47 +73,6 @@ def in_multirun() -> bool:
     from hydra.types import RunMode
 
     return HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN
-
-
-def expand_recipe_paths(argv: list[str]) -> list[str]:
-    """Let `+recipe=` take a path to the user's own YAML: it becomes a `recipe` group option held in memory.
-
-    `+recipe=NAME` is a file under agrpo/conf/recipe (recipes/ in the checkout). A path is read and stored in Hydra's
-    ConfigStore as `recipe/<stem>` (nothing is written anywhere), in package `_global_` unless its own
-    `# @package` header says otherwise: the header is optional. Raises ConfigError when the file is not there.
-    """
-    out = []
-    for arg in argv:
-        key, _, value = arg.partition("=")
-        if key in ("+recipe", "recipe") and (value.endswith((".yaml", ".yml")) or os.sep in value):
-            arg = f"{key}={store_recipe_file(value)}"
-        out.append(arg)
-    return out
-
-
-def store_recipe_file(value: str) -> str:
-    """Store the recipe file at `value` as a `recipe` group option and return the option's name."""
-    from hydra.core.config_store import ConfigStore
-    from hydra.plugins.config_source import ConfigSource
-    from omegaconf import OmegaConf
-
-    source = Path(value).expanduser().resolve()
-    if not source.is_file():
-        raise ConfigError(f"recipe file {value!r} does not exist (+recipe= takes a recipe name or a YAML path)")
-    text = source.read_text()
-    try:
-        package = ConfigSource._get_header_dict(text)["package"] or "_global_"
-        node = OmegaConf.create(text)
-    except Exception as error:  # a YAML or header syntax error: the message says where
-        raise ConfigError(f"recipe file {value!r} cannot be read: {error}") from None
-    # A shipped recipe of the same name would shadow the file (it comes first in Hydra's search path).
-    name = source.stem if not (RECIPES_DIR / f"{source.stem}.yaml").exists() else f"{source.stem}_file"
-    ConfigStore.instance().store(group="recipe", name=name, node=node, package=package, provider=str(source))
-    TYPED_RECIPES[name] = value
-    return name
-
-
-TYPED_RECIPES: dict[str, str] = {}  # recipe option name -> the recipe file as typed (recorded in each run dir)
 
 
 # `agrpo <subcommand> ...`: tools beside the training entrypoint, each a module with `main(argv) -> int`.

@@ -18,25 +18,19 @@ def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--port", type=int, default=8000)
     args, overrides = parser.parse_known_args(argv)
-    import torch
-
-    from agrpo.cli import expand_recipe_paths
-    from agrpo.config.compose import compose_run_config
-    from agrpo.inference.vllm_server import build_replica_launch, resolve_device
-
-    from hydra.errors import HydraException
-    from omegaconf.errors import OmegaConfBaseException
-
+    from agrpo.config.prepare import prepare_overrides
     from agrpo.errors import AgrpoError
+    from agrpo.inference.vllm_server import build_replica_launch
 
     try:
-        cfg = compose_run_config(expand_recipe_paths(overrides))
-    except (AgrpoError, HydraException, OmegaConfBaseException) as error:
-        print(f"serve_replica: error: {str(error).splitlines()[0]}", file=sys.stderr)
-        return 2
+        # The run's validation and resolution (agrpo/config/prepare.py); a replica node needs none of the trainer's
+        # data, rewards or packages, so the checks against this machine are the trainer's to run.
+        cfg = prepare_overrides(overrides, output_dir=os.getcwd(), check_environment=False)
+    except AgrpoError as error:
+        print(f"serve_replica: error: {error}", file=sys.stderr)
+        return error.exit_code
     cfg.inference.host = "0.0.0.0"  # the trainer reaches it from another node
-    device = resolve_device(cfg.inference.device, torch.cuda.is_available())
-    launch = build_replica_launch(cfg, args.port, device, None, sys.executable)
+    launch = build_replica_launch(cfg, args.port, cfg.inference.device, None, sys.executable)
     if cfg.launcher.dry_run:
         env = " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(launch.env.items()))
         print(f"replica on {os.uname().nodename}: {env} {shlex.join(launch.argv)}")

@@ -170,9 +170,10 @@ def trl_problems(cfg: Any) -> list[str]:
     ]
 
 
-def environment_problems(cfg: Any) -> list[str]:
+def environment_problems(cfg: Any, training_data: bool = True) -> list[str]:
+    """`training_data=False`: the training data is not this command's (`agrpo eval` reads its own test problems)."""
     problems = code_problems(cfg) + device_problems(cfg) + trl_problems(cfg)
     remote_trainer = cfg.launcher.name == "hf_jobs" and cfg.role == "all"
     if not remote_trainer:
-        problems += data_problems(cfg) + package_problems(cfg)
+        problems += (data_problems(cfg) if training_data else []) + package_problems(cfg)
     return problems

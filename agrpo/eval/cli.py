@@ -86,23 +86,17 @@ def main(argv: list[str]) -> int:
     from datasets.utils import logging as datasets_logging
 
     datasets_logging.disable_progress_bar()  # loading a test file in milliseconds needs no bars; sampling has its own
-    try:
-        from hydra.errors import HydraException
-        from omegaconf import OmegaConf
-        from omegaconf.errors import OmegaConfBaseException
+    from omegaconf import OmegaConf
 
-        from agrpo.cli import expand_recipe_paths
-        from agrpo.config.compose import compose_run_config
+    try:
+        from agrpo.config.prepare import compose_overrides, prepare
         from agrpo.eval.runner import run_eval
         from agrpo.eval.scoring import render_table
 
-        try:
-            cfg = compose_run_config(expand_recipe_paths(list(argv)))  # +recipe= takes a YAML path too
-        except (HydraException, OmegaConfBaseException) as error:
-            print(f"agrpo eval: error: {error}", file=sys.stderr)
-            return 2
+        cfg = compose_overrides(list(argv))  # +recipe= takes a YAML path too
         out = output_dir(cfg)
         cfg.sync.output_dir = str(out)
+        cfg = prepare(cfg, training_data=False)  # the run's checks and resolution (agrpo/config/prepare.py)
         summary = run_eval(cfg, out)
     except AgrpoError as error:
         if os.environ.get("AGRPO_DEBUG") == "1":

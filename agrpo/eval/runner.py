@@ -148,7 +148,7 @@ def served(cfg: Any, out_dir: Path) -> Iterator[tuple[str, str | None]]:
 
 def serving_config(cfg: Any) -> Any:
     """The config replicas are started with: room for the adapter's rank, whatever lora.r the recipe trains."""
-    from agrpo.inference.vllm_server import round_lora_rank, served_lora_rank
+    from agrpo.config.resolve import round_lora_rank, served_lora_rank
 
     cfg = OmegaConf.create(OmegaConf.to_container(cfg, resolve=True))
     if cfg.eval.adapter and not cfg.inference.urls:
@@ -228,9 +228,7 @@ def run_eval(cfg: Any, out_dir: Path) -> dict[str, Any]:
     from agrpo.models.resolve import prepare_model
     from agrpo.rewards.registry import build_reward_funcs
 
-    ev = cfg.eval
-    if ev.k < 1:
-        raise ConfigError(f"eval.k={ev.k} must be >= 1")
+    ev = cfg.eval  # prepared (agrpo/config/prepare.py): eval.k validated, eval.max_tokens resolved
     agent = Agent.from_config(cfg.agent)  # tools/environment: episodes with the same tools (agrpo/agents/episodes.py)
     rewards = build_reward_funcs(cfg.reward.funcs) if cfg.reward.funcs or agent is None else []
     names = term_names([r.__name__ for r in rewards] + (agent.reward_names() if agent else []))
@@ -256,7 +254,7 @@ def run_eval(cfg: Any, out_dir: Path) -> dict[str, Any]:
         for p in problems["prompt"]
     ]
     params = {
-        "max_tokens": ev.max_tokens or cfg.trainer.max_completion_length,
+        "max_tokens": ev.max_tokens,
         "temperature": ev.temperature,
         "top_p": ev.top_p,
     }

@@ -13,36 +13,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from agrpo.config.resolve import served_dtype, served_lora_rank, served_max_loras
 from agrpo.cpus import format_cores
 from agrpo.inference.replica_guard import GUARD_MIDDLEWARE, VLLM_API_KEY_ENV
 
-# Ranks vLLM builds LoRA buffers for; a served rank must be one of them (TRL: round_lora_rank).
-VLLM_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
 # Head sizes vLLM's CPU attention supports.
 CPU_HEAD_SIZES = (32, 64, 80, 96, 112, 128, 160, 192, 224, 256, 512)
 LORA_ENV = {"VLLM_ALLOW_RUNTIME_LORA_UPDATING": "1", "VLLM_SERVER_DEV_MODE": "1"}
-
-
-def round_lora_rank(rank: int) -> int:
-    """Smallest vLLM LoRA capacity that holds an adapter of `rank`."""
-    for candidate in VLLM_LORA_RANKS:
-        if candidate >= rank:
-            return candidate
-    raise ValueError(f"LoRA rank {rank} exceeds the largest rank vLLM serves ({VLLM_LORA_RANKS[-1]})")
-
-
-def served_lora_rank(cfg: Any) -> int:
-    return cfg.inference.max_lora_rank or round_lora_rank(cfg.lora.r)
-
-
-def served_max_loras(cfg: Any) -> int:
-    return cfg.inference.max_loras or cfg.trainer.max_staleness + 2
-
-
-def resolve_device(requested: str, cuda_available: bool) -> str:
-    if requested == "auto":
-        return "cuda" if cuda_available else "cpu"
-    return requested
 
 
 @dataclass(frozen=True)
@@ -74,7 +51,7 @@ def build_replica_launch(
     `api_key`, every request but health and metrics needs it (agrpo/inference/replica_guard.py); it goes in the
     environment only, never on the command line."""
     inference = cfg.inference
-    dtype = inference.dtype if inference.dtype != "auto" else ("float32" if device == "cpu" else "bfloat16")
+    dtype = served_dtype(inference.dtype, device)  # the resolved value; the rule only for an unprepared config
     argv = [
         python,
         "-m",

@@ -16,6 +16,7 @@ from typing import Any
 
 import yaml
 
+from agrpo.config.run_dir_checks import accelerate_problems
 from agrpo.errors import ConfigError
 from agrpo.launchers.base import Launcher, register
 from agrpo.launchers.fsdp import ACCELERATE_CONFIG_FILE, build_fsdp_config, layer_cls_from_model_config
@@ -30,8 +31,6 @@ def trainer_processes(knobs: Any, trainer_gpus: list[int] | None) -> int:
     """Ranks: one per trainer GPU unless launcher.accelerate.num_processes says otherwise (1 on a CPU machine)."""
     if knobs.num_processes is None:
         return len(trainer_gpus) if trainer_gpus else 1
-    if knobs.num_processes < 1:
-        raise ConfigError(f"launcher.accelerate.num_processes={knobs.num_processes} must be at least 1")
     if trainer_gpus and knobs.num_processes > len(trainer_gpus):
         raise ConfigError(
             f"launcher.accelerate.num_processes={knobs.num_processes} is more than the trainer's {len(trainer_gpus)} "
@@ -48,11 +47,9 @@ def build_accelerate_plan(
     Returns the plan and the accelerate config file's content, which the executor writes into the run dir.
     """
     knobs = cfg.launcher.accelerate
-    if knobs.activation_checkpointing and cfg.trainer.gradient_checkpointing:
-        raise ConfigError(
-            "launcher.accelerate.activation_checkpointing and trainer.gradient_checkpointing both "
-            "recompute activations: under FSDP keep only launcher.accelerate.activation_checkpointing=true"
-        )
+    problems = accelerate_problems(cfg)  # the validation pass's own check (agrpo/config/run_dir_checks.py)
+    if problems:
+        raise ConfigError("; ".join(problems))
     local_trainer = local.trainer
     on_cpu = local_trainer.gpus is None
     num_processes = trainer_processes(knobs, local_trainer.gpus)

@@ -20,9 +20,10 @@ from typing import Any
 
 from omegaconf import OmegaConf
 
+from agrpo.config.resolve import served_device, uses_proxy
 from agrpo.errors import LaunchError
 from agrpo.inference.replica_guard import REPLICA_KEY_ENV
-from agrpo.inference.vllm_server import build_replica_launch, resolve_device
+from agrpo.inference.vllm_server import build_replica_launch
 from agrpo.launchers.base import Launcher, register
 from agrpo.cpus import TRAINER_CPUS_ENV, format_cores, split_cpu_cores
 from agrpo.launchers.gpus import assign_gpus, to_physical, visible_devices
@@ -38,11 +39,6 @@ from agrpo.models.resolve import prepare_model
 
 log = logging.getLogger(__name__)
 RESOLVED_CONFIG = "config.yaml"
-
-
-def uses_proxy(cfg: Any) -> bool:
-    replicas = len(cfg.inference.urls) or cfg.inference.replicas
-    return cfg.inference.use_proxy if cfg.inference.use_proxy is not None else replicas > 1
 
 
 def is_loopback_url(url: str) -> bool:
@@ -205,7 +201,7 @@ def plan_on_this_machine(cfg: Any, run_dir: str, reservations: list[PortReservat
     import torch
 
     num_gpus = torch.cuda.device_count()
-    device = resolve_device(cfg.inference.device, num_gpus > 0)
+    device = served_device(cfg.inference.device, num_gpus > 0)  # a prepared config's inference.device, as resolved
     reservation = reserve_ports(cfg.inference.replicas + 1, cfg.inference.base_port, cfg.inference.host)
     (reservations if reservations is not None else _HELD_FOR_PROCESS).append(reservation)
     return build_local_plan(

@@ -14,12 +14,10 @@ from typing import Any
 
 from omegaconf import OmegaConf
 
-from agrpo.errors import ConfigError
+from agrpo.config.run_dir_checks import PREVIOUS_OUTPUTS, previous_outputs, refuse_mixed_outputs, resumes  # noqa: F401
 
 RESOLVER = "agrpo_run_suffix"
 _SUFFIX: list[str] = []
-# What a finished or checkpointed run leaves; a new run writing beside them would mix or delete them.
-PREVIOUS_OUTPUTS = ("checkpoint-*", "final_adapter", "metrics.json")
 
 
 def run_suffix() -> str:
@@ -31,32 +29,6 @@ def run_suffix() -> str:
 def register_run_dir_resolver() -> None:
     if not OmegaConf.has_resolver(RESOLVER):
         OmegaConf.register_new_resolver(RESOLVER, run_suffix)
-
-
-def previous_outputs(run_dir: Path) -> list[str]:
-    """Names in `run_dir` that an earlier run wrote (sorted; empty for a new or missing directory)."""
-    if not run_dir.is_dir():
-        return []
-    return sorted({path.name for pattern in PREVIOUS_OUTPUTS for path in run_dir.glob(pattern)})
-
-
-def resumes(resume: Any) -> bool:
-    """Whether trainer.resume asks to continue an earlier run (true, "auto" or a checkpoint path; not false/null)."""
-    if isinstance(resume, str):
-        return resume.strip().lower() not in ("", "false", "no", "0", "none", "null")
-    return bool(resume)
-
-
-def refuse_mixed_outputs(run_dir: Path, resume: Any) -> None:
-    """ConfigError when `run_dir` holds an earlier run's outputs and trainer.resume does not ask to continue it."""
-    found = previous_outputs(run_dir)
-    if found and not resumes(resume):
-        shown = ", ".join(found[:4]) + (", ..." if len(found) > 4 else "")
-        raise ConfigError(
-            f"the run directory {run_dir} already holds an earlier run's outputs ({shown}); a new run there would mix "
-            "its logs, adapters and checkpoints with them. Continue that run with trainer.resume=true, or start a "
-            "fresh one elsewhere by changing hydra.run.dir (or sync.output_dir)"
-        )
 
 
 # ---- what a run dir records beyond Hydra, and run dirs that hold nothing ---------------------------------------

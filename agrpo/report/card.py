@@ -15,7 +15,7 @@ from typing import Any
 import yaml
 
 from agrpo.eval.scoring import markdown_table
-from agrpo.inference.vllm_server import round_lora_rank
+from agrpo.config.resolve import round_lora_rank
 
 # Config keys whose text values are never printed, should a future key hold a credential.
 _SECRET_KEY = re.compile(r"(^|_)(token|secret|password|api_key)$", re.IGNORECASE)

@@ -8,7 +8,6 @@ writes `<output_dir>/final_adapter` and `<output_dir>/metrics.json`.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import json
 import logging
 import os
@@ -19,7 +18,7 @@ from typing import Any, Iterator
 from omegaconf import OmegaConf
 from transformers import TrainerCallback
 
-from agrpo.config.resolve import inflight_slots, queue_size
+from agrpo.config.resolve import inflight_slots, queue_size, uses_proxy
 from agrpo.errors import ConfigError
 from agrpo.sync.resume import checkpoint_to_resume
 from agrpo.trainer.adapter_retention import default_retain_s, retain_adapter_files
@@ -98,15 +97,16 @@ def build_grpo_args(cfg: Any, vllm_url: str, num_replicas: int, use_gpu: bool):
         disable_tqdm=not cfg.logger.progress_bar,
         use_cpu=not use_gpu,
     )
+    from agrpo.config.environment import trl_problems
+
+    unknown = trl_problems(cfg)  # the validation pass's own check; here for a config that was not prepared
+    if unknown:
+        raise ConfigError("; ".join(unknown))
     extra = (
         OmegaConf.to_container(trainer.extra, resolve=True)
         if OmegaConf.is_config(trainer.extra)
         else dict(trainer.extra)
     )
-    known = {f.name for f in dataclasses.fields(AsyncGRPOConfig)}
-    unknown = sorted(set(extra) - known)
-    if unknown:
-        raise ConfigError(f"trainer.extra has keys that AsyncGRPOConfig does not know: {unknown}")
     kwargs.update(extra)
     return AsyncGRPOConfig(**kwargs)
 
@@ -298,7 +298,7 @@ def run_training(cfg: Any, vllm_url: str, num_replicas: int) -> dict[str, Any]:
             peft_config=build_peft_config(cfg.lora),
             **agent_kwargs,
         )
-    via_proxy = num_replicas > 1 or cfg.inference.use_proxy is True
+    via_proxy = uses_proxy(cfg)  # resolved inference.use_proxy: the plan put a proxy in front exactly then
     syncing = choose_sync(trainer, cfg, get_store(cfg), via_proxy)
     serving = ServingCollector(vllm_url, via_proxy=via_proxy)
     from agrpo.trainer.rollout_guard import guard_rollout_worker  # a failing reward or a hung child ends the run

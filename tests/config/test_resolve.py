@@ -22,7 +22,8 @@ def composed(overrides):
 @pytest.mark.parametrize("cuda", [False, True])
 def test_derived_values_agree_with_the_consumers(overrides, cuda):
     """Until every consumer reads the resolved file, the rules live twice: they must agree."""
-    from agrpo.inference.vllm_server import resolve_device, served_lora_rank, served_max_loras
+    from agrpo.config.resolve import served_device as resolve_device
+    from agrpo.config.resolve import served_lora_rank, served_max_loras
     from agrpo.launchers.local import uses_proxy
     from agrpo.config.resolve import queue_size
 

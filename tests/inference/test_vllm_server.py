@@ -3,7 +3,8 @@
 import pytest
 
 from agrpo.config.compose import compose_run_config
-from agrpo.inference.vllm_server import build_replica_launch, round_lora_rank
+from agrpo.config.resolve import round_lora_rank
+from agrpo.inference.vllm_server import build_replica_launch
 
 
 def flag(argv, name):

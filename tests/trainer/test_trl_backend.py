@@ -4,7 +4,7 @@ import pytest
 
 from agrpo.config.compose import compose_run_config
 from agrpo.errors import ConfigError
-from agrpo.inference.vllm_server import VLLM_LORA_RANKS
+from agrpo.config.resolve import VLLM_LORA_RANKS
 from agrpo.trainer.trl_backend import build_grpo_args, build_peft_config, final_metrics
 
 

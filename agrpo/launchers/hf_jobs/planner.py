@@ -22,9 +22,10 @@ from typing import Any
 
 from omegaconf import OmegaConf
 
+from agrpo.config.resolve import served_device
 from agrpo.errors import ConfigError
 from agrpo.inference.vllm_server import build_replica_launch
-from agrpo.config.hf_jobs_checks import hf_jobs_problems, is_cpu_flavor, walk
+from agrpo.config.hf_jobs_checks import hf_jobs_problems, walk
 from agrpo.launchers.hf_jobs.after import after_run, cpu_flavor_note, launch_context, launch_record
 from agrpo.launchers.hf_jobs.inputs import config_for_jobs, local_inputs
 from agrpo.launchers.hf_jobs.package import package_root, wheel_filename
@@ -103,16 +104,11 @@ def vllm_serve_argv(argv: list[str]) -> list[str]:
 
 
 def replica_device(cfg: Any) -> str:
-    """cuda on GPU flavors, cpu on CPU flavors (vLLM's CPU flags); a rehearsal serves on this machine's device."""
-    if is_cpu_flavor(cfg.launcher.hf_jobs.replica_flavor) and cfg.inference.device == "cpu":
-        return "cpu"
-    if not cfg.rehearsal.enabled or cfg.inference.device == "cuda":
-        return "cuda"
-    if cfg.inference.device == "cpu":
-        return "cpu"
-    import torch
+    """The replicas' device: the resolved inference.device (agrpo/config/prepare.py decides it once: cuda for Jobs,
+    cpu where a CPU flavor asks for it, this machine's for a rehearsal); the same rule for an unprepared config."""
+    from agrpo.config.prepare import machine_has_cuda
 
-    return "cuda" if torch.cuda.is_available() else "cpu"
+    return served_device(cfg.inference.device, machine_has_cuda(cfg))
 
 
 def replica_url_pattern(cfg: Any) -> str:

@@ -134,18 +134,16 @@ def replica_urls(cfg: Any, api: Any, launch_id: str) -> list[str]:
 
 
 def load_job_config(path: str, api: Any) -> Any:
-    """The uploaded run config, with this launch's replica URLs filled in and validated."""
+    """The uploaded run config, with this launch's replica URLs filled in, prepared (validated, then resolved for
+    this machine: agrpo/config/prepare.py) as every entrypoint prepares its config."""
     from omegaconf import OmegaConf
 
+    from agrpo.config.prepare import prepare
     from agrpo.config.schema import RunConfig
-    from agrpo.config.validate import validate
-    from agrpo.launchers.hf_jobs.planner import require_valid
 
     cfg = OmegaConf.merge(OmegaConf.structured(RunConfig), OmegaConf.load(path))
     cfg.inference.urls = replica_urls(cfg, api, os.environ.get(LAUNCH_ID_ENV, ""))
-    validate(cfg)
-    require_valid(cfg)
-    return cfg
+    return prepare(cfg)
 
 
 def main(argv: list[str] | None = None) -> int:
