@@ -18,10 +18,11 @@ from omegaconf import DictConfig
 
 from agrpo import __version__
 from agrpo.config.prepare import prepare
-from agrpo.config.recipe_files import TYPED_RECIPES, expand_recipe_paths, store_recipe_file  # noqa: F401 (re-exported)
+from agrpo.config.recipe_files import TYPED_RECIPES, expand_recipe_paths, record_recipe_files
+from agrpo.config.recipe_files import store_recipe_file  # noqa: F401 (tests and tools import it from here)
 from agrpo.config.schema import register_configs
 from agrpo.errors import AgrpoError, ConfigError
-from agrpo.launchers.run_dir import discard_if_empty, record_recipe_files
+from agrpo.launchers.run_dir import discard_if_empty
 from agrpo.paths import CONF_DIR, register_resolvers
 
 log = logging.getLogger("agrpo")

@@ -7,6 +7,7 @@ in a wheel real files), so Hydra reads it through the package from any working d
 from __future__ import annotations
 
 import os
+import secrets
 from importlib.resources import files
 from pathlib import Path
 
@@ -36,6 +37,22 @@ def register_resolvers() -> None:
     """Resolvers the shipped YAML refers to; registered before any compose (CLI, compose API)."""
     if not OmegaConf.has_resolver("agrpo_run_dir"):
         OmegaConf.register_new_resolver("agrpo_run_dir", run_dir)
-    from agrpo.launchers.run_dir import register_run_dir_resolver
-
     register_run_dir_resolver()  # hydra.run.dir's unique suffix (two runs started in the same second)
+
+
+# `${agrpo_run_suffix:}` (hydra.run.dir in conf/config.yaml) is `<pid>-<4 random hex digits>`, made once per process:
+# two runs started in the same second differ by pid on one machine, and by the random part across machines sharing a
+# filesystem. Made once because Hydra may resolve hydra.run.dir more than once.
+RESOLVER = "agrpo_run_suffix"
+_SUFFIX: list[str] = []
+
+
+def run_suffix() -> str:
+    if not _SUFFIX:
+        _SUFFIX.append(f"{os.getpid()}-{secrets.token_hex(2)}")
+    return _SUFFIX[0]
+
+
+def register_run_dir_resolver() -> None:
+    if not OmegaConf.has_resolver(RESOLVER):
+        OmegaConf.register_new_resolver(RESOLVER, run_suffix)

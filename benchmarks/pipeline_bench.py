@@ -29,7 +29,7 @@ import requests
 from agrpo.config.compose import compose_run_config
 from agrpo.inference.vllm_server import served_lora_rank, start_replica, unload_adapters
 from agrpo.cpus import TRAINER_CPUS_ENV, apply_trainer_cpus, format_cores, split_cpu_cores
-from agrpo.launchers.ports import free_ports
+from agrpo.processes.ports import free_ports
 from agrpo.models.resolve import prepare_model
 
 WARMUP_STEPS = 3

@@ -64,7 +64,7 @@ def random_adapter_dir(tiny_model_dir, tmp_path_factory) -> Path:
 def vllm_server(tiny_model_dir, tmp_path_factory):
     """One real vLLM replica of the tiny model for the whole session. Its log is at `.log_path`."""
     from agrpo.inference.vllm_server import start_replica
-    from agrpo.launchers.ports import free_ports
+    from agrpo.processes.ports import free_ports
 
     port = free_ports(1, 18100)[0]
     log_path = tmp_path_factory.mktemp("vllm") / "vllm.log"

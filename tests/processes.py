@@ -13,7 +13,7 @@ import os
 import time
 from pathlib import Path
 
-from agrpo.launchers.watchdog import carries_token, proc_stat
+from agrpo.processes.watchdog import carries_token, proc_stat
 
 
 def comm(pid: int) -> str:

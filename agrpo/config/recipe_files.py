@@ -1,7 +1,8 @@
 """`+recipe=` given as a path to the user's own YAML: read, stored in Hydra's ConfigStore, remembered as typed.
 
 Shared by every entrypoint that composes a run config (`python -m agrpo`, `agrpo eval`, serve_replica), so that
-each accepts the same overrides.
+each accepts the same overrides; and how a run dir records them as typed (.hydra/recipe_files.yaml), which the
+commands printed after a run (trainer console, `agrpo push`) replay.
 """
 
 from __future__ import annotations
@@ -52,3 +53,37 @@ def store_recipe_file(value: str) -> str:
 
 
 TYPED_RECIPES: dict[str, str] = {}  # recipe option name -> the recipe file as typed (recorded in each run dir)
+
+
+RECIPE_FILES = ".hydra/recipe_files.yaml"  # recipe option name -> the YAML path as typed (+recipe=my_task.yaml)
+
+
+def record_recipe_files(run_dir: str | Path, files: dict[str, str]) -> None:
+    """Keep how recipe files were typed: the CLI hands Hydra a recipe option named after the file's stem, which
+    `agrpo eval +recipe=<stem>` could not find."""
+    if files:
+        import yaml
+
+        path = Path(run_dir) / RECIPE_FILES
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(yaml.safe_dump(dict(files)))
+
+
+def typed_overrides(run_dir: str | Path) -> list[str]:
+    """The run's Hydra overrides as the user typed them: a recipe file by its path, not by its stored name."""
+    import yaml
+
+    run_dir = Path(run_dir)
+    try:
+        overrides = [str(o) for o in yaml.safe_load((run_dir / ".hydra" / "overrides.yaml").read_text()) or []]
+    except (OSError, ValueError):
+        return []
+    try:
+        files = yaml.safe_load((run_dir / RECIPE_FILES).read_text()) or {}
+    except (OSError, ValueError):
+        files = {}
+    typed = []
+    for override in overrides:
+        key, _, value = override.partition("=")
+        typed.append(f"{key}={files[value]}" if key.lstrip("+") == "recipe" and value in files else override)
+    return typed

@@ -55,9 +55,15 @@ def served_lora_rank(cfg: Any) -> int:
     return cfg.inference.max_lora_rank or round_lora_rank(cfg.lora.r)
 
 
+def least_loras(trainer: Any) -> int:
+    """The fewest adapters a replica must hold: every policy version a rollout may still name, plus the one being
+    loaded (validation refuses a smaller inference.max_loras)."""
+    return trainer.max_staleness + 2
+
+
 def served_max_loras(cfg: Any) -> int:
-    """inference.max_loras: every policy version a rollout may still name, plus the one being loaded."""
-    return cfg.inference.max_loras or cfg.trainer.max_staleness + 2
+    """inference.max_loras: `least_loras`."""
+    return cfg.inference.max_loras or least_loras(cfg.trainer)
 
 
 def uses_proxy(cfg: Any) -> bool:

@@ -1,4 +1,4 @@
-"""Checks of the run directory and of `trainer.resume`, the one reading of its words, in the validation pass.
+"""Checks of the run directory in the validation pass; `trainer.resume` read by its one reader (sync/resume.py).
 
 A run dir holding an earlier run's outputs (checkpoints, final adapter, metrics) is refused unless trainer.resume asks
 to continue it: the check runs with the other checks against this machine, so a dry run refuses what the run would.
@@ -10,32 +10,10 @@ from pathlib import Path
 from typing import Any
 
 from agrpo.errors import ConfigError
+from agrpo.sync.resume import resume_mode
 
 # What a finished or checkpointed run leaves; a new run writing beside them would mix or delete them.
 PREVIOUS_OUTPUTS = ("checkpoint-*", "final_adapter", "metrics.json")
-# trainer.resume's words (YAML booleans count as theirs); anything else is a checkpoint path.
-RESUME_FLAGS = {
-    "false": "false",
-    "no": "false",
-    "0": "false",
-    "none": "false",
-    "null": "false",
-    "": "false",
-    "true": "true",
-    "yes": "true",
-    "1": "true",
-    "auto": "auto",
-}
-
-
-def resume_mode(value: Any) -> tuple[str, str | None]:
-    """`trainer.resume` read as ("false" | "true" | "auto" | "path", checkpoint path or None). YAML booleans count
-    as their words, so `trainer.resume=true` and a Jobs requeue setting True both mean "true"."""
-    text = str(value).strip()
-    mode = RESUME_FLAGS.get(text.lower())
-    if mode is not None:
-        return mode, None
-    return "path", text
 
 
 def resumes(resume: Any) -> bool:

@@ -16,6 +16,7 @@ from agrpo.config.ranges import name_problems, proxy_problems, range_problems, u
 from agrpo.config.data_checks import opened_data_problems
 from agrpo.config.hf_jobs_checks import hf_jobs_problems
 from agrpo.config.machine_checks import machine_problems, setting_problems
+from agrpo.config.resolve import least_loras
 from agrpo.config.run_dir_checks import accelerate_problems, run_dir_problems
 from agrpo.config.vllm_checks import vllm_problems
 from agrpo.errors import ConfigError
@@ -47,7 +48,7 @@ def gpu_path(cfg: Any) -> list[str]:
 def cross_field_problems(cfg: Any) -> list[str]:
     problems: list[str] = []
     trainer, inference, lora = cfg.trainer, cfg.inference, cfg.lora
-    needed_loras = trainer.max_staleness + 2
+    needed_loras = least_loras(trainer)
     if inference.max_loras is not None and inference.max_loras < needed_loras:
         problems.append(
             f"inference.max_loras={inference.max_loras} is below trainer.max_staleness + 2 = {needed_loras} (every "
@@ -135,9 +136,9 @@ def validate(cfg: Any, check_environment: bool = True, training_data: bool = Tru
     if not problems:
         problems = unknown_key_problems(cfg)  # stray keys first: the rest assumes the schema's shape
     if not problems:
-        here = environment_problems(cfg, training_data) + machine_problems(cfg) + run_dir_problems(cfg)
-        here = here if check_environment else []
-        problems = value_problems(cfg) + here
+        problems = value_problems(cfg)
+        if check_environment:
+            problems += environment_problems(cfg, training_data) + machine_problems(cfg) + run_dir_problems(cfg)
         problems += agent_problems(cfg, check_environment)  # tools and environments (agrpo/agents/checks.py)
     if not problems and check_environment and training_data:
         problems = opened_data_problems(cfg)  # the data opened: columns, reward options, rows through the template

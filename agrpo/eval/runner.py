@@ -135,7 +135,7 @@ def served(cfg: Any, out_dir: Path) -> Iterator[tuple[str, str | None]]:
     the proxy when several), or replicas (+ proxy) this call starts from the config with the local launcher's plan,
     always stopped afterwards."""
     from agrpo.launchers.local import plan_on_this_machine, start_services
-    from agrpo.launchers.process import ManagedProcess, stop_all
+    from agrpo.processes.managed import ManagedProcess, stop_all
 
     plan = plan_on_this_machine(cfg, str(out_dir))
     started: list[ManagedProcess] = []

@@ -121,7 +121,7 @@ def start_replica(
     from omegaconf import OmegaConf
 
     from agrpo.config.schema import RunConfig
-    from agrpo.launchers.process import ManagedProcess
+    from agrpo.processes.managed import ManagedProcess
 
     cfg = OmegaConf.structured(RunConfig)
     cfg.model.name_or_path = str(model_path)

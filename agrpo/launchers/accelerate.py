@@ -22,7 +22,7 @@ from agrpo.launchers.base import Launcher, register
 from agrpo.launchers.fsdp import ACCELERATE_CONFIG_FILE, build_fsdp_config, layer_cls_from_model_config
 from agrpo.launchers.local import LocalLauncher
 from agrpo.launchers.plan import Plan, ProcessSpec
-from agrpo.launchers.ports import reserve_ports
+from agrpo.processes.ports import reserve_ports
 
 ACCELERATE_LAUNCH = ["-m", "accelerate.commands.launch"]
 

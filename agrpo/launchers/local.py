@@ -3,7 +3,7 @@
 Every child gets its own process group and carries the run's marker (AGRPO_RUN_TOKEN). The launcher stops them all
 on success, failure, Ctrl-C, SIGTERM or SIGHUP (a closed terminal); once it is stopping, further signals are noted
 and ignored until every child is gone. If the launcher itself is killed, its watchdog stops them
-(agrpo/launchers/watchdog.py). Ports stay reserved for the run's life (agrpo/launchers/ports.py).
+(agrpo/processes/watchdog.py). Ports stay reserved for the run's life (agrpo/processes/ports.py).
 """
 
 from __future__ import annotations
@@ -28,12 +28,12 @@ from agrpo.launchers.base import Launcher, register
 from agrpo.cpus import TRAINER_CPUS_ENV, format_cores, split_cpu_cores
 from agrpo.launchers.gpus import assign_gpus, to_physical, visible_devices
 from agrpo.launchers.plan import Plan, ProcessSpec
-from agrpo.launchers.ports import PortReservation, reserve_ports
-from agrpo.launchers.process import ManagedProcess, SignalGuard, stop_all
-from agrpo.launchers.run_dir import refuse_mixed_outputs
+from agrpo.processes.ports import PortReservation, reserve_ports
+from agrpo.processes.managed import ManagedProcess, SignalGuard, stop_all
+from agrpo.config.run_dir_checks import refuse_mixed_outputs
 from agrpo.launchers.supervise import ReplicaSupervisor, wait_supervised
-from agrpo.launchers.trainer_error import TRAINER_ERROR_ENV, clear_trainer_error, trainer_error_file, trainer_failure
-from agrpo.launchers.watchdog import RUN_TOKEN_ENV, run_token
+from agrpo.trainer.trainer_error import TRAINER_ERROR_ENV, clear_trainer_error, trainer_error_file, trainer_failure
+from agrpo.processes.watchdog import RUN_TOKEN_ENV, run_token
 from agrpo.proxy.settings import ADMIN_TOKEN_ENV
 from agrpo.models.resolve import prepare_model
 

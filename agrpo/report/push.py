@@ -73,8 +73,8 @@ def find_evals(run_dir: Path, extra: list[Path]) -> list[dict[str, Any]]:
 
 
 def training_command(run_dir: Path) -> str | None:
-    """`python -m agrpo` plus the run's overrides as typed (a recipe file by its path: agrpo/launchers/run_dir.py)."""
-    from agrpo.launchers.run_dir import typed_overrides
+    """`python -m agrpo` plus the run's overrides as typed (a recipe file by its path: agrpo/config/recipe_files.py)."""
+    from agrpo.config.recipe_files import typed_overrides
 
     if not (run_dir / ".hydra" / "overrides.yaml").is_file():
         return None

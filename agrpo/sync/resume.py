@@ -18,7 +18,6 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from agrpo.config.run_dir_checks import resume_mode  # trainer.resume's one reading  # noqa: F401 (re-exported)
 from agrpo.sync.storage import BucketStorage
 
 log = logging.getLogger(__name__)
@@ -113,6 +112,31 @@ def prepare_resume(storage: BucketStorage, checkpoint: str | None = None) -> Run
     if state.stale:
         log.info("removed %d stale entries of %s", len(state.stale), LORA_DIR)
     return state
+
+
+# trainer.resume's words (YAML booleans count as theirs); anything else is a checkpoint path.
+RESUME_FLAGS = {
+    "false": "false",
+    "no": "false",
+    "0": "false",
+    "none": "false",
+    "null": "false",
+    "": "false",
+    "true": "true",
+    "yes": "true",
+    "1": "true",
+    "auto": "auto",
+}
+
+
+def resume_mode(value: Any) -> tuple[str, str | None]:
+    """`trainer.resume` read as ("false" | "true" | "auto" | "path", checkpoint path or None). YAML booleans count
+    as their words, so `trainer.resume=true` and a Jobs requeue setting True both mean "true"."""
+    text = str(value).strip()
+    mode = RESUME_FLAGS.get(text.lower())
+    if mode is not None:
+        return mode, None
+    return "path", text
 
 
 def checkpoint_to_resume(resume: Any, output_dir: str) -> str | None:

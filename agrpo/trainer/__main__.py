@@ -14,7 +14,7 @@ from omegaconf import OmegaConf
 
 from agrpo.config.schema import RunConfig
 from agrpo.errors import AgrpoError
-from agrpo.launchers.trainer_error import report_trainer_error
+from agrpo.trainer.trainer_error import report_trainer_error
 from agrpo.cpus import apply_trainer_cpus
 
 log = logging.getLogger("agrpo.trainer")  # agrpo's namespace: the console shows it (agrpo/trainer/console.py)
@@ -38,7 +38,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         summary = run_training(cfg, args.vllm_url, args.num_replicas)
     except AgrpoError as error:
-        report_trainer_error(str(error))  # the launcher shows it (agrpo/launchers/trainer_error.py)
+        report_trainer_error(str(error))  # the launcher shows it (agrpo/trainer/trainer_error.py)
         return error.exit_code
     # The console's summary was the run's one ending ("agrpo: done, N steps, final adapter in PATH ...").
     log.debug("metrics: %s", {k: v for k, v in summary.items() if k != "rewards"})

@@ -319,15 +319,18 @@ class ConsoleCallback(TrainerCallback):
             return []
         import torch
 
-        from agrpo.launchers.run_dir import typed_overrides
+        from agrpo.config.resolve import served_device
+        from agrpo.config.recipe_files import typed_overrides
         from agrpo.rewards.registry import term_weights
+
+        cuda = torch.cuda.is_available()  # only for a config that was not prepared: its inference.device wins
 
         lines = summary_lines(
             run_summary(self.history),
             run_dir=self.run_dir,
             adapter=str(final_adapter),
             overrides=typed_overrides(self.run_dir),
-            serve=serve_command(self.cfg, str(final_adapter), "cuda" if torch.cuda.is_available() else "cpu"),
+            serve=serve_command(self.cfg, str(final_adapter), served_device(self.cfg.inference.device, cuda)),
             base_model=str(self.cfg.model.name_or_path),
             weights=term_weights(self.cfg.reward.funcs),
             repo_name=f"{self.cfg.run_name}-lora".replace("_", "-"),

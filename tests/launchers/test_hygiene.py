@@ -20,7 +20,8 @@ import pytest
 from omegaconf import OmegaConf
 
 from agrpo.errors import ConfigError
-from agrpo.launchers.run_dir import refuse_mixed_outputs, register_run_dir_resolver, resumes, run_suffix
+from agrpo.config.run_dir_checks import refuse_mixed_outputs, resumes
+from agrpo.paths import register_run_dir_resolver, run_suffix
 from tests.processes import RunProcesses
 
 ENGINE_CORE = "VLLM::EngineCor"  # "VLLM::EngineCore" as /proc/<pid>/comm keeps it (15 characters)
@@ -83,7 +84,7 @@ def wait_for_engine_core(token: str, proc: subprocess.Popen) -> RunProcesses:
 def test_run_suffix_is_made_once_per_process_and_differs_between_processes():
     assert run_suffix() == run_suffix()
     assert run_suffix().startswith(f"{os.getpid()}-")
-    script = "from agrpo.launchers.run_dir import run_suffix; print(run_suffix())"
+    script = "from agrpo.paths import run_suffix; print(run_suffix())"
     other = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True).stdout.strip()
     assert re.fullmatch(r"\d+-[0-9a-f]{4}", other) and other != run_suffix()
     register_run_dir_resolver()

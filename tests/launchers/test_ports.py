@@ -9,7 +9,7 @@ import textwrap
 import pytest
 
 from agrpo.errors import LaunchError
-from agrpo.launchers.ports import (
+from agrpo.processes.ports import (
     free_ports,
     listener_owned_by,
     lock_dir,
@@ -47,7 +47,7 @@ def test_a_reservation_held_by_another_process_is_skipped_and_dies_with_it():
             "-c",
             textwrap.dedent("""
         import sys
-        from agrpo.launchers.ports import reserve_ports
+        from agrpo.processes.ports import reserve_ports
         held = reserve_ports(2, 21600)
         print(*held.ports, flush=True)
         sys.stdin.read()

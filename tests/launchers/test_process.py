@@ -8,8 +8,8 @@ import time
 import pytest
 
 from agrpo.errors import LaunchError
-from agrpo.launchers.ports import free_ports, port_free
-from agrpo.launchers.process import ManagedProcess
+from agrpo.processes.ports import free_ports, port_free
+from agrpo.processes.managed import ManagedProcess
 
 
 def pid_alive(pid):
@@ -147,7 +147,7 @@ def test_children_and_renamed_grandchildren_die_when_the_launcher_is_killed(tmp_
         "time.sleep(300)"
     )
     launcher = (
-        "import sys, time; from pathlib import Path; from agrpo.launchers.process import ManagedProcess; "
+        "import sys, time; from pathlib import Path; from agrpo.processes.managed import ManagedProcess; "
         f"p = ManagedProcess('replica', [sys.executable, '-c', {grandchild!r}], log_path=Path(sys.argv[1])); "
         "p.start(); print('started', flush=True); time.sleep(300)"
     )
@@ -169,7 +169,7 @@ def test_children_and_renamed_grandchildren_die_when_the_launcher_is_killed(tmp_
 def test_watchdog_stops_only_the_groups_still_listed_at_end_of_file(monkeypatch):
     import io
 
-    from agrpo.launchers import watchdog
+    from agrpo.processes import watchdog
 
     stopped = []
     monkeypatch.setattr(watchdog, "stop_groups", lambda groups: stopped.append(groups))
@@ -180,7 +180,7 @@ def test_watchdog_stops_only_the_groups_still_listed_at_end_of_file(monkeypatch)
 
 
 def test_a_group_is_ours_only_while_its_leader_is_the_one_started(tmp_path):
-    from agrpo.launchers.watchdog import group_is_ours, start_time
+    from agrpo.processes.watchdog import group_is_ours, start_time
 
     proc = ManagedProcess("sleeper", [sys.executable, "-c", "import time; time.sleep(60)"], log_path=tmp_path / "s.log")
     proc.start()

@@ -7,7 +7,8 @@ import os
 import subprocess
 import sys
 
-from agrpo.launchers.run_dir import discard_if_empty, holds_nothing, record_recipe_files, typed_overrides
+from agrpo.config.recipe_files import record_recipe_files, typed_overrides
+from agrpo.launchers.run_dir import discard_if_empty, holds_nothing
 
 
 def agrpo(cwd, *args: str) -> subprocess.CompletedProcess:

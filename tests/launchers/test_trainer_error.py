@@ -1,9 +1,9 @@
-"""The trainer's one-paragraph error reaches the user once, through the launcher (agrpo/launchers/trainer_error.py)."""
+"""The trainer's one-paragraph error reaches the user once, through the launcher (agrpo/trainer/trainer_error.py)."""
 
 from __future__ import annotations
 
 from agrpo.launchers.local import build_local_plan
-from agrpo.launchers.trainer_error import (
+from agrpo.trainer.trainer_error import (
     TRAINER_ERROR_ENV,
     clear_trainer_error,
     report_trainer_error,

@@ -20,7 +20,7 @@ REPLICA_KEY = "replica-key-5f1c9a"  # the second replica's API key (in its envir
 @pytest.fixture()
 def second_replica(tiny_model_dir, tmp_path):
     from agrpo.inference.vllm_server import start_replica
-    from agrpo.launchers.ports import free_ports
+    from agrpo.processes.ports import free_ports
 
     port = free_ports(1, 18300)[0]
     replica = start_replica(

@@ -143,7 +143,7 @@ def test_a_refused_token_is_one_paragraph(run_dir, hub, monkeypatch, capsys):
 
 def test_a_recipe_given_as_a_file_shows_as_typed(run_dir, tmp_path):
     """`+recipe=my_task.yml` reaches Hydra as recipe `my_task`; the CLI records the file as typed, the card shows it."""
-    from agrpo.launchers.run_dir import record_recipe_files
+    from agrpo.config.recipe_files import record_recipe_files
     from agrpo.report.push import training_command
 
     (run_dir / ".hydra" / "overrides.yaml").write_text("- +recipe=my_task\n- model=tiny\n- hydra.run.dir=x\n")

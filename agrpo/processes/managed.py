@@ -2,7 +2,7 @@
 always stopped by PID (SIGTERM to the group, then SIGKILL), so no run leaves a server behind.
 
 Every child carries the run's marker (AGRPO_RUN_TOKEN) and its group is handed to the launcher's watchdog
-(agrpo/launchers/watchdog.py), which stops it if the launcher dies without doing so itself. "Healthy" means the
+(agrpo/processes/watchdog.py), which stops it if the launcher dies without doing so itself. "Healthy" means the
 health URL answers 200 AND the socket listening on its port belongs to the child's own process group: another
 run's server on the same port does not count.
 """
@@ -21,8 +21,8 @@ from typing import Any
 from urllib.parse import urlparse
 
 from agrpo.errors import LaunchError
-from agrpo.launchers.ports import listener_owned_by
-from agrpo.launchers.watchdog import RUN_TOKEN_ENV, WATCHDOG, group_is_ours, group_members, run_token, start_time
+from agrpo.processes.ports import listener_owned_by
+from agrpo.processes.watchdog import RUN_TOKEN_ENV, WATCHDOG, group_is_ours, group_members, run_token, start_time
 
 
 def tail(path: Path, lines: int = 25) -> str:
