@@ -167,7 +167,7 @@ def plot_points(sweep_dir: Path, rows: list[PointRow]) -> Path | None:
             labels=[label for _, label in points],
             title=f"sweep {sweep_dir.name}: {len(points)} point(s)",
         )
-    except Exception as error:  # noqa: BLE001 (matplotlib missing, a malformed history: the table still stands)
+    except Exception as error:  # matplotlib missing, a malformed history: the table still stands
         log.warning("sweep curves not drawn: %s", error)
         return None
 

@@ -39,9 +39,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # part 2 lives beside this file
 
-from agrpo.proxy.request_fields import parse_routing_fields  # noqa: E402
-from agrpo.proxy.routing import Router  # noqa: E402
-from proxy_http import compare, http_numbers  # noqa: E402
+from agrpo.proxy.request_fields import parse_routing_fields
+from agrpo.proxy.routing import Router
+from proxy_http import compare, http_numbers
 
 G, BLOCK, TEMPLATE_TOKENS = 8, 16, 150
 

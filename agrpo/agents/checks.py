@@ -43,7 +43,7 @@ def schema_of(tool: Any, key: str) -> tuple[dict | None, str | None]:
 
     try:
         return get_json_schema(tool), None
-    except Exception as error:  # noqa: BLE001 - transformers raises several types; all mean the same to the user
+    except Exception as error:  # transformers raises several types; all mean the same to the user
         return None, (
             f"{key}: TRL cannot describe {getattr(tool, '__name__', tool)!r} to the model ({error}); give every "
             "argument a type hint and the function a Google-style docstring with an `Args:` line per argument"
@@ -55,7 +55,7 @@ def pickles(obj: Any) -> str | None:
     try:
         pickle.loads(pickle.dumps(obj))
         return None
-    except Exception as error:  # noqa: BLE001 - any failure to pickle is the user's to fix
+    except Exception as error:  # any failure to pickle is the user's to fix
         return f"{type(error).__name__}: {error}"
 
 
@@ -78,7 +78,7 @@ def tool_schemas(agent: Agent) -> tuple[list[dict], list[str]]:
         seen.setdefault(tool.name, key)
     try:
         classes = agent.environment_classes()
-    except Exception as error:  # noqa: BLE001 - a factory function's own failure: say so
+    except Exception as error:  # a factory function's own failure: say so
         return schemas, problems + [f"agent.environment: a factory raised when called: {type(error).__name__}: {error}"]
     for name, factory in agent.factories().items():
         key = "agent.environment" + (f".{name}" if name else "")
@@ -160,7 +160,7 @@ def row_problems(cfg: Any, agent: Agent) -> list[str]:
 
     try:
         dataset = load_train_dataset(cfg.data, seed=cfg.trainer.seed)
-    except Exception:  # noqa: BLE001 - the data's own checks report why it does not load
+    except Exception:  # the data's own checks report why it does not load
         return []
     if ENVIRONMENT_COLUMN not in dataset.column_names:
         return [

@@ -146,7 +146,7 @@ def build_environment(environment: Any, timeout_s: float | None):
         target, options = split_entry(entry, key)
         try:
             built[name] = EnvironmentFactory(target, options, timeout_s)
-        except Exception as error:  # noqa: BLE001 - any failure to load is the user's to fix; say which
+        except Exception as error:  # any failure to load is the user's to fix; say which
             raise ConfigError(f"{key}={target!r} cannot be loaded as an environment factory: {error}") from None
     if not built:
         return None

@@ -51,7 +51,7 @@ def run_tool_calls(tool_calls: list[dict[str, Any]], tools: dict[str, Callable])
             continue
         try:
             result = tool(**(function.get("arguments") or {}))
-        except Exception as error:  # noqa: BLE001 - the model sees the error, as in training
+        except Exception as error:  # the model sees the error, as in training
             failures += 1
             result = {"error": str(error)}
         messages.append({"role": "tool", "name": name, "content": str(result)})

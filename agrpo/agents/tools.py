@@ -81,7 +81,7 @@ def run_with_timeout(run: Callable[[], Any], timeout_s: float, name: str) -> Any
     def target() -> None:
         try:
             box["result"] = run()
-        except BaseException as error:  # noqa: BLE001 - handed to the caller, which re-raises it
+        except BaseException as error:  # handed to the caller, which re-raises it
             box["error"] = error
 
     thread = threading.Thread(target=target, name=f"agrpo-tool-{name}", daemon=True)
@@ -182,7 +182,7 @@ def build_tools(entries: list[Any], timeout_s: float | None) -> list[GuardedTool
         target, options = split_entry(entry, key)
         try:
             tools.append(GuardedTool(target, options, timeout_s))
-        except Exception as error:  # noqa: BLE001 - any failure to load is the user's to fix; say which
+        except Exception as error:  # any failure to load is the user's to fix; say which
             raise ConfigError(f"{key}={target!r} cannot be loaded as a tool: {error}") from None
     return tools
 

@@ -79,14 +79,14 @@ def term_problems(index: int, term: Mapping[str, Any], column_names: Sequence[st
     key = f"reward.funcs[{index}]"
     try:
         func = resolve_target(str(term["_target_"]))
-    except Exception:  # noqa: BLE001 - reported by the environment checks, which name the import error
+    except Exception:  # reported by the environment checks, which name the import error
         return []
     options = {k: v for k, v in term.items() if k not in TERM_KEYS}
     declared = _named(_parameters(func))
     if "reward" in declared and isinstance(options.get("reward"), str):  # a wrapper: the rest goes to what it wraps
         try:
             func = resolve_target(options["reward"])
-        except Exception as error:  # noqa: BLE001
+        except Exception as error:
             return [f"{key}.reward={options['reward']!r} cannot be imported: {error}"]
         options = {k: v for k, v in options.items() if k not in declared}
         declared = _named(_parameters(func))
@@ -182,7 +182,7 @@ def template_problems(cfg: Any, dataset: Any, tokenizer: Any) -> list[str]:
     for index in sample_indices(prompts):
         try:
             ids = tokenizer.apply_chat_template(prompts[index], add_generation_prompt=True, return_dict=False)
-        except Exception as error:  # noqa: BLE001 - jinja raises its own errors for rows it cannot render
+        except Exception as error:  # jinja raises its own errors for rows it cannot render
             return problems + [
                 f"row {index} [{describe_row({'prompts': [prompts[index]]})}] does not render through the chat "
                 f"template of model.name_or_path={str(cfg.model.name_or_path)!r}: {type(error).__name__}: {error} "
@@ -225,7 +225,7 @@ def opened_data_problems(cfg: Any) -> list[str]:
         dataset = load_train_dataset(cfg.data, seed=cfg.trainer.seed)
     except ConfigError as error:
         return [str(error)]
-    except Exception as error:  # noqa: BLE001 - a malformed file: the reader's own words
+    except Exception as error:  # a malformed file: the reader's own words
         first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
         return [f"data.path={str(cfg.data.path)!r} could not be read: {first}"]
     finally:

@@ -73,7 +73,7 @@ def reward_problem(key: str, target: Any) -> str | None:
     try:
         resolve_target(str(target))
         return None
-    except Exception as error:  # noqa: BLE001 - any failure to load is the user's to fix; say which
+    except Exception as error:  # any failure to load is the user's to fix; say which
         if isinstance(target, str) and ":" in target:
             return f"{key}={target!r} cannot be loaded: {error}"
         return callable_problem(key, target) or f"{key}={target!r} cannot be loaded: {error}"

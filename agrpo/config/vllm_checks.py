@@ -134,7 +134,7 @@ def local_model_config(name_or_path: str) -> dict[str, Any] | None:
             from huggingface_hub import try_to_load_from_cache
 
             path = try_to_load_from_cache(str(name_or_path), "config.json")
-        except Exception:  # noqa: BLE001 - not a repo id, or no cache: nothing to check against
+        except Exception:  # not a repo id, or no cache: nothing to check against
             return None
     if not isinstance(path, (str, os.PathLike)) or not Path(path).is_file():
         return None

@@ -42,5 +42,5 @@ def _in_hub_cache(repo_id: str) -> bool:
         from huggingface_hub import try_to_load_from_cache
 
         return isinstance(try_to_load_from_cache(repo_id, "config.json"), str)
-    except Exception:  # noqa: BLE001 - any failure means "not cached"
+    except Exception:  # any failure means "not cached"
         return False

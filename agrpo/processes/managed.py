@@ -36,7 +36,7 @@ def tail(path: Path, lines: int = 25) -> str:
 
 def http_ok(url: str, timeout: float = 2.0) -> bool:
     try:
-        with urllib.request.urlopen(url, timeout=timeout) as response:  # noqa: S310 - loopback/config URLs only
+        with urllib.request.urlopen(url, timeout=timeout) as response:  # loopback/config URLs only
             return response.status == 200
     except (urllib.error.URLError, OSError, ValueError):
         return False
@@ -74,7 +74,7 @@ class ManagedProcess:
             stdout = None
         else:
             self.log_path.parent.mkdir(parents=True, exist_ok=True)
-            stdout = open(self.log_path, "ab")  # noqa: SIM115 - handed to the child, closed below
+            stdout = open(self.log_path, "ab")  # handed to the child, closed below
         try:
             self.popen = subprocess.Popen(
                 self.argv,

@@ -20,7 +20,7 @@ from pathlib import Path
 from agrpo.errors import LaunchError
 
 LOCK_DIR_ENV = "AGRPO_PORT_LOCK_DIR"
-DEFAULT_LOCK_DIR = "/tmp/agrpo-ports"  # noqa: S108 - machine-wide on purpose: every run on the machine must see it
+DEFAULT_LOCK_DIR = "/tmp/agrpo-ports"  # machine-wide on purpose: every run on the machine must see it
 TCP_LISTEN = "0A"
 
 

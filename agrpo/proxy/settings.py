@@ -6,7 +6,7 @@ config compatible). The `help` metadata is the one-line "why" shown by `--help`.
 """
 
 import ipaddress
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
 from typing import Optional
 
@@ -185,8 +185,3 @@ def is_loopback(host: str) -> bool:
 def flag_name(field_name: str) -> str:
     """The CLI flag for a settings field (`upstreams` is repeated as `--upstream`)."""
     return "upstream" if field_name == "upstreams" else field_name.replace("_", "-")
-
-
-def knob_help() -> dict[str, str]:
-    """Field name -> its one-line why."""
-    return {f.name: f.metadata.get("help", "") for f in fields(ProxySettings)}

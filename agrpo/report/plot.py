@@ -88,7 +88,7 @@ def read_terms(run_dir: str | Path) -> tuple[dict[str, float], tuple[float, floa
     try:
         funcs = OmegaConf.load(Path(run_dir) / CONFIG_FILE).reward.funcs
         weights = term_weights(funcs)
-    except Exception:  # noqa: BLE001 - a run dir without its config: no per-term labels, no clipping
+    except Exception:  # a run dir without its config: no per-term labels, no clipping
         return {}, None
     ours = all(str(t.get("reward") or t.get("_target_")).startswith("agrpo.rewards.") for t in funcs)
     if not weights or not ours:

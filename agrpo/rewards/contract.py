@@ -116,7 +116,7 @@ def call_reward(reward: Callable[..., Any], name: str, kwargs: Mapping[str, Any]
         scores = list(reward(**kwargs))
     except RewardError:
         raise
-    except Exception as error:  # noqa: BLE001 - any failure of user code becomes the one paragraph
+    except Exception as error:  # any failure of user code becomes the one paragraph
         raise RewardError(reward_failure(name, error, kwargs)) from error
     wrong = next((s for s in scores if not _is_score(s)), "ok")
     if len(scores) != count or wrong != "ok":

@@ -175,7 +175,7 @@ class BackgroundSync:
                 return
             try:
                 self._serve(item)
-            except BaseException as error:  # noqa: BLE001 - reported to the trainer, which raises it
+            except BaseException as error:  # reported to the trainer, which raises it
                 log.error("background sync of %s failed: %s", self.name(item.version), error)
                 with self._changed:
                     self.state.error = error

@@ -27,7 +27,7 @@ def _patch_flops() -> None:
     utils = require("trl.trainer.utils", "get_peak_flops_per_device")
     trainer_module = require("trl.experimental.async_grpo.async_grpo_trainer", "get_peak_flops_per_device")
 
-    def no_peak_flops(accelerator, dtype):  # noqa: ARG001 - same signature as TRL's
+    def no_peak_flops(accelerator, dtype):  # same signature as TRL's
         return None
 
     utils.get_peak_flops_per_device = no_peak_flops

@@ -80,7 +80,7 @@ def report(info_queue: Any, failed_event: Any, error: BaseException) -> None:
     """TRL's failure protocol: the exception's (type name, message, traceback) on the queue, then the event."""
     try:
         info_queue.put_nowait((type(error).__name__, str(error), traceback.format_exc()))
-    except Exception:  # noqa: BLE001 - full: an earlier failure is already there
+    except Exception:  # full: an earlier failure is already there
         pass
     failed_event.set()
 
@@ -96,7 +96,7 @@ class GuardedRolloutLoop(AgrpoRolloutLoop):
                 model_version_value=model_version_value.get_obj(),
                 **kwargs,
             )
-        except Exception as error:  # noqa: BLE001 - e.g. a chat template TRL does not recognise
+        except Exception as error:  # e.g. a chat template TRL does not recognise
             log.debug("rollout worker failed to start", exc_info=True)
             report(kwargs["exception_info_queue"], kwargs["failed_event"], error)
             exit_now(kwargs["exception_info_queue"], [kwargs["rollout_buffer"], kwargs["metrics_queue"]])
@@ -153,7 +153,7 @@ class GuardedRolloutLoop(AgrpoRolloutLoop):
     def run(self) -> None:
         try:
             super().run()  # on failure TRL reports it (queue + event) and logs the traceback (trainer.log only)
-        except BaseException:  # noqa: BLE001
+        except BaseException:
             exit_now(self._exception_info_queue, [self.rollout_buffer, self._metrics_queue])
 
 

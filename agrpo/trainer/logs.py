@@ -78,7 +78,7 @@ class ConsoleHandler(logging.StreamHandler):
             from tqdm import tqdm
 
             tqdm.write(self.format(record), file=self.stream)
-        except Exception:  # noqa: BLE001 (logging must never raise into the training loop)
+        except Exception:  # logging must never raise into the training loop
             self.handleError(record)
 
 

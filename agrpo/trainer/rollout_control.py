@@ -30,7 +30,7 @@ class ControlBlock:
     def __init__(self, path: str, owner: bool):
         self.path = path
         self.owner = owner
-        self._file = open(path, "r+b")  # noqa: SIM115 - mapped for the block's lifetime, closed in close()
+        self._file = open(path, "r+b")  # mapped for the block's lifetime, closed in close()
         self._map = mmap.mmap(self._file.fileno(), _SIZE)
 
     @classmethod

@@ -105,7 +105,7 @@ def _setup_child(run_dir: str, level: str) -> None:
     for handler in logging.getLogger().handlers:
         if not isinstance(handler, logging.FileHandler):
             handler.addFilter(_FileOnly())
-    dump = open(log_file, "a")  # noqa: SIM115 - kept open for the life of the process (faulthandler writes to it)
+    dump = open(log_file, "a")  # kept open for the life of the process (faulthandler writes to it)
     faulthandler.register(signal.SIGUSR1, file=dump, all_threads=True)
 
 

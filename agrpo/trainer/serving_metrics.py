@@ -100,7 +100,7 @@ def summary_line(figures: dict[str, float]) -> str:
 
 def _get(url: str, timeout_s: float, headers: dict[str, str] | None = None) -> bytes:
     request = urllib.request.Request(url, headers=headers or {})
-    with urllib.request.urlopen(request, timeout=timeout_s) as response:  # noqa: S310 - the run's own servers
+    with urllib.request.urlopen(request, timeout=timeout_s) as response:  # the run's own servers
         return response.read()
 
 
@@ -126,13 +126,13 @@ class ServingCollector:
                 replica_urls = [
                     r["url"].rstrip("/") for r in sorted(stats.get("replicas", []), key=lambda r: r["index"])
                 ]
-        except Exception as error:  # noqa: BLE001 - figures are best effort; training goes on
+        except Exception as error:  # figures are best effort; training goes on
             log.debug("proxy stats unavailable: %s", error)
         samples: list[tuple[float, float] | None] = []
         for url in replica_urls:
             try:
                 samples.append(prefix_cache(self.get(f"{url}/metrics", self.timeout_s).decode("utf-8", "replace")))
-            except Exception as error:  # noqa: BLE001 - a replica that is down has no figures this step
+            except Exception as error:  # a replica that is down has no figures this step
                 log.debug("metrics of %s unavailable: %s", url, error)
                 samples.append(None)
         figures.update(hit_rate_figures(samples))

@@ -87,7 +87,7 @@ def wait_until_every_replica_serves(proxy_url: str, name: str, timeout_s: float,
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         try:
-            with urllib.request.urlopen(f"{proxy_url.rstrip('/')}/proxy/stats", timeout=5) as response:  # noqa: S310
+            with urllib.request.urlopen(f"{proxy_url.rstrip('/')}/proxy/stats", timeout=5) as response:
                 replicas = json.loads(response.read())["replicas"]
         except (OSError, ValueError, KeyError) as error:
             log.debug("proxy stats unavailable: %s", error)

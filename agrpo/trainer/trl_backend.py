@@ -349,7 +349,7 @@ def run_training(cfg: Any, vllm_url: str, num_replicas: int) -> dict[str, Any]:
 
         try:
             plot_run_dir(args.output_dir)
-        except Exception as error:  # noqa: BLE001 (matplotlib missing, say: the run itself succeeded)
+        except Exception as error:  # matplotlib missing, say: the run itself succeeded
             log.warning("training_curves.png not drawn: %s", error)
         console.print_summary(str(final_dir), summary.get("bottleneck", {}).get("line"))
     return summary

@@ -136,7 +136,7 @@ def test_the_guides_data_and_recipe_compose_load_and_score(tmp_path, monkeypatch
     script = guide.split("python - <<'EOF'\n", 1)[1].split("\nEOF", 1)[0]
     recipe = guide.split("`my_task.yaml`, next to the data:\n\n```yaml\n", 1)[1].split("\n```", 1)[0]
     monkeypatch.chdir(tmp_path)
-    exec(compile(script, "guide-data", "exec"), {})  # noqa: S102 - the guide's own snippet
+    exec(compile(script, "guide-data", "exec"), {})  # the guide's own snippet
     (tmp_path / "my_task.yaml").write_text(recipe + "\n")
     from agrpo.cli import expand_recipe_paths
 

@@ -7,16 +7,16 @@ import os
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # nothing here may download; set before datasets is first imported
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 
-import json  # noqa: E402
-from pathlib import Path  # noqa: E402
-from types import SimpleNamespace  # noqa: E402
+import json
+from pathlib import Path
+from types import SimpleNamespace
 
-import datasets  # noqa: E402
-import pytest  # noqa: E402
+import datasets
+import pytest
 
-from agrpo.data.math import is_local, load_math, load_math_dataset, to_math_rows  # noqa: E402
-from agrpo.data.prompts import DEFAULT_INSTRUCTION, build_prompt, problem_text  # noqa: E402
-from agrpo.rewards.math import gsm8k_accuracy, math_accuracy  # noqa: E402
+from agrpo.data.math import is_local, load_math, load_math_dataset, to_math_rows
+from agrpo.data.prompts import DEFAULT_INSTRUCTION, build_prompt, problem_text
+from agrpo.rewards.math import gsm8k_accuracy, math_accuracy
 
 DATA = Path(__file__).resolve().parents[2].parent / "shared" / "data"
 

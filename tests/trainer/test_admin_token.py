@@ -10,7 +10,7 @@ from agrpo.trainer.trl_patches import _BearerRequests
 class Recorder(BaseHTTPRequestHandler):
     seen: list = []
 
-    def do_POST(self):  # noqa: N802 - http.server's naming
+    def do_POST(self):  # http.server's naming
         length = int(self.headers.get("Content-Length", 0))
         Recorder.seen.append((self.path, self.headers.get("Authorization"), self.rfile.read(length)))
         self.send_response(200)
