@@ -92,6 +92,9 @@ def build_accelerate_plan(
         vllm_url=local.vllm_url,
         notes=notes,
         files=dict(local.files),
+        resume=local.resume,
+        model=local.model,
+        supervision=local.supervision,
     )
     return plan, accelerate_config
 

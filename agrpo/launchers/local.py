@@ -27,7 +27,7 @@ from agrpo.inference.vllm_server import build_replica_launch
 from agrpo.launchers.base import Launcher, register
 from agrpo.cpus import TRAINER_CPUS_ENV, format_cores, split_cpu_cores
 from agrpo.launchers.gpus import assign_gpus, to_physical, visible_devices
-from agrpo.launchers.plan import Plan, ProcessSpec
+from agrpo.launchers.plan import ModelStep, Plan, ProcessSpec, Supervision
 from agrpo.processes.ports import PortReservation, reserve_ports
 from agrpo.processes.managed import ManagedProcess, SignalGuard, stop_all
 from agrpo.config.run_dir_checks import refuse_mixed_outputs
@@ -166,7 +166,28 @@ def build_local_plan(
         ],
     )
     notes = [f"device={device}, {num_gpus} GPU(s)"]
-    return Plan(launcher="local", run_dir=run_dir, services=services, trainer=trainer, vllm_url=vllm_url, notes=notes)
+    return Plan(
+        launcher="local",
+        run_dir=run_dir,
+        services=services,
+        trainer=trainer,
+        vllm_url=vllm_url,
+        notes=notes,
+        resume=str(cfg.trainer.resume),
+        model=ModelStep(str(cfg.model.name_or_path), cfg.model.builder or None),
+        supervision=supervision(cfg, services),
+    )
+
+
+def supervision(cfg: Any, services: Sequence[ProcessSpec]) -> Supervision:
+    """Replicas are restarted only behind a proxy (it routes around a dead one meanwhile: agrpo/launchers/supervise.py)."""
+    restarts = bool(cfg.inference.restart_on_failure) and any(s.role == "proxy" for s in services)
+    return Supervision(
+        startup_timeout_s=float(cfg.inference.startup_timeout_s),
+        restart_replicas=restarts,
+        max_restarts=int(cfg.inference.max_restarts),
+        stop_timeout_s=float(cfg.launcher.stop_timeout_s),
+    )
 
 
 def proxy_knob_flags(proxy_cfg: Any, skip: Sequence[str] = ()) -> list[str]:
@@ -250,10 +271,13 @@ class LocalLauncher(Launcher):
         return plan
 
     def execute(self, cfg: Any, plan: Plan) -> dict[str, Any]:
+        """Run `plan` and only it: `cfg` is not read (the plan carries the run-dir check, the model step, the files,
+        the processes and their supervision; what the dry run printed)."""
         run_dir = Path(plan.run_dir)
-        refuse_mixed_outputs(run_dir, cfg.trainer.resume)
+        refuse_mixed_outputs(run_dir, plan.resume)
         run_dir.mkdir(parents=True, exist_ok=True)
-        prepare_model(cfg.model)
+        if plan.model is not None:
+            prepare_model(plan.model)
         for name, text in plan.files.items():
             (run_dir / name).parent.mkdir(parents=True, exist_ok=True)
             (run_dir / name).write_text(text)
@@ -261,14 +285,16 @@ class LocalLauncher(Launcher):
         started: list[ManagedProcess] = []
         with SignalGuard() as guard:
             try:
-                services = start_services(plan, cfg.inference.startup_timeout_s, started)
+                services = start_services(plan, plan.supervision.startup_timeout_s, started)
                 clear_trainer_error(run_dir)
                 trainer = ManagedProcess(plan.trainer.name, plan.trainer.argv, plan.trainer.env)
                 started.append(trainer)
                 trainer.start(inherit_output=True)
                 replicas = [p for p, s in zip(services, plan.services) if s.role == "replica"]
-                restart = cfg.inference.restart_on_failure and any(s.role == "proxy" for s in plan.services)
-                supervisor = ReplicaSupervisor(replicas, cfg.inference.max_restarts) if restart and replicas else None
+                watch = plan.supervision
+                supervisor = (
+                    ReplicaSupervisor(replicas, watch.max_restarts) if watch.restart_replicas and replicas else None
+                )
                 code = wait_supervised(trainer, supervisor)
                 if code != 0:
                     raise LaunchError(trainer_failure(run_dir, code))
@@ -281,7 +307,7 @@ class LocalLauncher(Launcher):
                 ) from None
             finally:
                 guard.teardown()
-                stop_all(list(reversed(started)), cfg.launcher.stop_timeout_s)
+                stop_all(list(reversed(started)), plan.supervision.stop_timeout_s)
                 for reservation in self.reservations:
                     reservation.release()
                 self.reservations.clear()

@@ -47,6 +47,40 @@ class ProcessSpec:
 
 
 @dataclass
+class ModelStep:
+    """Model preparation before any process starts (agrpo/models/resolve.py): build it with `builder`, or check that
+    `name_or_path` is there (a local folder, or a Hub id in the cache when offline)."""
+
+    name_or_path: str
+    builder: str | None = None
+
+    def render(self) -> str:
+        if self.builder:
+            return f"[model] build {self.name_or_path} with {self.builder}"
+        return f"[model] check {self.name_or_path} is there"
+
+
+@dataclass
+class Supervision:
+    """How the executor waits for, keeps up and stops the plan's processes (inference.startup_timeout_s,
+    inference.restart_on_failure + max_restarts, launcher.stop_timeout_s)."""
+
+    startup_timeout_s: float = 600.0
+    restart_replicas: bool = False  # a replica that dies is started again (behind a proxy only) ...
+    max_restarts: int = 0  # ... at most this many times each
+    stop_timeout_s: float = 30.0
+
+    def render(self) -> str:
+        restarts = (
+            f"restart a dead replica up to {self.max_restarts} time(s)" if self.restart_replicas else "no restarts"
+        )
+        return (
+            f"[supervision] services healthy within {self.startup_timeout_s:g} s; {restarts}; "
+            f"each process group stopped within {self.stop_timeout_s:g} s"
+        )
+
+
+@dataclass
 class Plan:
     launcher: str
     run_dir: str
@@ -57,10 +91,19 @@ class Plan:
     # Files the executor writes into the run dir before any process starts (path relative to it -> content): the
     # resolved run config every process reads, the accelerate/FSDP config. The dry run lists them.
     files: dict[str, str] = field(default_factory=dict)
+    # trainer.resume: the run dir may hold an earlier run's outputs only when it continues that run (checked first).
+    resume: str = "false"
+    model: ModelStep | None = None  # prepared before any process starts
+    supervision: Supervision = field(default_factory=Supervision)
 
     def render(self) -> str:
         parts = [f"agrpo plan ({self.launcher}), run dir {self.run_dir}", f"trainer talks to {self.vllm_url}"]
         parts += [f"note: {note}" for note in self.notes]
+        parts.append(
+            f"[run dir] refuse an earlier run's outputs unless trainer.resume continues it (resume={self.resume})"
+        )
+        parts += [self.model.render()] if self.model else []
+        parts.append(self.supervision.render())
         parts += [f"[file] {self.run_dir}/{name}  ({len(text.encode())} bytes)" for name, text in self.files.items()]
         parts += [spec.render() for spec in [*self.services, self.trainer]]
         return "\n".join(parts)

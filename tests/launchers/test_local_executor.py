@@ -1,0 +1,118 @@
+"""The local executor runs its plan and nothing else: every step it takes is one the plan carries (and the dry run
+prints), with the plan's values, and it never reads the config. Processes are recorded, not started (what starting
+them does is covered by the e2e runs); everything else (files, the run-dir check, the teardown order) is real."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+import agrpo.launchers.local as local
+from agrpo.config.compose import compose_run_config
+from agrpo.config.prepare import prepare
+from agrpo.errors import ConfigError
+from agrpo.launchers.local import LocalLauncher, build_local_plan
+
+
+class Recorder:
+    def __init__(self):
+        self.steps: list[tuple] = []
+
+
+@pytest.fixture()
+def recorded(monkeypatch):
+    record = Recorder()
+
+    class FakeProcess:
+        def __init__(self, name, argv, env, log_path=None, health_url=None):
+            self.name, self.argv, self.env, self.log_path = name, list(argv), dict(env), log_path
+
+        def start(self, inherit_output=False):
+            record.steps.append(("start", self.name, self.argv, self.env))
+
+        def wait_healthy(self, timeout_s):
+            record.steps.append(("healthy", self.name, timeout_s))
+
+    class FakeSupervisor:
+        def __init__(self, replicas, max_restarts):
+            record.steps.append(("supervise", [r.name for r in replicas], max_restarts))
+
+    def trainer_runs(trainer, supervisor):
+        record.steps.append(("wait", trainer.name))
+        (Path(record.run_dir) / "metrics.json").write_text(json.dumps({"reward_last": 0.25}))  # the trainer's output
+        return 0
+
+    monkeypatch.setattr(local, "ManagedProcess", FakeProcess)
+    monkeypatch.setattr(local, "ReplicaSupervisor", FakeSupervisor)
+    monkeypatch.setattr(local, "wait_supervised", trainer_runs)
+    monkeypatch.setattr(local, "prepare_model", lambda model: record.steps.append(("model", model)))
+    monkeypatch.setattr(
+        local,
+        "stop_all",
+        lambda processes, timeout_s: record.steps.append(("stop", [p.name for p in processes], timeout_s)),
+    )
+    return record
+
+
+def plan_for(run_dir: Path, *overrides: str):
+    cfg = prepare(
+        compose_run_config(["+recipe=smoke", "inference.replicas=2", *overrides], output_dir=str(run_dir)),
+        cuda_available=False,
+    )
+    return build_local_plan(cfg, str(run_dir), [8100, 8101, 8102], "cpu", 0, [0, 1], python="py")
+
+
+def test_the_executor_does_exactly_the_plans_steps(recorded, tmp_path):
+    run_dir = tmp_path / "run"
+    plan = plan_for(run_dir, "inference.startup_timeout_s=77", "inference.max_restarts=4", "launcher.stop_timeout_s=9")
+    plan.files = {"config.yaml": "a: 1\n", "sub/extra.yaml": "b: 2\n"}
+    recorded.run_dir = run_dir
+    assert LocalLauncher().execute(None, plan) == {"reward_last": 0.25}  # no config: the plan is all it reads
+    services = [spec.name for spec in plan.services]
+    assert services == ["vllm-0", "vllm-1", "proxy"]
+    starts = [step for step in recorded.steps if step[0] == "start"]
+    assert [(name, argv, env) for _, name, argv, env in starts] == [
+        (spec.name, spec.argv, spec.env) for spec in [*plan.services, plan.trainer]
+    ]
+    assert recorded.steps[0] == ("model", plan.model) and plan.model.builder == "agrpo.models.tiny.build_tiny_model"
+    healthy = [step for step in recorded.steps if step[0] == "healthy"]
+    assert [name for _, name, _ in healthy] == services and all(0 < t <= 77 for *_, t in healthy)
+    assert ("supervise", ["vllm-0", "vllm-1"], 4) in recorded.steps
+    assert recorded.steps[-1] == ("stop", ["trainer", "proxy", "vllm-1", "vllm-0"], 9.0)
+    assert [p.relative_to(run_dir).as_posix() for p in sorted(run_dir.rglob("*.yaml"))] == [
+        "config.yaml",
+        "sub/extra.yaml",
+    ]
+    printed = plan.render()
+    assert "[model] build" in printed and "[run dir] refuse an earlier run's outputs" in printed
+    assert (
+        "healthy within 77 s; restart a dead replica up to 4 time(s); each process group stopped within 9 s" in printed
+    )
+    assert all(f"[file] {run_dir}/{name}" in printed for name in plan.files)
+
+
+def test_the_run_dir_check_reads_the_plans_resume(recorded, tmp_path):
+    """The trainer Job builds its plan once it knows whether it resumes; the executor checks with that value."""
+    run_dir = tmp_path / "run"
+    (run_dir / "checkpoint-2").mkdir(parents=True)
+    plan = plan_for(tmp_path / "elsewhere")
+    plan.run_dir = str(run_dir)
+    with pytest.raises(ConfigError, match="already holds an earlier run's outputs"):
+        LocalLauncher().execute(None, plan)
+    assert recorded.steps == []  # refused before the model step and before any process
+    plan.resume = "true"
+    recorded.run_dir = run_dir
+    LocalLauncher().execute(None, plan)
+    assert recorded.steps[0][0] == "model"
+
+
+def test_one_replica_is_not_supervised_and_the_plan_says_so(recorded, tmp_path):
+    run_dir = tmp_path / "run"
+    cfg = prepare(compose_run_config(["+recipe=smoke"], output_dir=str(run_dir)), cuda_available=False)
+    plan = build_local_plan(cfg, str(run_dir), [8100, 8101], "cpu", 0, [0, 1], python="py")
+    recorded.run_dir = run_dir
+    LocalLauncher().execute(None, plan)
+    assert not [step for step in recorded.steps if step[0] == "supervise"]
+    assert "no restarts" in plan.render() and plan.supervision.restart_replicas is False
