@@ -140,10 +140,10 @@ def served(cfg: Any, out_dir: Path) -> Iterator[tuple[str, str | None]]:
     plan = plan_on_this_machine(cfg, str(out_dir))
     started: list[ManagedProcess] = []
     try:
-        start_services(plan, cfg.inference.startup_timeout_s, started)
+        start_services(plan, plan.supervision.startup_timeout_s, started)
         yield plan.vllm_url, trainer_bearer(plan.trainer.env)  # the proxy's admin token, or the replica's key
     finally:
-        stop_all(list(reversed(started)), cfg.launcher.stop_timeout_s)
+        stop_all(list(reversed(started)), plan.supervision.stop_timeout_s)
 
 
 def serving_config(cfg: Any) -> Any:
