@@ -16,7 +16,7 @@ import shlex
 from dataclasses import dataclass, field
 from typing import Any
 
-from agrpo.launchers.plan import SAFE_ENV_VALUES
+from agrpo.launchers.plan import SAFE_ENV_VALUES, ProcessSpec
 
 from agrpo.launchers.hf_jobs.cost import PRICE_PER_HOUR_USD
 
@@ -222,6 +222,9 @@ class JobsPlan:
     rehearse: Rehearse | None = None
     launch_record: LaunchRecord | None = None  # None: launched without Hydra (the API, tests): nothing to record
     after: AfterRun | None = None
+    # What the trainer Job starts inside (agrpo/launchers/hf_jobs/trainer.py: the local plan with role=trainer):
+    # agrpo's proxy in front of the replica Jobs, then the trainer. Ports, GPUs and threads are the Job's own.
+    in_job: list[ProcessSpec] = field(default_factory=list)
 
     def jobs(self) -> list[JobSpec]:
         return [*self.replicas, self.trainer]
@@ -275,6 +278,9 @@ class JobsPlan:
             )
         if self.rehearse:
             parts.append(self.rehearse.render())
+        if self.in_job:
+            parts.append("inside the trainer Job (its own ports, GPUs and threads, chosen there):")
+            parts += [f"  [{spec.role}] {spec.name}\n    cmd: {shlex.join(spec.argv)}" for spec in self.in_job]
         parts += [job.render() for job in self.jobs()]
         return "\n".join(parts)
 

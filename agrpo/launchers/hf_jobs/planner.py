@@ -187,6 +187,25 @@ def trainer_job(
     )
 
 
+def in_job_processes(config_text: str, replicas: int) -> list[Any]:
+    """The proxy and trainer the trainer Job will start: the local plan (role=trainer) of the config it is handed,
+    against the replica Jobs' URL pattern. Under launcher.hf_jobs.trainer_launcher=accelerate the trainer's command
+    becomes `accelerate launch` with one rank per GPU of the flavor (agrpo/launchers/accelerate.py)."""
+    from agrpo.config.schema import RunConfig
+    from agrpo.launchers.local import build_local_plan
+
+    job = OmegaConf.merge(OmegaConf.structured(RunConfig), OmegaConf.create(config_text))
+    jobs = job.launcher.hf_jobs
+    job.inference.urls = [
+        jobs.replica_url.format(job_id=f"<vllm-{i}-job-id>", port=jobs.replica_port) for i in range(replicas)
+    ]
+    ports = [int(job.inference.base_port) + i for i in range(replicas + 1)]
+    plan = build_local_plan(job, str(job.sync.output_dir), ports, str(job.inference.device), 0, [0], python=jobs.python)
+    if jobs.trainer_launcher == "accelerate":
+        plan.trainer.name = "trainer (under `accelerate launch`, one rank per GPU of the flavor)"
+    return [*plan.services, plan.trainer]
+
+
 def job_config_text(cfg: Any, namespace: str, bucket: str) -> str:
     """The resolved config the trainer Job runs from: the launching config with the trainer Job's own role."""
     job = copy.deepcopy(cfg)
@@ -325,4 +344,5 @@ def build_jobs_plan(cfg: Any, launch_id: str | None = None) -> JobsPlan:
         rehearse=rehearse_spec(cfg),
         launch_record=record,
         after=after,
+        in_job=in_job_processes(config_text, int(cfg.inference.replicas)),
     )
