@@ -86,96 +86,114 @@ def build_local_plan(
         trainer_gpus = to_physical(trainer_gpus, visible_gpus)
         for index in range(inference.replicas):
             gpus = to_physical(replica_gpus[index], visible_gpus) if replica_gpus else None
-            shared = bool(gpus and trainer_gpus and set(gpus) & set(trainer_gpus))
-            launch = build_replica_launch(
-                cfg,
-                ports[index],
-                device,
-                gpus,
-                python,
-                shares_gpu_with_trainer=shared,
-                cpu_cores=cpus.replica_cores[index] if cpus.replica_cores else None,
-                api_key=replica_key or None,
-            )
-            services.append(
-                ProcessSpec(
-                    name=f"vllm-{index}",
-                    role="replica",
-                    argv=launch.argv,
-                    env=launch.env,
-                    port=launch.port,
-                    health_url=f"{launch.url}/health",
-                    log_path=str(logs / f"vllm-{index}.log"),
-                    gpus=gpus,
-                )
-            )
-            upstreams.append(launch.url)
+            cores = cpus.replica_cores[index] if cpus.replica_cores else None
+            spec = replica_spec(cfg, index, ports[index], device, gpus, trainer_gpus, cores, python, logs, replica_key)
+            services.append(spec)
+            upstreams.append(spec.health_url.removesuffix("/health"))  # the replica's URL
     elif num_gpus > 0:  # replicas run elsewhere (e.g. inside a trainer Job): every GPU here is the trainer's
         trainer_gpus = to_physical(list(cfg.trainer.gpus) if cfg.trainer.gpus else list(range(num_gpus)), visible_gpus)
     vllm_url = upstreams[0] if upstreams else ""
     token_env: dict[str, str] = {}
     if uses_proxy(cfg):
-        proxy_port = ports[-1]
-        argv = [python, "-m", "agrpo.proxy", "--port", str(proxy_port), "--host", "127.0.0.1"]
-        for url in upstreams:
-            argv += ["--upstream", url]
         keyed = starts_replicas and bool(replica_key)
-        argv += proxy_knob_flags(cfg.proxy, skip=("token_env",) if keyed else ())
-        # State changes need the admin token; only the trainer gets it (agrpo/trainer/trl_patches.py sends it).
-        argv += ["--admin-token-env", ADMIN_TOKEN_ENV]
-        token_env = {ADMIN_TOKEN_ENV: admin_token}
-        proxy_env = dict(token_env)
-        if keyed:  # the replicas' API key is the proxy's upstream token; the trainer never holds it
-            argv += ["--token-env", REPLICA_KEY_ENV]
-            proxy_env[REPLICA_KEY_ENV] = replica_key
-        vllm_url = f"http://127.0.0.1:{proxy_port}"
-        services.append(
-            ProcessSpec(
-                name="proxy",
-                role="proxy",
-                argv=argv,
-                port=proxy_port,
-                env=proxy_env,
-                health_url=f"{vllm_url}/health",
-                log_path=str(logs / "proxy.log"),
-            )
-        )
-    trainer_env = {"CUDA_VISIBLE_DEVICES": ",".join(map(str, trainer_gpus))} if trainer_gpus else {}
-    trainer_env.update(token_env)
-    if starts_replicas and replica_key and not uses_proxy(cfg):
-        trainer_env[REPLICA_KEY_ENV] = replica_key  # it talks to its one replica directly
-    trainer_env[TRAINER_ERROR_ENV] = str(trainer_error_file(run_dir))  # its one-paragraph error, shown by execute
-    if device == "cpu":
-        trainer_env["OMP_NUM_THREADS"] = str(cpus.trainer_threads)
-        if cpus.trainer_cores:
-            trainer_env[TRAINER_CPUS_ENV] = format_cores(cpus.trainer_cores)
-    trainer = ProcessSpec(
-        name="trainer",
-        role="trainer",
-        env=trainer_env,
-        gpus=trainer_gpus,
-        argv=[
-            python,
-            "-m",
-            "agrpo.trainer",
-            str(Path(run_dir) / RESOLVED_CONFIG),
-            "--vllm-url",
-            vllm_url,
-            "--num-replicas",
-            str(max(len(upstreams), 1)),
-        ],
-    )
-    notes = [f"device={device}, {num_gpus} GPU(s)"]
+        proxy = proxy_spec(cfg, ports[-1], upstreams, python, logs, admin_token, replica_key if keyed else "")
+        services.append(proxy)
+        vllm_url = f"http://127.0.0.1:{proxy.port}"
+        token_env = {ADMIN_TOKEN_ENV: admin_token}  # state changes need it; only the trainer gets it besides the proxy
+    direct_key = replica_key if starts_replicas and not uses_proxy(cfg) else ""  # it talks to its one replica
+    trainer = trainer_spec(run_dir, vllm_url, len(upstreams), trainer_gpus, token_env, direct_key, device, cpus, python)
     return Plan(
         launcher="local",
         run_dir=run_dir,
         services=services,
         trainer=trainer,
         vllm_url=vllm_url,
-        notes=notes,
+        notes=[f"device={device}, {num_gpus} GPU(s)"],
         resume=str(cfg.trainer.resume),
         model=ModelStep(str(cfg.model.name_or_path), cfg.model.builder or None),
         supervision=supervision(cfg, services),
+    )
+
+
+def trainer_spec(
+    run_dir: str,
+    vllm_url: str,
+    upstreams: int,
+    gpus: list[int] | None,
+    token_env: dict[str, str],
+    replica_key: str,
+    device: str,
+    cpus: Any,
+    python: str,
+) -> ProcessSpec:
+    """The trainer process: the resolved config it reads, the URL it talks to, its GPUs or CPU threads, the proxy's
+    admin token (`token_env`) or its one replica's API key, and where it leaves its one-paragraph error."""
+    env = {"CUDA_VISIBLE_DEVICES": ",".join(map(str, gpus))} if gpus else {}
+    env.update(token_env)
+    if replica_key:
+        env[REPLICA_KEY_ENV] = replica_key
+    env[TRAINER_ERROR_ENV] = str(trainer_error_file(run_dir))  # shown by execute
+    if device == "cpu":
+        env["OMP_NUM_THREADS"] = str(cpus.trainer_threads)
+        if cpus.trainer_cores:
+            env[TRAINER_CPUS_ENV] = format_cores(cpus.trainer_cores)
+    config = str(Path(run_dir) / RESOLVED_CONFIG)
+    argv = [python, "-m", "agrpo.trainer", config, "--vllm-url", vllm_url, "--num-replicas", str(max(upstreams, 1))]
+    return ProcessSpec(name="trainer", role="trainer", env=env, gpus=gpus, argv=argv)
+
+
+def replica_spec(
+    cfg: Any,
+    index: int,
+    port: int,
+    device: str,
+    gpus: list[int] | None,
+    trainer_gpus: list[int] | None,
+    cpu_cores: list[int] | None,
+    python: str,
+    logs: Path,
+    api_key: str = "",
+) -> ProcessSpec:
+    """Replica `index` of the plan (agrpo/inference/vllm_server.py has its flags)."""
+    shared = bool(gpus and trainer_gpus and set(gpus) & set(trainer_gpus))
+    launch = build_replica_launch(
+        cfg, port, device, gpus, python, shares_gpu_with_trainer=shared, cpu_cores=cpu_cores, api_key=api_key or None
+    )
+    return ProcessSpec(
+        name=f"vllm-{index}",
+        role="replica",
+        argv=launch.argv,
+        env=launch.env,
+        port=launch.port,
+        health_url=f"{launch.url}/health",
+        log_path=str(logs / f"vllm-{index}.log"),
+        gpus=gpus,
+    )
+
+
+def proxy_spec(
+    cfg: Any, port: int, upstreams: list[str], python: str, logs: Path, admin_token: str, replica_key: str
+) -> ProcessSpec:
+    """agrpo's proxy in front of `upstreams`. State changes need the admin token (agrpo/trainer/trl_patches.py sends
+    it); with `replica_key` (replicas this plan starts) the replicas' API key is its upstream token, which the
+    trainer never holds."""
+    argv = [python, "-m", "agrpo.proxy", "--port", str(port), "--host", "127.0.0.1"]
+    for url in upstreams:
+        argv += ["--upstream", url]
+    argv += proxy_knob_flags(cfg.proxy, skip=("token_env",) if replica_key else ())
+    argv += ["--admin-token-env", ADMIN_TOKEN_ENV]
+    env = {ADMIN_TOKEN_ENV: admin_token}
+    if replica_key:
+        argv += ["--token-env", REPLICA_KEY_ENV]
+        env[REPLICA_KEY_ENV] = replica_key
+    return ProcessSpec(
+        name="proxy",
+        role="proxy",
+        argv=argv,
+        port=port,
+        env=env,
+        health_url=f"http://127.0.0.1:{port}/health",
+        log_path=str(logs / "proxy.log"),
     )
 
 
