@@ -17,7 +17,7 @@ from agrpo.config.data_checks import opened_data_problems
 from agrpo.config.hf_jobs_checks import hf_jobs_problems
 from agrpo.config.machine_checks import machine_problems, setting_problems
 from agrpo.config.resolve import least_loras
-from agrpo.config.run_dir_checks import accelerate_problems, run_dir_problems
+from agrpo.config.launch_checks import accelerate_problems, run_dir_problems
 from agrpo.config.vllm_checks import vllm_problems
 from agrpo.errors import ConfigError
 
@@ -41,7 +41,7 @@ def value_problems(cfg: Any) -> list[str]:
 
 def gpu_path(cfg: Any) -> list[str]:
     """vLLM's start-up constraints (vllm_checks.py), the trainer.attention value (machine_checks.py) and
-    launcher.accelerate's rules (run_dir_checks.py)."""
+    launcher.accelerate's rules (launch_checks.py)."""
     return vllm_problems(cfg) + setting_problems(cfg) + accelerate_problems(cfg)
 
 

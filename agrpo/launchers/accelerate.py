@@ -16,7 +16,7 @@ from typing import Any
 
 import yaml
 
-from agrpo.config.run_dir_checks import accelerate_problems
+from agrpo.config.launch_checks import accelerate_problems
 from agrpo.errors import ConfigError
 from agrpo.launchers.base import Launcher, register
 from agrpo.launchers.fsdp import ACCELERATE_CONFIG_FILE, build_fsdp_config, layer_cls_from_model_config
@@ -47,7 +47,7 @@ def build_accelerate_plan(
     Returns the plan and the accelerate config file's content, which the executor writes into the run dir.
     """
     knobs = cfg.launcher.accelerate
-    problems = accelerate_problems(cfg)  # the validation pass's own check (agrpo/config/run_dir_checks.py)
+    problems = accelerate_problems(cfg)  # the validation pass's own check (agrpo/config/launch_checks.py)
     if problems:
         raise ConfigError("; ".join(problems))
     local_trainer = local.trainer

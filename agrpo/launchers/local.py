@@ -30,7 +30,7 @@ from agrpo.launchers.gpus import assign_gpus, to_physical, visible_devices
 from agrpo.launchers.plan import ModelStep, Plan, ProcessSpec, Supervision
 from agrpo.processes.ports import PortReservation, reserve_ports
 from agrpo.processes.managed import ManagedProcess, SignalGuard, stop_all
-from agrpo.config.run_dir_checks import refuse_mixed_outputs
+from agrpo.config.launch_checks import refuse_mixed_outputs
 from agrpo.launchers.supervise import ReplicaSupervisor, wait_supervised
 from agrpo.trainer.trainer_error import TRAINER_ERROR_ENV, clear_trainer_error, trainer_error_file, trainer_failure
 from agrpo.processes.watchdog import RUN_TOKEN_ENV, run_token

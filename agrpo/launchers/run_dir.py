@@ -1,6 +1,6 @@
 """Run dirs that hold nothing: a dry run or a run refused before it started leaves no folder behind.
 
-The run dir's name (`${agrpo_run_suffix:}`: agrpo/paths.py), its checks (agrpo/config/run_dir_checks.py) and its
+The run dir's name (`${agrpo_run_suffix:}`: agrpo/paths.py), its checks (agrpo/config/launch_checks.py) and its
 record of recipe files (agrpo/config/recipe_files.py) live with the config.
 """
 

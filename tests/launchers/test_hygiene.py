@@ -20,7 +20,7 @@ import pytest
 from omegaconf import OmegaConf
 
 from agrpo.errors import ConfigError
-from agrpo.config.run_dir_checks import refuse_mixed_outputs, resumes
+from agrpo.config.launch_checks import refuse_mixed_outputs, resumes
 from agrpo.paths import register_run_dir_resolver, run_suffix
 from tests.processes import RunProcesses
 

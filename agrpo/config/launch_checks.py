@@ -1,4 +1,5 @@
-"""Checks of the run directory in the validation pass; `trainer.resume` read by its one reader (sync/resume.py).
+"""Checks of the launch in the validation pass: the run directory (with `trainer.resume`, read by its one reader,
+agrpo/sync/resume.py) and launcher.accelerate's rules.
 
 A run dir holding an earlier run's outputs (checkpoints, final adapter, metrics) is refused unless trainer.resume asks
 to continue it: the check runs with the other checks against this machine, so a dry run refuses what the run would.
@@ -57,8 +58,19 @@ def run_dir_problems(cfg: Any) -> list[str]:
     return [problem] if problem else []
 
 
+def trains_under_accelerate(cfg: Any) -> bool:
+    """launcher=accelerate, or a trainer Job whose inner launcher is accelerate."""
+    launcher = cfg.launcher
+    return launcher.name == "accelerate" or (
+        launcher.name == "hf_jobs" and launcher.hf_jobs.trainer_launcher == "accelerate"
+    )
+
+
 def accelerate_problems(cfg: Any) -> list[str]:
-    """launcher.accelerate's pure rules (the planner guards with the same function)."""
+    """launcher.accelerate's rules, where the trainer runs under accelerate (the planner guards with the same
+    function)."""
+    if not trains_under_accelerate(cfg):
+        return []
     knobs = cfg.launcher.accelerate
     if knobs.activation_checkpointing and cfg.trainer.gradient_checkpointing:
         return [
