@@ -20,7 +20,6 @@ KNOWN_BACK_EDGES = {
     ("config", "agents"): "validate calls agents.checks for tools and environments",
     ("trainer", "agents"): "trl_backend builds the agent's rollouts",
     ("agents", "eval"): "agents.episodes samples through eval's Endpoint",
-    ("models", "agents"): "models.tool_warmstart runs agent episodes",
     ("trainer", "report"): "trl_backend draws training_curves.png at the end of a run",
 }
 

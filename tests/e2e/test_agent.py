@@ -2,7 +2,7 @@
 `python -m agrpo +recipe=agent_smoke inference.replicas=2` (the launcher starts both replicas and the proxy), then
 `agrpo eval` of the trained adapter, which plays episodes with the same environment.
 
-The recipe's tiny model is warm-started in code (agrpo/models/tool_warmstart.py) and rarely calls its tool at first;
+The recipe's tiny model is warm-started in code (agrpo/agents/tool_warmstart.py) and rarely calls its tool at first;
 the secret word it is asked for can only be learnt through the tool. The checks: the tool-use reward rises by more
 than 0.3, episodes have more than one turn, every tool call succeeds, continuation turns reach the replica that
 served their episode's previous turn, the figures reach TensorBoard, metrics.json and the end-of-run line, and the

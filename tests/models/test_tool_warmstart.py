@@ -1,4 +1,4 @@
-"""The agent_smoke model's warm start (agrpo/models/tool_warmstart.py), without training it: the synthetic episodes
+"""The agent_smoke model's warm start (agrpo/agents/tool_warmstart.py), without training it: the synthetic episodes
 are exactly what TRL's rollout worker renders, only the assistant's tokens are trained, the choice to call is
 trained in `call_share` of the first turns, and the tokenizer's added tokens shorten prompts without changing them.
 The trained model is exercised by tests/e2e/test_agent.py."""
@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from agrpo.models.tool_warmstart import IGNORE, Renderer, base_model, episode_tools, episodes, transcript
+from agrpo.agents.tool_warmstart import IGNORE, Renderer, base_model, episode_tools, episodes, transcript
 
 
 @pytest.fixture(scope="module")

@@ -210,7 +210,7 @@ def build_secret_word_model(
 
 
 def main() -> None:
-    """`python -m agrpo.models.tool_warmstart DIR`: build the agent_smoke model once (e.g. before serving it)."""
+    """`python -m agrpo.agents.tool_warmstart DIR`: build the agent_smoke model once (e.g. before serving it)."""
     import sys
 
     print(build_secret_word_model(sys.argv[1] if len(sys.argv) > 1 else "outputs/tiny-qwen2-secret-word"))
