@@ -2,7 +2,7 @@
 
 tools.py and environments.py build what TRL takes (picklable, guarded); checks.py is the validation pass's part;
 build.py hands TRL its arguments; rollout.py measures where each turn of an episode was served (metrics.py);
-episodes.py plays the same episodes for `agrpo eval`; secret_word.py is the agent_smoke task and tool_warmstart.py
+secret_word.py is the agent_smoke task and tool_warmstart.py
 its warm-started tiny model (the recipe's model.builder); jobs.py lists the code
 files a Jobs run uploads.
 """

@@ -229,7 +229,7 @@ def run_eval(cfg: Any, out_dir: Path) -> dict[str, Any]:
     from agrpo.rewards.registry import build_reward_funcs
 
     ev = cfg.eval  # prepared (agrpo/config/prepare.py): eval.k validated, eval.max_tokens resolved
-    agent = Agent.from_config(cfg.agent)  # tools/environment: episodes with the same tools (agrpo/agents/episodes.py)
+    agent = Agent.from_config(cfg.agent)  # tools/environment: episodes with the same tools (agrpo/eval/episodes.py)
     rewards = build_reward_funcs(cfg.reward.funcs) if cfg.reward.funcs or agent is None else []
     names = term_names([r.__name__ for r in rewards] + (agent.reward_names() if agent else []))
     if not 0 <= ev.correct_term < len(names):
@@ -260,7 +260,7 @@ def run_eval(cfg: Any, out_dir: Path) -> dict[str, Any]:
     }
     episodes = None
     if agent is not None:
-        from agrpo.agents.episodes import AgentEpisodes
+        from agrpo.eval.episodes import AgentEpisodes
 
         episodes = AgentEpisodes(agent, tokenizer, params)
     out_dir.mkdir(parents=True, exist_ok=True)

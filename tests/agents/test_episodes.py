@@ -1,4 +1,4 @@
-"""`agrpo eval`'s agent episodes (agrpo/agents/episodes.py) played against scripted completions: the turns a policy
+"""`agrpo eval`'s agent episodes (agrpo/eval/episodes.py) played against scripted completions: the turns a policy
 that calls the tool, one that guesses, one that never stops calling and one that names a missing tool produce, and
 how they are scored. The same code against a real vLLM server runs in tests/e2e/test_agent.py."""
 
@@ -10,7 +10,7 @@ import pytest
 from omegaconf import OmegaConf
 
 from agrpo.agents.build import Agent
-from agrpo.agents.episodes import TURN_SEED_STRIDE, AgentEpisodes, episode_summary
+from agrpo.eval.episodes import TURN_SEED_STRIDE, AgentEpisodes, episode_summary
 from agrpo.agents.secret_word import SecretWordEnv, load_secret_word_dataset
 from agrpo.config.compose import compose_run_config
 from agrpo.eval.scoring import term_names
