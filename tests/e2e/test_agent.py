@@ -18,6 +18,8 @@ import sys
 
 import pytest
 
+from tests.tensorboard_tags import tensorboard_tags
+
 pytestmark = [pytest.mark.vllm, pytest.mark.e2e]
 
 TOOL_USE = "rewards/SecretWordEnv"  # the environment's reward: 1 when the episode called get_secret
@@ -78,12 +80,8 @@ def test_continuations_reached_the_replica_holding_their_prefix(agent_run):
 
 
 def test_agent_figures_reached_tensorboard(agent_run):
-    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
-
     run_dir, _ = agent_run
-    accumulator = EventAccumulator(str(next((run_dir / "tensorboard").glob("events.out.tfevents.*"))))
-    accumulator.Reload()
-    tags = set(accumulator.Tags()["scalars"])
+    tags = tensorboard_tags(run_dir)
     expected = {
         "train/agent/continuation_affinity",
         "train/agent/continuations_total",
