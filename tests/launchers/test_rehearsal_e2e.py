@@ -16,10 +16,11 @@ import sys
 
 import pytest
 
+from agrpo.config.schema import RehearsalConfig
 from agrpo.rehearsal.runner import marked_pids, namespaces_available
 from tests.launchers.rehearsal_run import REPO, bucket_run, rehearsal_command, rehearsal_env
 
-LISTING_LAG_S = 1.0  # the stand-in bucket's listing lag: rehearsal.listing_lag_s's default, as the command runs it
+LISTING_LAG_S = RehearsalConfig.listing_lag_s  # the stand-in bucket's listing lag: the command runs the default
 
 pytestmark = [
     pytest.mark.e2e,
