@@ -29,8 +29,11 @@ def split_cpu_cores(
     trainer_threads: int | None = None,
     unpinned_replicas: int = 0,
 ) -> CpuSplit:
-    """Replica i gets `cores_per_replica` cores of its own, the trainer the rest. When the cores do not go round,
-    nothing is pinned and the trainer gets what the replicas (also those started elsewhere on this machine,
+    """Replica i gets `cores_per_replica` cores of its own, the trainer the rest. When no core is left for the
+    trainer but there is one per replica, each replica still gets a core of its own and the trainer is not pinned:
+    left on vLLM's `auto`, both replicas of a 2-core machine bound their workers to core 0, where the busy one's
+    spin-wait starved the other's forward passes for 40-60 s, adapter loads included. With fewer cores than
+    replicas nothing is pinned. The trainer gets what the replicas (also those started elsewhere on this machine,
     `unpinned_replicas`) leave, at least one thread."""
     cpu_ids = sorted(cpu_ids)
     needed = replicas * cores_per_replica
@@ -39,7 +42,10 @@ def split_cpu_cores(
         trainer_cores = cpu_ids[needed:]
         threads = trainer_threads or max(len(trainer_cores) - unpinned_replicas, 1)
         return CpuSplit(replica_cores, trainer_cores, threads)
-    return CpuSplit(None, None, trainer_threads or max(len(cpu_ids) - replicas - unpinned_replicas, 1))
+    threads = trainer_threads or max(len(cpu_ids) - replicas - unpinned_replicas, 1)
+    if replicas and len(cpu_ids) >= replicas:
+        return CpuSplit([[core] for core in cpu_ids[:replicas]], None, threads)
+    return CpuSplit(None, None, threads)
 
 
 def format_cores(cores: Sequence[int]) -> str:

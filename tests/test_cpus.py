@@ -14,8 +14,16 @@ def test_each_replica_gets_its_own_cores_and_the_trainer_the_rest():
     assert wide.replica_cores == [[4, 5], [6, 7]] and wide.trainer_cores == [8, 9] and wide.trainer_threads == 3
 
 
-def test_nothing_is_pinned_when_the_cores_do_not_go_round():
+def test_replicas_never_share_a_core_while_there_is_one_each():
+    # 2 cores, 2 replicas: a core per replica, the trainer unpinned (vLLM's `auto` put both workers on core 0)
     split = split_cpu_cores(range(2), replicas=2)
+    assert split.replica_cores == [[0], [1]] and split.trainer_cores is None and split.trainer_threads == 1
+    wide = split_cpu_cores(range(3), replicas=2, cores_per_replica=2)
+    assert wide.replica_cores == [[0], [1]] and wide.trainer_cores is None
+
+
+def test_nothing_is_pinned_with_fewer_cores_than_replicas():
+    split = split_cpu_cores(range(2), replicas=3)
     assert split.replica_cores is None and split.trainer_cores is None and split.trainer_threads == 1
     # replicas started elsewhere on this machine (loopback URLs) leave their cores out of the trainer's threads
     outside = split_cpu_cores(range(8), replicas=0, unpinned_replicas=2)

@@ -84,6 +84,12 @@ def build_replica_launch(
         # and TRL seeds every request.
         argv += ["--no-enable-chunked-prefill"]
         env["VLLM_CPU_KVCACHE_SPACE"] = str(inference.cpu_kvcache_gib)
+        # vLLM compiles its logprobs op (`batched_count_greater_than`) with inductor at the first request that asks
+        # for logprobs, which every TRL request does. On a CPU busy with training that compile took 40-60 s, during
+        # which the replica loaded no adapter: behind the proxy's serve-first loads it got 8 of 992 requests in a
+        # smoke run. Without compilation the first request takes 0.2 s instead of 2.7 s and steady generation is as
+        # fast (measured: docs/pipeline.md).
+        env["TORCH_COMPILE_DISABLE"] = "1"
         if cpu_cores:
             env["VLLM_CPU_OMP_THREADS_BIND"] = format_cores(cpu_cores)
     else:

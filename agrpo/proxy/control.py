@@ -197,6 +197,8 @@ class Control:
             log.warning("replica %d (%s) out of rotation: %s", replica.index, replica.url, replica.last_error)
 
         def done() -> None:
+            if name not in self.loaded:  # unloaded before the slowest load ended: served() undid those loads
+                return
             holders = sum(1 for r in self.replicas if name in r.adapters)
             log.info("adapter %s loaded on %d replica(s)", name, holders)
 

@@ -85,14 +85,33 @@ def report(info_queue: Any, failed_event: Any, error: BaseException) -> None:
     failed_event.set()
 
 
+class ProgressHeartbeat:
+    """The heartbeat TRL's loops write (`.value = time.time()`), held back to the start of a reward call that has not
+    returned. TRL beats from its generation loop too, which keeps turning while a reward hangs whenever generation is
+    paced (rollout_child.py) rather than blocked on a full scoring queue; the trainer then saw a live child forever.
+    Now the trainer's staleness check measures how long the oldest unfinished scoring has run."""
+
+    def __init__(self, raw: Any):
+        self.raw = raw  # the shared memory, without the value's lock (read and written whole: no lock needed)
+        self.scoring_since: float | None = None
+
+    @property
+    def value(self) -> float:
+        return self.raw.value
+
+    @value.setter
+    def value(self, now: float) -> None:
+        self.raw.value = now if self.scoring_since is None else min(now, self.scoring_since)
+
+
 class GuardedRolloutLoop(AgrpoRolloutLoop):
     """agrpo's loop (token, retired versions: rollout_loop.py) that also ends the run on a failing reward."""
 
     def __init__(self, *, heartbeat_value: Any, model_version_value: Any, **kwargs: Any):
+        self._progress = ProgressHeartbeat(heartbeat_value.get_obj())
         try:
             super().__init__(
-                # The raw shared memory, without the values' locks (read and written whole: no lock needed).
-                heartbeat_value=heartbeat_value.get_obj(),
+                heartbeat_value=self._progress,
                 model_version_value=model_version_value.get_obj(),
                 **kwargs,
             )
@@ -143,6 +162,14 @@ class GuardedRolloutLoop(AgrpoRolloutLoop):
 
     async def _score_loop(self, stop_event: asyncio.Event) -> None:
         await self._sibling_safe(super()._score_loop, stop_event)
+
+    async def _score_group(self, group: Any) -> Any:
+        self._progress.scoring_since = time.time()  # one group is scored at a time (TRL's score loop awaits each)
+        try:
+            return await super()._score_group(group)
+        finally:
+            self._progress.scoring_since = None
+            self._progress.value = time.time()
 
     async def _generate_one(self, prompt: Any, *args: Any, **kwargs: Any) -> Any:
         try:

@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from tests.processes import trainer_pids
+from tests.tensorboard_tags import tensorboard_tags
 
 pytestmark = [pytest.mark.vllm, pytest.mark.e2e]
 
@@ -93,12 +94,7 @@ def test_every_adapter_version_reached_both_replicas(two_replica_run):
 
 
 def test_serving_figures_reached_tensorboard_and_the_summary(two_replica_run):
-    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
-
-    events = list((two_replica_run / "tensorboard").glob("events.out.tfevents.*"))
-    accumulator = EventAccumulator(str(events[0]))
-    accumulator.Reload()
-    tags = set(accumulator.Tags()["scalars"])
+    tags = tensorboard_tags(two_replica_run)
     expected = {
         "train/proxy/routed",
         "train/proxy/affinity_share",

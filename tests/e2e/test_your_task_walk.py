@@ -24,6 +24,7 @@ from report.fake_model_hub import FAKE_TOKEN, NAMESPACE, FakeModelHub
 
 from agrpo.inference.vllm_server import unload_adapters
 from tests.docs.guide import code_blocks, commands, recipe, with_args
+from tests.tensorboard_tags import tensorboard_tags
 
 pytestmark = [pytest.mark.vllm, pytest.mark.e2e]
 
@@ -41,18 +42,6 @@ def shell(command: str, cwd: Path, **env: str) -> subprocess.CompletedProcess:
     )
     assert result.returncode == 0, f"{command}\n{result.stdout[-3000:]}\n{result.stderr[-5000:]}"
     return result
-
-
-def tensorboard_tags(run_dir: Path) -> set[str]:
-    """The scalar tags of the run's TensorBoard event files (the names docs/your_task.md and docs/console.md give)."""
-    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
-
-    tags: set[str] = set()
-    for events in (run_dir / "tensorboard").rglob("events.out.tfevents.*"):
-        accumulator = EventAccumulator(str(events))
-        accumulator.Reload()
-        tags |= set(accumulator.Tags().get("scalars", []))
-    return tags
 
 
 def summary_command(output: str, label: str) -> str:

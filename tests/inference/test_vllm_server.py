@@ -29,6 +29,7 @@ def test_cpu_replica_command_has_the_flags_adapter_sync_needs():
     assert launch.env["VLLM_ALLOW_RUNTIME_LORA_UPDATING"] == "1"
     assert launch.env["VLLM_SERVER_DEV_MODE"] == "1"
     assert launch.env["VLLM_CPU_KVCACHE_SPACE"] == "1"
+    assert launch.env["TORCH_COMPILE_DISABLE"] == "1"  # no mid-run compile stall on a busy CPU
     assert launch.url == "http://127.0.0.1:8123"
 
 
@@ -40,6 +41,7 @@ def test_gpu_replica_pins_its_gpus_and_memory_share():
     assert flag(launch.argv, "--dtype") == "bfloat16"
     assert "--distributed-executor-backend" not in launch.argv
     assert "VLLM_CPU_KVCACHE_SPACE" not in launch.env
+    assert "TORCH_COMPILE_DISABLE" not in launch.env  # on a GPU vLLM's compilation and CUDA graphs pay off
 
 
 def test_explicit_engine_values_and_extra_args_pass_through():

@@ -10,13 +10,17 @@ timings, and the commands the end of the run printed, executed as printed: `agrp
 import json
 import re
 import shlex
+import statistics
 import subprocess
 import sys
 
 import pytest
 
+from agrpo.config.schema import RehearsalConfig
 from agrpo.rehearsal.runner import marked_pids, namespaces_available
 from tests.launchers.rehearsal_run import REPO, bucket_run, rehearsal_command, rehearsal_env
+
+LISTING_LAG_S = RehearsalConfig.listing_lag_s  # the stand-in bucket's listing lag: the command runs the default
 
 pytestmark = [
     pytest.mark.e2e,
@@ -72,6 +76,12 @@ def test_the_smoke_recipe_rehearses_as_hf_jobs_end_to_end(tmp_path):
 
     final = [p for p in bucket_dir.rglob("adapter_model.safetensors") if "final" in str(p)]
     assert final, sorted(str(p.relative_to(bucket_dir)) for p in bucket_dir.rglob("*"))[:50]
+
+    # The bucket sync behind the visibility gate (on by default) stays under the listing lag + 1 s from publish to
+    # loaded on both replicas; test_rehearsal_sync.py runs the same with the gate off (the stall the gate avoids).
+    history = json.loads((bucket_dir / "log_history.json").read_text())
+    latencies = [entry["sync/publish_to_loaded_s"] for entry in history if "sync/publish_to_loaded_s" in entry]
+    assert latencies and statistics.median(latencies) < LISTING_LAG_S + 1.0, latencies
 
     launched_here(output, root, bucket_dir, jobs, tmp_path, env)
 

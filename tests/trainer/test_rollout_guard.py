@@ -167,3 +167,21 @@ def test_only_a_guarded_loop_class_may_replace_trls(worker):
     worker._loop_cls = Other
     with pytest.raises(RuntimeError, match="derive it from agrpo.trainer.guarded_loop.GuardedRolloutLoop"):
         install_loop(worker, GuardedRolloutLoop)
+
+
+def test_the_heartbeat_stops_at_the_start_of_a_scoring_that_has_not_returned():
+    """TRL beats from its generation loop too; with paced generation that loop keeps turning while a reward hangs, so
+    the beat is held at the start of the unfinished scoring and the trainer's staleness check sees the hang."""
+    from agrpo.trainer.guarded_loop import ProgressHeartbeat
+
+    raw = SimpleNamespace(value=0.0)
+    beat = ProgressHeartbeat(raw)
+    beat.value = 100.0
+    assert raw.value == 100.0
+    beat.scoring_since = 105.0
+    beat.value = 110.0  # generation goes on while the reward runs
+    beat.value = 400.0
+    assert raw.value == 105.0 and beat.value == 105.0  # age, for the trainer: since the scoring began
+    beat.scoring_since = None
+    beat.value = 401.0
+    assert raw.value == 401.0
