@@ -50,8 +50,10 @@ demo: $(SETUP)
 	HF_HUB_OFFLINE=1 $(VENV)/bin/python -m agrpo +recipe=smoke
 
 # Everything but the one end-to-end run that `test-gpu-versions` makes under the GPU user's versions (CI runs both).
+# Two workers: the tests that start vLLM run one after another, in file order, on one of them; the rest run on the
+# other beside them (tests/conftest.py).
 test: $(SETUP)
-	$(VENV)/bin/python -m pytest -q --durations=15 --ignore=$(GPU_VERSIONS_E2E)
+	$(VENV)/bin/python -m pytest -q --durations=25 -n 2 --dist loadgroup --ignore=$(GPU_VERSIONS_E2E)
 
 test-fast: $(SETUP)
 	$(VENV)/bin/python -m pytest -q --durations=15 -m "not vllm"
@@ -85,7 +87,7 @@ GPU_VERSIONS_TESTS := tests/test_hub_compat.py tests/setup tests/trainer tests/t
 GPU_VERSIONS_E2E := tests/e2e/test_own_task.py
 
 test-gpu-versions: $(GPU_VERSIONS_STAMP)
-	AGRPO_PINNED_ENV=1 $(GPU_VERSIONS_VENV)/bin/python -m pytest -q -p no:cacheprovider --durations=5 -m "not vllm" \
+	AGRPO_PINNED_ENV=1 $(GPU_VERSIONS_VENV)/bin/python -m pytest -q -p no:cacheprovider --durations=5 -n 2 -m "not vllm" \
 		$(GPU_VERSIONS_TESTS)
 	$(GPU_VERSIONS_VENV)/bin/python -m pytest -q -p no:cacheprovider --durations=5 $(GPU_VERSIONS_E2E)
 

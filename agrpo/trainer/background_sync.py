@@ -197,6 +197,7 @@ class BackgroundSync:
             self._changed.notify_all()
         self.metrics.put(("sync/versions_behind", float(behind)))
         for stale in versions_to_unload(self.state.unloaded_through, version, self.max_staleness):
-            self._unload(self.name(stale))
+            if stale not in self.state.skipped:  # a skipped version was never loaded: nothing to unload (a 404)
+                self._unload(self.name(stale))
             self._delete(self.path(stale))  # deferred by the retention policy; nothing if never written
         self.state.unloaded_through = max(self.state.unloaded_through or 0, version - self.max_staleness - 1)

@@ -86,11 +86,14 @@ def test_every_adapter_version_reached_both_replicas(two_replica_run):
     versions = [
         loaded_versions((two_replica_run / "logs" / f"vllm-{i}.log").read_text(errors="replace")) for i in (0, 1)
     ]
-    # v1 is published before the first step and one version per step after it.
-    assert versions[0] == versions[1] == set(range(1, 62))
-    # Unloaded versions keep their files for TRL's request timeout (+30 s), longer than this whole run.
-    kept = sorted(int(p.name.rsplit("v", 1)[1]) for p in (two_replica_run / ".vllm_lora").iterdir())
-    assert kept == list(range(1, 62)), kept
+    # v1 is published before the first step and one version per step after it; a version superseded before the
+    # background sync got to it is never written nor loaded (background_sync.py), so a few may be missing.
+    written = {int(p.name.rsplit("v", 1)[1]) for p in (two_replica_run / ".vllm_lora").iterdir()}
+    assert versions[0] == versions[1] == written, (versions, written)
+    assert {1, 61} <= written and len(written) >= 55, sorted(written)
+    # Unloaded versions keep their files for TRL's request timeout (+30 s), longer than this whole run: every version
+    # loaded is still on disk. The skipped ones were not unloaded either (no 404 from the replicas).
+    assert "cannot be found" not in (two_replica_run / "logs" / "proxy.log").read_text(errors="replace")
 
 
 def test_serving_figures_reached_tensorboard_and_the_summary(two_replica_run):
