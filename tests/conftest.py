@@ -31,6 +31,7 @@ def pytest_runtest_setup(item):
             pytest.fail(f"this machine cannot run it: {marker.args[0]}", pytrace=False)
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook, which reads the group marks
 def pytest_collection_modifyitems(config, items):
     """Under pytest-xdist (`make test` runs `-n 2 --dist loadgroup`), every test that starts vLLM runs on one worker,
     one after another in file order as without xdist (two vLLM runs at once would fight for the cores and their
