@@ -31,17 +31,6 @@ def pytest_runtest_setup(item):
             pytest.fail(f"this machine cannot run it: {marker.args[0]}", pytrace=False)
 
 
-@pytest.hookimpl(tryfirst=True)  # before xdist's own hook, which reads the group marks
-def pytest_collection_modifyitems(config, items):
-    """Under pytest-xdist (`make test` runs `-n 2 --dist loadgroup`), every test that starts vLLM runs on one worker,
-    one after another in file order as without xdist (two vLLM runs at once would fight for the cores and their
-    timings), while the other worker runs the rest beside them."""
-    group = pytest.mark.xdist_group("vllm")
-    for item in items:
-        if item.get_closest_marker("vllm") is not None:
-            item.add_marker(group)
-
-
 @pytest.fixture(scope="session")
 def tiny_model_dir(tmp_path_factory) -> Path:
     from agrpo.models.tiny import build_tiny_model
