@@ -244,6 +244,41 @@ def test_a_requeued_trainer_is_followed_until_its_last_attempt(monkeypatch):
     assert hub.created()[2]["attempts"] == 2
 
 
+def test_a_trainer_running_again_when_its_stream_ended_is_followed_again(monkeypatch):
+    """The trainer's stream ends with the Job in ERROR (preempted), and when the executor looks the platform has
+    already requeued it (RUNNING). The executor used to poll the stage alone, for ever here (the fake Hub moves a
+    Job on only while its logs are streamed) and silently on the Hub; it follows the logs again. Run in a thread so
+    the old behaviour fails here instead of hanging."""
+    import threading
+
+    trainers = []
+
+    def preempted(job):
+        if job.spec["labels"]["agrpo-role"] == "trainer":
+            job.logs, job.stage_after_logs = ["attempt 1 preempted"], "ERROR"
+            trainers.append(job)
+
+    with FakeHub(on_create=preempted) as hub:
+        use_fake_hub(monkeypatch, hub)
+        run = JobsRun(make_plan(hub, PINNED), make_api(), echo=(printed := []).append)
+        inspect = run.api.inspect_job
+
+        def requeued_before_the_first_look(**kwargs):
+            job = trainers[0] if trainers else None
+            if job is not None and job.stage == "ERROR" and len(job.logs) == 1:  # the race, made certain
+                job.logs, job.stage_after_logs, job.stage = [*job.logs, "attempt 2 done"], "COMPLETED", "RUNNING"
+            return inspect(**kwargs)
+
+        monkeypatch.setattr(run.api, "inspect_job", requeued_before_the_first_look)
+        result = {}
+        runner = threading.Thread(target=lambda: result.update(summary=run.execute()), daemon=True)
+        runner.start()
+        runner.join(60)
+        assert not runner.is_alive(), "the executor never followed the requeued trainer's logs"
+    assert printed == ["attempt 1 preempted", "attempt 2 done"]
+    assert result["summary"]["trainer_job"] == list(hub.jobs)[2]
+
+
 def test_detach_returns_once_the_trainer_runs_and_cancels_nothing(monkeypatch):
     with FakeHub() as hub:
         summary, printed = launch(hub, monkeypatch, "launcher.hf_jobs.detach=true")

@@ -185,7 +185,13 @@ class JobsRun:
                     if view.shows(line):
                         self.echo(line)
                     printed += 1
-            info = self._wait_terminal(job_id)
+            info = self.api.inspect_job(job_id=job_id, namespace=namespace)
+            self._said_stage(job_id, stage_of(info), info.status.message)
+            if stage_of(info) not in TERMINAL_STAGES:
+                # The stream ended before the Job did: a dropped stream, or a requeue that was already running again
+                # when this looked (polling the stage alone would then wait silently, or for ever in the fake Hub).
+                time.sleep(watch.poll_interval_s)
+                continue
             if stage_of(info) != "ERROR" or watch.trainer_attempts <= 1:
                 return info
             deadline = time.monotonic() + watch.requeue_grace_s
@@ -195,14 +201,6 @@ class JobsRun:
             if stage_of(info) in TERMINAL_STAGES:
                 return info
             log.warning("trainer Job %s was requeued by the platform: following the next attempt", job_id)
-
-    def _wait_terminal(self, job_id: str) -> Any:
-        while True:
-            info = self.api.inspect_job(job_id=job_id, namespace=self.plan.namespace)
-            self._said_stage(job_id, stage_of(info), info.status.message)
-            if stage_of(info) in TERMINAL_STAGES:
-                return info
-            time.sleep(self.watch.poll_interval_s)
 
     def execute(self) -> dict[str, Any]:
         plan = self.plan
