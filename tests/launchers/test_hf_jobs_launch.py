@@ -215,23 +215,34 @@ def test_a_failed_trainer_cancels_the_replicas_and_says_how_to_resume(monkeypatc
     assert sorted(hub.cancelled()) == sorted(ids[:2])
 
 
+def preempted_trainer(trainers: list):
+    """An `on_create` for the fake Hub: the trainer Job logs one line and ends in ERROR; it is appended to `trainers`."""
+
+    def on_create(job):
+        if job.spec["labels"]["agrpo-role"] == "trainer":
+            job.logs, job.stage_after_logs = ["attempt 1 preempted"], "ERROR"
+            trainers.append(job)
+
+    return on_create
+
+
+def requeue(job) -> None:
+    """What the platform does to a preempted Job: back to RUNNING, one more line, then it completes."""
+    job.logs, job.stage_after_logs = [*job.logs, "attempt 2 done"], "COMPLETED"
+    job.stage = "RUNNING"
+
+
 @needs_run_job_attempts
 def test_a_requeued_trainer_is_followed_until_its_last_attempt(monkeypatch):
     attempts = []
 
-    def trainer_requeued_once(job):
-        if job.spec["labels"]["agrpo-role"] == "trainer":
-            job.logs, job.stage_after_logs = ["attempt 1 preempted"], "ERROR"
-            attempts.append(job)
-
-    with FakeHub(on_create=trainer_requeued_once) as hub:
+    with FakeHub(on_create=preempted_trainer(attempts)) as hub:
         import threading
 
-        def platform_requeues():  # the platform reruns the Job: stage back to RUNNING, then it completes
+        def platform_requeues():
             while not attempts or attempts[0].stage != "ERROR":
                 threading.Event().wait(0.01)
-            attempts[0].logs, attempts[0].stage_after_logs = [*attempts[0].logs, "attempt 2 done"], "COMPLETED"
-            attempts[0].stage = "RUNNING"
+            requeue(attempts[0])
 
         thread = threading.Thread(target=platform_requeues, daemon=True)
         thread.start()
@@ -253,12 +264,7 @@ def test_a_trainer_running_again_when_its_stream_ended_is_followed_again(monkeyp
 
     trainers = []
 
-    def preempted(job):
-        if job.spec["labels"]["agrpo-role"] == "trainer":
-            job.logs, job.stage_after_logs = ["attempt 1 preempted"], "ERROR"
-            trainers.append(job)
-
-    with FakeHub(on_create=preempted) as hub:
+    with FakeHub(on_create=preempted_trainer(trainers)) as hub:
         use_fake_hub(monkeypatch, hub)
         run = JobsRun(make_plan(hub, PINNED), make_api(), echo=(printed := []).append)
         inspect = run.api.inspect_job
@@ -266,7 +272,7 @@ def test_a_trainer_running_again_when_its_stream_ended_is_followed_again(monkeyp
         def requeued_before_the_first_look(**kwargs):
             job = trainers[0] if trainers else None
             if job is not None and job.stage == "ERROR" and len(job.logs) == 1:  # the race, made certain
-                job.logs, job.stage_after_logs, job.stage = [*job.logs, "attempt 2 done"], "COMPLETED", "RUNNING"
+                requeue(job)
             return inspect(**kwargs)
 
         monkeypatch.setattr(run.api, "inspect_job", requeued_before_the_first_look)
