@@ -1,7 +1,8 @@
 """Agents: tools and environments from the `agent:` config, run in TRL's rollout worker (docs/your_agent.md).
 
 tools.py and environments.py build what TRL takes (picklable, guarded); checks.py is the validation pass's part;
-build.py hands TRL its arguments; rollout.py measures where each turn of an episode was served (metrics.py);
+build.py hands TRL its arguments; metrics.py counts where each turn of an episode was served (the trainer's
+agent loop, agrpo/trainer/agent_loop.py, measures it);
 secret_word.py is the agent_smoke task and tool_warmstart.py
 its warm-started tiny model (the recipe's model.builder); jobs.py lists the code
 files a Jobs run uploads.

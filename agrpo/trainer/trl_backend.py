@@ -283,12 +283,13 @@ def run_training(cfg: Any, vllm_url: str, num_replicas: int) -> dict[str, Any]:
     if problems:
         raise ConfigError("; ".join(problems))
     rewards = build_reward_funcs(cfg.reward.funcs) if cfg.reward.funcs else []  # an environment may own the reward
-    from agrpo.agents.build import log_agent_summary, prepare_agent
+    from agrpo.agents.build import agent_enabled, log_agent_summary, prepare_agent
     from agrpo.trainer.fsdp_compat import running_under_fsdp, untie_embeddings
+    from agrpo.trainer.loop_install import install_rollout_loop  # imports TRL's rollout worker: here, not at the top
 
-    agent_kwargs, agent_rollouts = prepare_agent(cfg, args)  # tools, environment_factory ({} without an agent)
+    agent_kwargs = prepare_agent(cfg, args)  # tools, environment_factory ({} without an agent)
     untie = cfg.launcher.accelerate.untie_embeddings and running_under_fsdp()
-    with fix_loaded_model(untie_embeddings) if untie else contextlib.nullcontext(), agent_rollouts:
+    with fix_loaded_model(untie_embeddings) if untie else contextlib.nullcontext():
         trainer = AsyncGRPOTrainer(
             model=cfg.model.name_or_path,
             reward_funcs=rewards,
@@ -298,6 +299,8 @@ def run_training(cfg: Any, vllm_url: str, num_replicas: int) -> dict[str, Any]:
             peft_config=build_peft_config(cfg.lora),
             **agent_kwargs,
         )
+    paced = is_auto(cfg.trainer.max_inflight_tasks) or cfg.sync.mode == BACKGROUND
+    install_rollout_loop(trainer, agent=agent_enabled(cfg.agent), paced=paced)  # the one loop class the child runs
     via_proxy = uses_proxy(cfg)  # resolved inference.use_proxy: the plan put a proxy in front exactly then
     syncing = choose_sync(trainer, cfg, get_store(cfg), via_proxy)
     serving = ServingCollector(vllm_url, via_proxy=via_proxy)
@@ -321,7 +324,6 @@ def run_training(cfg: Any, vllm_url: str, num_replicas: int) -> dict[str, Any]:
     if resume_from is not None:
         log.info("Resuming from %s", resume_from)
     retain_s = cfg.inference.adapter_retention_s
-    paced = is_auto(cfg.trainer.max_inflight_tasks) or cfg.sync.mode == BACKGROUND
     with (
         retain_adapter_files(trainer, default_retain_s(args.request_timeout) if retain_s is None else retain_s),
         attach_pacing(trainer, auto=is_auto(cfg.trainer.max_inflight_tasks)) if paced else contextlib.nullcontext(),
