@@ -18,7 +18,6 @@ PACKAGE = Path(__file__).resolve().parents[1] / "agrpo"
 KNOWN_BACK_EDGES = {
     ("config", "trainer"): "checks of trainer.attention / sync.mode and the in-flight rule read agrpo/trainer",
     ("config", "agents"): "validate calls agents.checks for tools and environments",
-    ("trainer", "agents"): "trl_backend builds the agent's rollouts",
     ("trainer", "report"): "trl_backend draws training_curves.png at the end of a run",
 }
 

@@ -244,7 +244,7 @@ def run_eval(cfg: Any, out_dir: Path) -> dict[str, Any]:
     model_path = prepare_model(cfg.model)
     tokenizer = AutoTokenizer.from_pretrained(model_path, trust_remote_code=cfg.model.trust_remote_code)
     if cfg.model.chat_template:  # the prompts the policy was trained on
-        from agrpo.trainer.trl_backend import resolve_chat_template
+        from agrpo.models.chat_template import resolve_chat_template
 
         tokenizer.chat_template = resolve_chat_template(cfg.model.chat_template)
     prompts = [

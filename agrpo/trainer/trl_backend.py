@@ -20,6 +20,7 @@ from transformers import TrainerCallback
 
 from agrpo.config.resolve import inflight_slots, queue_size, uses_proxy
 from agrpo.errors import ConfigError
+from agrpo.models.chat_template import resolve_chat_template
 from agrpo.sync.resume import checkpoint_to_resume
 from agrpo.trainer.adapter_retention import default_retain_s, retain_adapter_files
 from agrpo.trainer.background_sync import BACKGROUND
@@ -166,21 +167,6 @@ class BottleneckCallback(TrainerCallback):
         if verdict is not None:  # trainer.log; the console's end summary shows the whole-run verdict
             log.debug("bottleneck (%s): %s", label, verdict.line)
         return verdict
-
-
-def resolve_chat_template(name_or_path: str) -> str:
-    """The text of a chat template given by TRL's name (a file in trl/chat_templates) or by a .jinja path."""
-    from trl import chat_template_utils
-
-    if name_or_path.endswith(".jinja"):
-        return Path(name_or_path).expanduser().read_text()
-    known = Path(chat_template_utils.__file__).parent / "chat_templates" / f"{name_or_path}.jinja"
-    if not known.is_file():
-        raise ConfigError(
-            f"model.chat_template={name_or_path!r} is neither a .jinja file nor one of TRL's templates "
-            f"({', '.join(sorted(p.stem for p in known.parent.glob('*.jinja'))[:8])}, ...)"
-        )
-    return known.read_text()
 
 
 def load_tokenizer(model_cfg: Any):
