@@ -21,6 +21,7 @@ from transformers import TrainerCallback
 from agrpo.config.resolve import inflight_slots, queue_size, uses_proxy
 from agrpo.errors import ConfigError
 from agrpo.models.chat_template import resolve_chat_template
+from agrpo.plot import LOG_HISTORY_FILE
 from agrpo.sync.resume import checkpoint_to_resume
 from agrpo.trainer.adapter_retention import default_retain_s, retain_adapter_files
 from agrpo.trainer.background_sync import BACKGROUND
@@ -34,7 +35,6 @@ log = logging.getLogger(__name__)
 
 FINAL_ADAPTER = "final_adapter"
 METRICS_FILE = "metrics.json"
-LOG_HISTORY_FILE = "log_history.json"  # every logged step's metrics, for scripts that do not read TensorBoard
 TENSORBOARD_DIR = "tensorboard"
 
 
@@ -333,7 +333,7 @@ def run_training(cfg: Any, vllm_url: str, num_replicas: int) -> dict[str, Any]:
     if trainer.accelerator.is_main_process:  # under accelerate every rank gets here; one writes
         (Path(args.output_dir) / METRICS_FILE).write_text(json.dumps(summary, indent=2))
         (Path(args.output_dir) / LOG_HISTORY_FILE).write_text(json.dumps(trainer.state.log_history))
-        from agrpo.report.plot import plot_run_dir
+        from agrpo.plot import plot_run_dir
 
         try:
             plot_run_dir(args.output_dir)
