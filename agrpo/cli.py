@@ -81,7 +81,7 @@ SUBCOMMANDS = {
     "jobs": "agrpo.launchers.hf_jobs.cli",  # agrpo jobs status|logs|cancel RUN_ID
     "pull": "agrpo.launchers.hf_jobs.pull",  # agrpo pull RUN_ID: a Jobs run's folder into outputs/<run_name>/<RUN_ID>
     "eval": "agrpo.eval.cli",  # agrpo eval +recipe=NAME [eval.adapter=PATH]
-    "plot": "agrpo.report.plot",  # agrpo plot RUN_DIR [RUN_DIR...] [-o out.png]
+    "plot": "agrpo.plot",  # agrpo plot RUN_DIR [RUN_DIR...] [-o out.png]
     "push": "agrpo.report.push",  # agrpo push RUN_DIR --repo-id NAME [--private]
 }
 

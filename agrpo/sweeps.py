@@ -148,7 +148,7 @@ class SweepSummary(Callback):
 def plot_points(sweep_dir: Path, rows: list[PointRow]) -> Path | None:
     """The curves of every point that left a log history, overlaid and labelled by what the point varies; None when
     no point has one. A picture that cannot be drawn is a warning, never a failed sweep."""
-    from agrpo.report.plot import LOG_HISTORY_FILE
+    from agrpo.plot import LOG_HISTORY_FILE
 
     _, own = varying_overrides(rows)
     points = [
@@ -159,7 +159,7 @@ def plot_points(sweep_dir: Path, rows: list[PointRow]) -> Path | None:
     if not points:
         return None
     try:
-        from agrpo.report.plot import plot_runs
+        from agrpo.plot import plot_runs
 
         return plot_runs(
             [d for d, _ in points],

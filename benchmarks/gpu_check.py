@@ -200,16 +200,24 @@ def run_arm(arm: str, preset_name: str, steps: int, warmup: int, work: Path) -> 
         torch.cuda.reset_peak_memory_stats()
     started = time.monotonic()
     trainer.train()
-    logged = [entry for entry in trainer.state.log_history if "perf/step_s" in entry][-steps:]  # after the warm-up
-    for key in PERF_KEYS:
-        values = [entry[key] for entry in logged if key in entry]
-        row[key] = sum(values) / len(values) if values else None
-    losses = [entry["loss"] for entry in logged if "loss" in entry]
-    row["loss_finite"] = bool(losses) and all(v == v and abs(v) != float("inf") for v in losses)
-    row["steps_measured"] = len(logged)
+    row.update(measured_steps(trainer.state.log_history, steps))
     row["wall_s"] = time.monotonic() - started
     row["peak_gib"] = torch.cuda.max_memory_allocated() / 2**30 if cuda else None
     return row
+
+
+def measured_steps(log_history: list[dict], steps: int) -> dict:
+    """Each perf figure's mean over the last `steps` logged steps (after the warm-up), and whether the loss stayed
+    finite."""
+    logged = [entry for entry in log_history if "perf/step_s" in entry][-steps:]
+    figures = {}
+    for key in PERF_KEYS:
+        values = [entry[key] for entry in logged if key in entry]
+        figures[key] = sum(values) / len(values) if values else None
+    losses = [entry["loss"] for entry in logged if "loss" in entry]
+    figures["loss_finite"] = bool(losses) and all(v == v and abs(v) != float("inf") for v in losses)
+    figures["steps_measured"] = len(logged)
+    return figures
 
 
 def table(rows: list[dict]) -> str:

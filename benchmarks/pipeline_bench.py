@@ -140,6 +140,13 @@ def main() -> None:
         figures["gen-only"] = seconds_per_token * tokens_per_step(work / "async", samples_per_step)
     finally:
         server.stop()
+    print_figures(figures, args)
+    if args.json:
+        Path(args.json).write_text(json.dumps(figures, indent=2))
+
+
+def print_figures(figures: dict[str, float], args: argparse.Namespace) -> None:
+    """Add the ratios to `figures` and print the table."""
     bound = max(figures["gen-only"], figures["train-only"])
     figures["async / lock-step"] = figures["async"] / figures["lock-step"]
     figures["async / max(gen, train)"] = figures["async"] / bound
@@ -153,8 +160,6 @@ def main() -> None:
         print(f"| {mode} | {figures[mode]:.3f} |")
     print(f"| async / lock-step | {figures['async / lock-step']:.2f}x |")
     print(f"| async / max(gen-only, train-only) | {figures['async / max(gen, train)']:.2f}x (target <= 1.15x) |")
-    if args.json:
-        Path(args.json).write_text(json.dumps(figures, indent=2))
 
 
 if __name__ == "__main__":

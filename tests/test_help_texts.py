@@ -22,7 +22,7 @@ def test_eval_help_lists_every_eval_key(capsys):
 def test_plot_help_is_whole(capsys):
     import pytest
 
-    from agrpo.report.plot import main
+    from agrpo.plot import main
 
     with pytest.raises(SystemExit):
         main(["--help"])

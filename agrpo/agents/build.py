@@ -3,7 +3,6 @@ end-of-run figures. The one place agrpo/trainer/trl_backend.py calls for agents.
 
 from __future__ import annotations
 
-import contextlib
 import inspect
 import logging
 from dataclasses import dataclass
@@ -77,16 +76,14 @@ class Agent:
         return names
 
 
-def prepare_agent(cfg: Any, args: Any) -> tuple[dict[str, Any], contextlib.AbstractContextManager]:
-    """(keyword arguments for AsyncGRPOTrainer, the context to construct it in). Without tools or an environment:
-    ({}, a no-op), so a single-turn run builds exactly as before. Sets `args.max_tool_calling_iterations`."""
+def prepare_agent(cfg: Any, args: Any) -> dict[str, Any]:
+    """Keyword arguments for AsyncGRPOTrainer: {} without tools or an environment, so a single-turn run builds exactly
+    as before. Sets `args.max_tool_calling_iterations`. (An agent's rollout loop: agrpo/trainer/loop_install.py.)"""
     agent = Agent.from_config(cfg.agent)
     if agent is None:
-        return {}, contextlib.nullcontext()
-    from agrpo.agents.rollout import measured_rollouts
-
+        return {}
     args.max_tool_calling_iterations = agent.max_tool_calling_iterations
-    return agent.trainer_kwargs(), measured_rollouts()
+    return agent.trainer_kwargs()
 
 
 def log_agent_summary(summary: dict[str, Any], log_history: list[dict[str, Any]]) -> None:

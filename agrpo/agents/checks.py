@@ -114,7 +114,7 @@ def chat_template(cfg: Any) -> str | None:
     from pathlib import Path
 
     if cfg.model.chat_template:
-        from agrpo.trainer.trl_backend import resolve_chat_template
+        from agrpo.models.chat_template import resolve_chat_template
 
         return resolve_chat_template(str(cfg.model.chat_template))
     folder = Path(str(cfg.model.name_or_path)).expanduser()

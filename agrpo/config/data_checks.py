@@ -146,7 +146,7 @@ def local_tokenizer(model_cfg: Any) -> Any | None:
     except (OSError, ValueError):
         return None
     if model_cfg.chat_template:
-        from agrpo.trainer.trl_backend import resolve_chat_template
+        from agrpo.models.chat_template import resolve_chat_template
 
         tokenizer.chat_template = resolve_chat_template(model_cfg.chat_template)
     return tokenizer

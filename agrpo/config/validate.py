@@ -46,6 +46,19 @@ def gpu_path(cfg: Any) -> list[str]:
 
 
 def cross_field_problems(cfg: Any) -> list[str]:
+    """Rules between fields: the adapter against what vLLM serves, the trainer's limits, the run's shape, rewards."""
+    return (
+        adapter_problems(cfg)
+        + trainer_limit_problems(cfg)
+        + run_shape_problems(cfg)
+        + trainer_extra_problems(cfg)
+        + hf_jobs_problems(cfg)
+        + reward_term_problems(cfg)
+    )
+
+
+def adapter_problems(cfg: Any) -> list[str]:
+    """The LoRA adapter is one vLLM can serve, in the slots and rank the replicas have."""
     problems: list[str] = []
     trainer, inference, lora = cfg.trainer, cfg.inference, cfg.lora
     needed_loras = least_loras(trainer)
@@ -77,6 +90,13 @@ def cross_field_problems(cfg: Any) -> list[str]:
             f"lora.target_modules targets {in_head}: TRL computes log-probs from the base head and vLLM "
             "does not serve embedding LoRA; remove them"
         )
+    return problems
+
+
+def trainer_limit_problems(cfg: Any) -> list[str]:
+    """The trainer's lengths and counts."""
+    problems: list[str] = []
+    trainer, inference = cfg.trainer, cfg.inference
     if trainer.max_completion_length >= inference.max_model_len:
         problems.append(
             f"trainer.max_completion_length={trainer.max_completion_length} leaves no room for the prompt "
@@ -90,6 +110,13 @@ def cross_field_problems(cfg: Any) -> list[str]:
         problems.append("trainer.num_generations must be >= 2 (GRPO compares completions within a group)")
     if trainer.max_steps < 1:
         problems.append("trainer.max_steps must be >= 1")
+    return problems
+
+
+def run_shape_problems(cfg: Any) -> list[str]:
+    """Replicas, device and role: what the launcher can start."""
+    problems: list[str] = []
+    inference = cfg.inference
     if inference.replicas < 1:
         problems.append("inference.replicas must be >= 1")
     if inference.device not in DEVICES:
@@ -98,13 +125,23 @@ def cross_field_problems(cfg: Any) -> list[str]:
         problems.append(f"role={cfg.role!r} must be one of {ROLES}")
     if cfg.role == "trainer" and not inference.urls:
         problems.append("role=trainer needs the replicas' URLs in inference.urls")
+    return problems
+
+
+def trainer_extra_problems(cfg: Any) -> list[str]:
+    """`trainer.extra` names no field trainer.* already has."""
     shadowed = sorted(set(cfg.trainer.extra or {}) & set(cfg.trainer.keys()))
-    if shadowed:
-        problems.append(
-            f"trainer.extra sets {shadowed}, which trainer.* already has: set trainer.{shadowed[0]} "
-            "instead (trainer.extra is for the AsyncGRPOConfig fields agrpo does not name)"
-        )
-    problems += hf_jobs_problems(cfg)
+    if not shadowed:
+        return []
+    return [
+        f"trainer.extra sets {shadowed}, which trainer.* already has: set trainer.{shadowed[0]} "
+        "instead (trainer.extra is for the AsyncGRPOConfig fields agrpo does not name)"
+    ]
+
+
+def reward_term_problems(cfg: Any) -> list[str]:
+    """Some reward exists, and every term names its callable."""
+    problems: list[str] = []
     funcs = cfg.reward.funcs or []
     if not funcs and cfg.agent.environment is None:  # an environment may own the reward (agrpo/agents/checks.py)
         problems.append("reward.funcs is empty: choose a reward group (e.g. reward=smoke) or add a term")

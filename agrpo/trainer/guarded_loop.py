@@ -18,7 +18,6 @@ import traceback
 from typing import Any
 
 from trl.experimental.async_grpo import async_rollout_worker as trl_worker
-from trl.experimental.async_grpo.async_rollout_worker import _AsyncRolloutLoop
 
 from agrpo.errors import AgrpoError
 from agrpo.rewards.contract import describe_row, raised_at
@@ -182,17 +181,3 @@ class GuardedRolloutLoop(AgrpoRolloutLoop):
             super().run()  # on failure TRL reports it (queue + event) and logs the traceback (trainer.log only)
         except BaseException:
             exit_now(self._exception_info_queue, [self.rollout_buffer, self._metrics_queue])
-
-
-def install_loop(worker: Any, loop_cls: type[GuardedRolloutLoop]) -> None:
-    """Make `worker` spawn `loop_cls` in place of TRL's or agrpo's plain loop; a loop class of someone else's must
-    derive from GuardedRolloutLoop."""
-    current = worker._loop_cls
-    if issubclass(current, GuardedRolloutLoop):
-        return
-    if current not in (_AsyncRolloutLoop, AgrpoRolloutLoop):
-        raise RuntimeError(
-            f"the rollout worker already runs {current.__qualname__}: derive it from "
-            "agrpo.trainer.guarded_loop.GuardedRolloutLoop so that failures still end the run"
-        )
-    worker._loop_cls = loop_cls

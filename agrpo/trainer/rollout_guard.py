@@ -10,7 +10,7 @@ changes (each piece names the failure it removes):
 
 - the child never sleeps on a cross-process Condition: its stop watcher polls the event instead, and it reads and
   writes the shared version and heartbeat values without their locks (a process that dies holding one of those locks
-  would block the other side just the same) - agrpo/trainer/guarded_loop.py;
+  would block the other side just the same) - agrpo/trainer/guarded_loop.py, installed by loop_install.py;
 - the trainer sets the stop event only while the child lives, from a helper thread it waits on for a bounded time,
   and kills a child that failed, died or hung instead of waiting 15 s for it;
 - a failure is reported as one paragraph (`RewardError` names the term, the error and the row; a row that cannot be
@@ -260,14 +260,13 @@ class RolloutWatchdog(TrainerCallback):
 
 
 def guard_rollout_worker(trainer: Any, run_dir: str, level: str = "INFO", log_file: str | None = None) -> None:
-    """Install the guard on a built AsyncGRPOTrainer's rollout worker (main process only; others have none)."""
+    """Install the guard on a built AsyncGRPOTrainer's rollout worker (main process only; others have none). The
+    child's half, GuardedRolloutLoop, is the worker's loop class by then (agrpo/trainer/loop_install.py)."""
     worker = getattr(trainer, "rollout_worker", None)
     if worker is None:
         return
-    from agrpo.trainer.guarded_loop import GuardedRolloutLoop, install_loop
     from agrpo.trainer.logs import current_log_file
 
-    install_loop(worker, GuardedRolloutLoop)
     guard = _Guard(worker, trainer, run_dir, level, log_file or current_log_file())
     worker.start = guard.start
     worker.stop = guard.stop

@@ -1,9 +1,9 @@
-"""The I/O around the in-flight budget: install the paced rollout loop, measure each step, apply the controller.
+"""The I/O around the in-flight budget: feed the paced rollout loop, measure each step, apply the controller.
 
-`attach_pacing` (main process, before `train()`) swaps TRL's rollout loop for agrpo/trainer/rollout_child.py's,
-counts what the trainer takes off the rollout queue, and with `trainer.max_inflight_tasks=auto` adds
-`PacingCallback`, which feeds each step's logged figures to the pure controller (agrpo/trainer/inflight.py) and
-writes its budget where the child reads it. TensorBoard gets `rollout/inflight_target` (the budget in force during
+`attach_pacing` (main process, before `train()`) hands the paced rollout loop (agrpo/trainer/rollout_child.py,
+installed by loop_install.py) its control block, counts what the trainer takes off the rollout queue, and with
+`trainer.max_inflight_tasks=auto` adds `PacingCallback`, which feeds each step's logged figures to the pure
+controller (agrpo/trainer/inflight.py) and writes its budget where the child reads it. TensorBoard gets `rollout/inflight_target` (the budget in force during
 the step) and the child's `rollout/samples_ahead`, `rollout/requests_in_flight`, `rollout/samples_generated_total`.
 """
 
@@ -67,20 +67,23 @@ class PacingCallback(TrainerCallback):
 
 @contextlib.contextmanager
 def attach_pacing(trainer: Any, auto: bool) -> Iterator[InflightController | None]:
-    """Install the paced loop on a built AsyncGRPOTrainer for the duration of `train()` (main process only; other
-    ranks have no rollout worker). Yields the controller (None with a fixed number of requests in flight)."""
+    """Pace a built AsyncGRPOTrainer's paced loop for the duration of `train()` (main process only; other ranks have
+    no rollout worker). Yields the controller (None with a fixed number of requests in flight)."""
     worker = getattr(trainer, "rollout_worker", None)
     if worker is None or not hasattr(worker, "_loop_kwargs"):
         yield None
         return
-    from agrpo.trainer.rollout_child import PacedRolloutLoop
+    from agrpo.trainer.rollout_child import PacingMixin
 
+    if not issubclass(worker._loop_cls, PacingMixin):  # its keyword arguments would fail any other loop in the child
+        raise RuntimeError(
+            f"the rollout worker runs {worker._loop_cls.__qualname__}, which cannot be paced: install the paced loop "
+            "first (agrpo/trainer/loop_install.py)"
+        )
     block = ControlBlock.create()
     controller = None
     callback = None
     try:
-        if not issubclass(worker._loop_cls, PacedRolloutLoop):  # one derived from it (agrpo/agents/rollout.py) stays
-            worker._loop_cls = PacedRolloutLoop
         worker._loop_kwargs.update(agrpo_control=block.path, agrpo_max_staleness=trainer.args.max_staleness)
         trainer.rollout_queue = CountingQueue(trainer.rollout_queue, block)
         setattr(trainer, CONTROL_ATTR, block)

@@ -12,6 +12,7 @@ import json
 import logging
 import os
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -20,6 +21,8 @@ from transformers import TrainerCallback
 
 from agrpo.config.resolve import inflight_slots, queue_size, uses_proxy
 from agrpo.errors import ConfigError
+from agrpo.models.chat_template import resolve_chat_template
+from agrpo.plot import LOG_HISTORY_FILE
 from agrpo.sync.resume import checkpoint_to_resume
 from agrpo.trainer.adapter_retention import default_retain_s, retain_adapter_files
 from agrpo.trainer.background_sync import BACKGROUND
@@ -33,7 +36,6 @@ log = logging.getLogger(__name__)
 
 FINAL_ADAPTER = "final_adapter"
 METRICS_FILE = "metrics.json"
-LOG_HISTORY_FILE = "log_history.json"  # every logged step's metrics, for scripts that do not read TensorBoard
 TENSORBOARD_DIR = "tensorboard"
 
 
@@ -168,21 +170,6 @@ class BottleneckCallback(TrainerCallback):
         return verdict
 
 
-def resolve_chat_template(name_or_path: str) -> str:
-    """The text of a chat template given by TRL's name (a file in trl/chat_templates) or by a .jinja path."""
-    from trl import chat_template_utils
-
-    if name_or_path.endswith(".jinja"):
-        return Path(name_or_path).expanduser().read_text()
-    known = Path(chat_template_utils.__file__).parent / "chat_templates" / f"{name_or_path}.jinja"
-    if not known.is_file():
-        raise ConfigError(
-            f"model.chat_template={name_or_path!r} is neither a .jinja file nor one of TRL's templates "
-            f"({', '.join(sorted(p.stem for p in known.parent.glob('*.jinja'))[:8])}, ...)"
-        )
-    return known.read_text()
-
-
 def load_tokenizer(model_cfg: Any):
     """The model's tokenizer, with `model.chat_template` applied; None lets TRL load it unchanged."""
     if not model_cfg.chat_template:
@@ -259,36 +246,30 @@ def save_final_adapter(trainer: Any, final_dir: Path) -> None:
         trainer.processing_class.save_pretrained(final_dir)
 
 
-def run_training(cfg: Any, vllm_url: str, num_replicas: int) -> dict[str, Any]:
-    """Train with TRL's AsyncGRPOTrainer against `vllm_url`; return the summary written to metrics.json."""
-    started = time.monotonic()
-    from agrpo.data import load_train_dataset
-    from agrpo.rewards.registry import build_reward_funcs
-    from agrpo.sync import get_store
-    from agrpo.trainer.attention import trainer_attention
-    from agrpo.trainer.trl_patches import apply_trl_patches
+def is_paced(cfg: Any) -> bool:
+    """Whether the rollout child is paced: an automatic in-flight budget, or adapters published in the background."""
+    return is_auto(cfg.trainer.max_inflight_tasks) or cfg.sync.mode == BACKGROUND
 
-    use_gpu = cuda_available()
-    attention = trainer_attention(cfg)  # FA3 or SDPA for packed sequences, decided before the model loads
-    apply_trl_patches(attention.kind)
+
+def build_trainer(cfg: Any, args: Any) -> Any:
+    """AsyncGRPOTrainer on the run's data, rewards and agent, with the rollout loop class its child will run."""
     from trl.experimental.async_grpo import AsyncGRPOTrainer
 
-    args = build_grpo_args(cfg, vllm_url, num_replicas, use_gpu)
-    # transformers 5 reads the TensorBoard directory from the environment only.
-    os.environ["TENSORBOARD_LOGGING_DIR"] = os.path.join(args.output_dir, TENSORBOARD_DIR)
-    dataset = load_train_dataset(cfg.data, seed=cfg.trainer.seed)
+    from agrpo.agents.build import agent_enabled, prepare_agent
     from agrpo.config.data_checks import reward_problems
+    from agrpo.data import load_train_dataset
+    from agrpo.rewards.registry import build_reward_funcs
+    from agrpo.trainer.fsdp_compat import running_under_fsdp, untie_embeddings
+    from agrpo.trainer.loop_install import install_rollout_loop  # imports TRL's rollout worker: here, not at the top
 
+    dataset = load_train_dataset(cfg.data, seed=cfg.trainer.seed)
     problems = reward_problems(cfg.reward.funcs, dataset.column_names)  # a Hub dataset is first opened here
     if problems:
         raise ConfigError("; ".join(problems))
     rewards = build_reward_funcs(cfg.reward.funcs) if cfg.reward.funcs else []  # an environment may own the reward
-    from agrpo.agents.build import log_agent_summary, prepare_agent
-    from agrpo.trainer.fsdp_compat import running_under_fsdp, untie_embeddings
-
-    agent_kwargs, agent_rollouts = prepare_agent(cfg, args)  # tools, environment_factory ({} without an agent)
+    agent_kwargs = prepare_agent(cfg, args)  # tools, environment_factory ({} without an agent)
     untie = cfg.launcher.accelerate.untie_embeddings and running_under_fsdp()
-    with fix_loaded_model(untie_embeddings) if untie else contextlib.nullcontext(), agent_rollouts:
+    with fix_loaded_model(untie_embeddings) if untie else contextlib.nullcontext():
         trainer = AsyncGRPOTrainer(
             model=cfg.model.name_or_path,
             reward_funcs=rewards,
@@ -298,22 +279,45 @@ def run_training(cfg: Any, vllm_url: str, num_replicas: int) -> dict[str, Any]:
             peft_config=build_peft_config(cfg.lora),
             **agent_kwargs,
         )
+    install_rollout_loop(trainer, agent=agent_enabled(cfg.agent), paced=is_paced(cfg))  # the one loop class
+    return trainer
+
+
+@dataclass
+class Watchers:
+    """What the run's end reads from the callbacks and collectors `watch_run` installed."""
+
+    console: Any
+    serving: ServingCollector
+    bottleneck: BottleneckCallback
+
+
+def watch_run(trainer: Any, cfg: Any, vllm_url: str, num_replicas: int, banner: str) -> tuple[Any, Watchers]:
+    """(the sync context to train in, the watchers): the adapter sync, the rollout guard, the serving figures, the
+    console and the bottleneck verdicts, installed on a built trainer."""
+    from agrpo.sync import get_store
+    from agrpo.trainer.console import ConsoleCallback, quiet_trainer
+    from agrpo.trainer.rollout_guard import guard_rollout_worker  # a failing reward or a hung child ends the run
+
     via_proxy = uses_proxy(cfg)  # resolved inference.use_proxy: the plan put a proxy in front exactly then
     syncing = choose_sync(trainer, cfg, get_store(cfg), via_proxy)
     serving = ServingCollector(vllm_url, via_proxy=via_proxy)
-    from agrpo.trainer.rollout_guard import guard_rollout_worker  # a failing reward or a hung child ends the run
-
-    guard_rollout_worker(trainer, args.output_dir, cfg.logger.level)
+    guard_rollout_worker(trainer, trainer.args.output_dir, cfg.logger.level)
     if trainer.accelerator.is_main_process:
         log_serving_figures(trainer, serving)
-    from agrpo.trainer.console import ConsoleCallback, quiet_trainer
-
     quiet_trainer(trainer)
-    console = ConsoleCallback(cfg, num_replicas, vllm_url, attention=attention.banner)
+    console = ConsoleCallback(cfg, num_replicas, vllm_url, attention=banner)
     trainer.add_callback(console)
     bottleneck = BottleneckCallback(cfg.logger.bottleneck_every_steps)
     if cfg.logger.bottleneck_every_steps > 0:
         trainer.add_callback(bottleneck)
+    return syncing, Watchers(console, serving, bottleneck)
+
+
+def train(trainer: Any, cfg: Any, syncing: Any) -> None:
+    """Resume from the checkpoint `trainer.resume` names, if any, and train with adapter retention, pacing and the
+    adapter sync around `train()`."""
+    args = trainer.args
     resume_from = (
         checkpoint_to_resume(cfg.trainer.resume, args.output_dir) if trainer.accelerator.is_main_process else None
     )
@@ -321,35 +325,68 @@ def run_training(cfg: Any, vllm_url: str, num_replicas: int) -> dict[str, Any]:
     if resume_from is not None:
         log.info("Resuming from %s", resume_from)
     retain_s = cfg.inference.adapter_retention_s
-    paced = is_auto(cfg.trainer.max_inflight_tasks) or cfg.sync.mode == BACKGROUND
     with (
         retain_adapter_files(trainer, default_retain_s(args.request_timeout) if retain_s is None else retain_s),
-        attach_pacing(trainer, auto=is_auto(cfg.trainer.max_inflight_tasks)) if paced else contextlib.nullcontext(),
+        attach_pacing(trainer, auto=is_auto(cfg.trainer.max_inflight_tasks))
+        if is_paced(cfg)
+        else contextlib.nullcontext(),
         syncing,
     ):
         trainer.train(resume_from_checkpoint=resume_from)
 
-    final_dir = Path(args.output_dir) / FINAL_ADAPTER
-    save_final_adapter(trainer, final_dir)
+
+def run_summary(trainer: Any, final_dir: Path, watchers: Watchers) -> dict[str, Any]:
+    """What metrics.json holds: rewards, step times, samples, serving, agent and bottleneck figures."""
+    from agrpo.agents.build import log_agent_summary
+
     summary = final_metrics(trainer.state.log_history)
     summary["samples"] = sample_accounting(trainer.state.log_history)  # generated, used, dropped as stale, left
     summary["final_adapter"] = str(final_dir)
     summary["global_step"] = trainer.state.global_step
+    serving, bottleneck = watchers.serving, watchers.bottleneck
     if serving.last:
         summary["serving"] = serving.last
         log.info("serving: %s", summary_line(serving.last))
     log_agent_summary(summary, trainer.state.log_history)  # tool use, turns, continuation routing (agents only)
     if bottleneck.final is not None:
         summary["bottleneck"] = {"kind": bottleneck.final.kind, "line": bottleneck.final.line}
+    return summary
+
+
+def write_run_files(trainer: Any, summary: dict[str, Any], final_dir: Path, console: Any) -> None:
+    """metrics.json, log_history.json and training_curves.png, then the console's end summary (main process)."""
+    output_dir = Path(trainer.args.output_dir)
+    (output_dir / METRICS_FILE).write_text(json.dumps(summary, indent=2))
+    (output_dir / LOG_HISTORY_FILE).write_text(json.dumps(trainer.state.log_history))
+    from agrpo.plot import plot_run_dir
+
+    try:
+        plot_run_dir(trainer.args.output_dir)
+    except Exception as error:  # matplotlib missing, say: the run itself succeeded
+        log.warning("training_curves.png not drawn: %s", error)
+    console.print_summary(str(final_dir), summary.get("bottleneck", {}).get("line"))
+
+
+def run_training(cfg: Any, vllm_url: str, num_replicas: int) -> dict[str, Any]:
+    """Train with TRL's AsyncGRPOTrainer against `vllm_url`; return the summary written to metrics.json."""
+    started = time.monotonic()
+    from agrpo.trainer.attention import trainer_attention
+    from agrpo.trainer.trl_patches import apply_trl_patches
+
+    use_gpu = cuda_available()
+    attention = trainer_attention(cfg)  # FA3 or SDPA for packed sequences, decided before the model loads
+    apply_trl_patches(attention.kind)
+    args = build_grpo_args(cfg, vllm_url, num_replicas, use_gpu)
+    # transformers 5 reads the TensorBoard directory from the environment only.
+    os.environ["TENSORBOARD_LOGGING_DIR"] = os.path.join(args.output_dir, TENSORBOARD_DIR)
+    trainer = build_trainer(cfg, args)
+    syncing, watchers = watch_run(trainer, cfg, vllm_url, num_replicas, attention.banner)
+    train(trainer, cfg, syncing)
+
+    final_dir = Path(args.output_dir) / FINAL_ADAPTER
+    save_final_adapter(trainer, final_dir)
+    summary = run_summary(trainer, final_dir, watchers)
     summary["wall_time_s"] = time.monotonic() - started  # model load + training + final save (sweep tables)
     if trainer.accelerator.is_main_process:  # under accelerate every rank gets here; one writes
-        (Path(args.output_dir) / METRICS_FILE).write_text(json.dumps(summary, indent=2))
-        (Path(args.output_dir) / LOG_HISTORY_FILE).write_text(json.dumps(trainer.state.log_history))
-        from agrpo.report.plot import plot_run_dir
-
-        try:
-            plot_run_dir(args.output_dir)
-        except Exception as error:  # matplotlib missing, say: the run itself succeeded
-            log.warning("training_curves.png not drawn: %s", error)
-        console.print_summary(str(final_dir), summary.get("bottleneck", {}).get("line"))
+        write_run_files(trainer, summary, final_dir, watchers.console)
     return summary

@@ -16,13 +16,13 @@ upgrade that moves it fails loudly (tests/trainer/test_trl_patches.py) instead o
      `Authorization: Bearer <token>`.
   3. The rollout worker's loop is agrpo's subclass (agrpo/trainer/rollout_loop.py): the same token on its requests,
      rollouts of a retired adapter version dropped at once instead of retried for minutes, its log in trainer.log.
+     This sets the default for every worker; the run's own loop class is chosen in agrpo/trainer/loop_install.py.
 """
 
 from __future__ import annotations
 
 import importlib
 import logging
-import os
 
 from agrpo.inference.replica_guard import trainer_bearer
 
@@ -99,21 +99,10 @@ def _patch_admin_token(token: str) -> None:
 
 
 def _patch_rollout_loop() -> None:
-    from agrpo.trainer.logs import current_log_file
-    from agrpo.trainer.rollout_loop import ROLLOUT_LOG_ENV, AgrpoRolloutLoop
+    from agrpo.trainer.loop_install import install_default_loop
 
-    module = require("trl.experimental.async_grpo.async_rollout_worker", "_AsyncRolloutLoop")
-    current = module.AsyncRolloutWorker._loop_cls
-    if not issubclass(current, AgrpoRolloutLoop):  # a loop of agrpo's own that derives from it is kept
-        if current is not module._AsyncRolloutLoop:
-            raise RuntimeError(
-                f"the rollout worker already runs {current.__qualname__}: derive it from "
-                "agrpo.trainer.rollout_loop.AgrpoRolloutLoop so that its requests carry the token"
-            )
-        module.AsyncRolloutWorker._loop_cls = AgrpoRolloutLoop
-    log_file = current_log_file()
-    if log_file:  # the spawned child reads its environment: it logs where the trainer does
-        os.environ[ROLLOUT_LOG_ENV] = log_file
+    require("trl.experimental.async_grpo.async_rollout_worker", "_AsyncRolloutLoop")
+    install_default_loop()
 
 
 def _once(name: str, patch, *args) -> None:

@@ -1,5 +1,5 @@
-"""Tool, environment and reward files of the launching machine travel to a Jobs run (agrpo/agents/jobs.py through
-agrpo/launchers/hf_jobs/inputs.py): planned as inputs, printed by the dry run, named by the trainer Job's config, and
+"""Tool, environment and reward files of the launching machine travel to a Jobs run (agrpo/launchers/hf_jobs/
+code_inputs.py through inputs.py): planned as inputs, printed by the dry run, named by the trainer Job's config, and
 loadable from their copies. Planning only: the upload itself is the executor's, tested in tests/launchers."""
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from agrpo.report.plot import CURVES_PNG, main, plot_run_dir, plot_runs, run_label, series
+from agrpo.plot import CURVES_PNG, main, plot_run_dir, plot_runs, run_label, series
 
 DATA = Path(__file__).parent / "data" / "smoke_log_history.json"
 
@@ -107,7 +107,7 @@ TWO_TERMS = """reward:
 
 
 def test_two_terms_are_drawn_dashed_and_the_band_stays_in_reach(tmp_path):
-    from agrpo.report.plot import Run, plot_histories, read_terms
+    from agrpo.plot import Run, plot_histories, read_terms
 
     run = tmp_path / "run"
     run.mkdir()

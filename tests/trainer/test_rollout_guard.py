@@ -153,7 +153,8 @@ def test_row_failures_name_the_row_and_the_key_for_a_refused_prompt():
 def test_only_a_guarded_loop_class_may_replace_trls(worker):
     from trl.experimental.async_grpo.async_rollout_worker import _AsyncRolloutLoop
 
-    from agrpo.trainer.guarded_loop import GuardedRolloutLoop, install_loop
+    from agrpo.trainer.guarded_loop import GuardedRolloutLoop
+    from agrpo.trainer.loop_install import install_loop
 
     from agrpo.trainer.rollout_loop import AgrpoRolloutLoop
 

@@ -78,7 +78,8 @@ def test_final_metrics_windows():
 
 
 def test_chat_template_by_trl_name_or_file(tmp_path, tiny_model_dir):
-    from agrpo.trainer.trl_backend import load_tokenizer, resolve_chat_template
+    from agrpo.models.chat_template import resolve_chat_template
+    from agrpo.trainer.trl_backend import load_tokenizer
     from trl.chat_template_utils import qwen2_5_chat_template
 
     assert resolve_chat_template("qwen2_5") == qwen2_5_chat_template

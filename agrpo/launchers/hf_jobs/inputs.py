@@ -18,6 +18,7 @@ from omegaconf import OmegaConf
 
 from agrpo.config.hf_jobs_checks import under_mount
 from agrpo.errors import ConfigError
+from agrpo.launchers.hf_jobs.code_inputs import code_inputs
 from agrpo.launchers.hf_jobs.plan import LocalInput
 from agrpo.models.resolve import looks_like_path
 
@@ -74,9 +75,7 @@ def local_inputs(cfg: Any, run_dir: str, run_dir_in_bucket: str) -> list[LocalIn
         source = local_file(cfg, key)
         if source:
             inputs.append(placed(key, source, f"{folder}/{os.path.basename(source.rstrip('/'))}"))
-    from agrpo.agents.jobs import code_inputs  # tool, environment and reward files here (agrpo/agents/jobs.py)
-
-    return inputs + code_inputs(cfg, placed)
+    return inputs + code_inputs(cfg, placed)  # tool, environment and reward files here (code_inputs.py)
 
 
 def config_for_jobs(cfg: Any, inputs: list[LocalInput]) -> Any:

@@ -1,22 +1,20 @@
-"""TRL's rollout loop, measuring where each turn of an episode was served (agrpo/agents/metrics.py says why).
+"""An agent's rollout loop: agrpo's, measuring where each turn of an episode was served (agents/metrics.py says why).
 
 TRL 1.16's `_AsyncRolloutLoop` reads only the JSON of a completion, so it cannot tell which replica served a turn.
 `AgentTurnsMixin` changes two methods of agrpo's loop and nothing of the rollout itself: `_post` is TRL's own
 request plus a note of the adapter requested and the proxy's `X-Agrpo-Replica` answer, kept per episode in a context
 variable (each episode is one asyncio task); `_push_rollout_metrics`, which TRL calls once at the end of every
-episode, adds the episode's counters to the metrics TRL sends to the trainer. `measured_rollouts()` makes the trainer
-spawn `AgentRolloutLoop` (module-level, so TRL's spawned process imports it by name).
+episode, adds the episode's counters to the metrics TRL sends to the trainer. A run with an agent spawns
+`AgentRolloutLoop` (module-level, so TRL's spawned process imports it by name; agrpo/trainer/loop_install.py installs
+it).
 """
 
 from __future__ import annotations
 
-import contextlib
 import contextvars
-from collections.abc import Iterator
 from typing import Any
 
 import aiohttp
-from trl.experimental.async_grpo.async_rollout_worker import AsyncRolloutWorker
 
 from agrpo.agents.metrics import AFFINITY_RATE, ON_PREFIX, ROUTED, continuation_counts
 from agrpo.proxy.upstream import REPLICA_HEADER
@@ -69,22 +67,3 @@ class AgentTurnsMixin:
 class AgentRolloutLoop(AgentTurnsMixin, PacedRolloutLoop):
     """agrpo's rollout loop (paced, guarded, keyed: agrpo/trainer/rollout_child.py) plus per-turn routing counters
     (runs in TRL's spawned rollout process)."""
-
-
-class AgentRolloutWorker(AsyncRolloutWorker):
-    """TRL's rollout worker, spawning AgentRolloutLoop."""
-
-    _loop_cls = AgentRolloutLoop
-
-
-@contextlib.contextmanager
-def measured_rollouts() -> Iterator[None]:
-    """While the trainer is constructed, its rollout worker is AgentRolloutWorker (TRL builds it by name)."""
-    from trl.experimental.async_grpo import async_grpo_trainer  # the trainer's module: not for the rollout process
-
-    original = async_grpo_trainer.AsyncRolloutWorker
-    async_grpo_trainer.AsyncRolloutWorker = AgentRolloutWorker
-    try:
-        yield
-    finally:
-        async_grpo_trainer.AsyncRolloutWorker = original

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-LOG_HISTORY_FILE = "log_history.json"  # as agrpo.trainer.trl_backend.LOG_HISTORY_FILE (that module imports TRL)
+LOG_HISTORY_FILE = "log_history.json"  # every logged step's metrics (the trainer writes it), for scripts too
 CURVES_PNG = "training_curves.png"
 
 CONFIG_FILE = "config.yaml"  # the run's resolved config: reward term weights, for the per-term curves and the band
