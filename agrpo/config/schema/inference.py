@@ -58,12 +58,9 @@ class InferenceConfig:
     startup_timeout_s: float = knob(600.0, doc="Seconds a replica may take to start serving before the run gives up.")
     log_level: LogLevel = knob(
         LogLevel.INFO,
-        doc="vLLM's own log level in the replica logs (set explicitly: importing TRL lowers it to ERROR for "
-        "children).",
+        doc="vLLM's own log level in the replica logs (set explicitly: importing TRL lowers it to ERROR for children).",
     )
-    extra_args: list[str] = knob(
-        factory=list, doc='Extra engine flags appended verbatim, e.g. ["--enforce-eager"].'
-    )
+    extra_args: list[str] = knob(factory=list, doc='Extra engine flags appended verbatim, e.g. ["--enforce-eager"].')
     use_proxy: Optional[bool] = knob(
         None, doc="Route through agrpo's proxy: None = only when there is more than one replica."
     )

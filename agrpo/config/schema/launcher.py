@@ -41,8 +41,7 @@ class HFJobsConfig:
     )
     trainer_launcher: TrainerLauncher = knob(
         TrainerLauncher.local,
-        doc="Launcher that starts the proxy and the trainer inside the trainer Job: local (one process) or "
-        "accelerate.",
+        doc="Launcher that starts the proxy and the trainer inside the trainer Job: local (one process) or accelerate.",
     )
     install: str = knob(
         "",

@@ -30,7 +30,7 @@ class ModelConfig:
     )
     chat_template: Optional[str] = knob(
         None,
-        doc='Chat template for the trainer\'s tokenizer, by TRL\'s name (e.g. "qwen2_5": '
+        doc="Chat template for the trainer's tokenizer, by TRL's name (e.g. \"qwen2_5\": "
         "trl/chat_templates/qwen2_5.jinja) or a .jinja path. TRL parses responses only for templates it recognises; "
         "a model whose own template differs in wording only (Qwen2.5-Math) trains with a recognised one. None: the "
         "model's own template.",
@@ -40,7 +40,8 @@ class ModelConfig:
         doc="Trainer precision. float32 keeps the trainer and the generator numerically close (TRL's default).",
     )
     trust_remote_code: bool = knob(
-        False, doc="Run the model repository's own Python code (transformers' trust_remote_code): only for repos you trust."
+        False,
+        doc="Run the model repository's own Python code (transformers' trust_remote_code): only for repos you trust.",
     )
 
 
@@ -48,7 +49,9 @@ class ModelConfig:
 class LoraConfig:
     """The LoRA adapter: the only weights that train and the only ones that travel to the replicas."""
 
-    r: int = knob(8, doc="Only the adapter travels to the replicas, so its size sets the sync cost: small ranks sync fast.")
+    r: int = knob(
+        8, doc="Only the adapter travels to the replicas, so its size sets the sync cost: small ranks sync fast."
+    )
     alpha: int = knob(16, doc="LoRA scaling numerator (the update is scaled by alpha / r).")
     dropout: float = knob(0.0, doc="Dropout on the LoRA input during training.")
     target_modules: list[str] = knob(

@@ -25,8 +25,7 @@ class LoggerConfig:
     progress_bar: bool = knob(True, doc="Progress bar on the console.")
     bottleneck_every_steps: int = knob(
         10,
-        doc="Print which side of the pipeline is slow (and the knob to turn) every N steps and at the end; 0 "
-        "disables.",
+        doc="Print which side of the pipeline is slow (and the knob to turn) every N steps and at the end; 0 disables.",
     )
     level: LogLevel = knob(
         LogLevel.INFO,
@@ -101,7 +100,8 @@ class RehearsalConfig:
         "bill.",
     )
     listing_lag_s: float = knob(
-        1.0, doc="Seconds between a file landing in the bucket folder and the bucket listing showing it (the Hub's lag)."
+        1.0,
+        doc="Seconds between a file landing in the bucket folder and the bucket listing showing it (the Hub's lag).",
     )
     negative_cache_s: float = knob(
         30.0,
