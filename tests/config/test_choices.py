@@ -121,3 +121,19 @@ def test_the_cli_refuses_a_bad_name_with_exit_2(tmp_path):
     assert "invalid config (2 problems)" in result.stderr and "Traceback" not in result.stderr
     assert "launcher.accelerate.mixed_precision='fp7' must be one of no | fp16 | bf16 | fp8" in result.stderr
     assert "lora.r=0 must be >= 1" in result.stderr  # listed beside it, in one go
+
+
+def test_a_composed_config_pickles_into_a_fresh_interpreter(tmp_path):
+    """Hydra's composable copy of the schema has a home (agrpo/config/schema/knobs.py), so a composed config pickles
+    (sweep launchers that ship configs to workers do) and unpickles where nothing composed yet."""
+    import pickle
+
+    composed = smoke(output_dir=str(tmp_path))
+    assert pickle.loads(pickle.dumps(composed)) == composed
+    (tmp_path / "cfg.pkl").write_bytes(pickle.dumps(composed))
+    probe = (
+        f"import pickle; cfg = pickle.load(open({str(tmp_path / 'cfg.pkl')!r}, 'rb')); print(cfg.sync.mode, cfg.role)"
+    )
+    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
+    result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, env=env, timeout=120)
+    assert result.returncode == 0 and result.stdout.split() == ["background", "all"], result.stderr

@@ -134,8 +134,23 @@ def composable(schema: type) -> type:
             default = field.default.value if isinstance(field.default, Enum) else field.default
             spec = dataclasses.field(default=default, metadata=field.metadata)
         fields.append((field.name, hint, spec))
-    namespace = {"__doc__": schema.__doc__, "__module__": schema.__module__}
-    return dataclasses.make_dataclass(schema.__name__, fields, namespace=namespace)
+    # Its own name in messages (Hydra's "object_type=TrainerConfig"); pickle finds it here, by its qualified name.
+    home = f"Composable{schema.__name__}"
+    namespace = {"__doc__": schema.__doc__, "__module__": __name__, "__qualname__": home}
+    copy = dataclasses.make_dataclass(schema.__name__, fields, namespace=namespace)
+    globals()[home] = copy
+    return copy
+
+
+def __getattr__(name: str) -> Any:
+    """A composable class asked for before this process built it (unpickling a composed config elsewhere)."""
+    if name.startswith("Composable"):
+        from agrpo.config.schema import RunConfig
+
+        composable(RunConfig)
+        if name in globals():
+            return globals()[name]
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def as_members(values: dict[str, Any], schema: type) -> dict[str, Any]:
@@ -148,6 +163,6 @@ def as_members(values: dict[str, Any], schema: type) -> dict[str, Any]:
         for part in path:
             node = node.get(part) if isinstance(node, dict) else None
         if isinstance(node, dict) and node.get(name) is not None and node.get(name) is not MISSING:
-            member = enum.parse(node[name]) if hasattr(enum, "parse") else None
+            member = enum.parse(node[name])  # type: ignore[attr-defined]
             node[name] = member if member is not None else node[name]
     return values
