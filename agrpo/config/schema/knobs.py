@@ -19,7 +19,6 @@ import typing
 from enum import Enum
 from typing import Any, Callable, Iterator, Optional
 
-from omegaconf import MISSING
 
 HELP = "help"
 _UNSET: Any = object()
@@ -162,7 +161,7 @@ def as_members(values: dict[str, Any], schema: type) -> dict[str, Any]:
         node: Any = values
         for part in path:
             node = node.get(part) if isinstance(node, dict) else None
-        if isinstance(node, dict) and node.get(name) is not None and node.get(name) is not MISSING:
+        if isinstance(node, dict) and node.get(name) is not None:
             member = enum.parse(node[name])  # type: ignore[attr-defined]
             node[name] = member if member is not None else node[name]
     return values
