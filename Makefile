@@ -17,7 +17,7 @@ GPU_VERSIONS_PINS := -c constraints/gpu-versions.txt -c constraints/minimum-vers
 AGRPO_DATA_DIR ?= $(abspath ../shared/data)
 export AGRPO_DATA_DIR
 
-.PHONY: setup setup-gpu demo test test-fast test-gpu-versions lint clean
+.PHONY: setup setup-gpu demo test test-fast test-gpu-versions lint docs clean
 
 $(STAMP): pyproject.toml
 	@test ! -e $(GPU_STAMP) || { echo "$(VENV) holds the GPU set-up (make setup-gpu): make test/demo/lint use it;" \
@@ -69,6 +69,11 @@ test-fast: $(SETUP)
 lint: $(SETUP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
+
+# docs/config.md, the config reference, generated from the schema's field docs (tests/config/test_reference.py
+# fails when it is out of date): run after adding or changing a knob.
+docs: $(SETUP)
+	$(VENV)/bin/python -m agrpo.config.reference > docs/config.md
 
 # What the gpu extra resolves to, less vLLM's CUDA build (constraints/gpu-versions.txt), plus the declared minimums
 # (constraints/minimum-versions.txt); `transformers[kernels]` is the gpu extra's other half. Seeded with the CPU

@@ -92,10 +92,9 @@ def main() -> None:
 
         sys.exit(importlib.import_module(SUBCOMMANDS[sys.argv[1]]).main(sys.argv[2:]))
     if any(arg in ("--help", "-h") for arg in sys.argv[1:]):  # Hydra's own: --hydra-help
-        from agrpo.help import help_text
+        from agrpo.help import main_help
 
-        print(help_text(Path(CONF_DIR)))
-        return
+        sys.exit(main_help(Path(CONF_DIR), sys.argv[1:]))  # --help GROUP: its keys (agrpo/help.py)
     if len(sys.argv) > 1 and sys.argv[1] in ("--version", "-V"):  # Hydra's own --version prints Hydra's
         print(f"agrpo {__version__}")
         return

@@ -16,7 +16,8 @@ PACKAGE = Path(__file__).resolve().parents[1] / "agrpo"
 
 # Edges that close a cycle today, each with where it is; fix one and delete its line.
 KNOWN_BACK_EDGES = {
-    ("config", "trainer"): "checks of trainer.attention / sync.mode and the in-flight rule read agrpo/trainer",
+    ("config", "trainer"): "machine_checks asks trainer.attention whether FA3 runs here, data_checks resolves the "
+    "chat template as trl_backend does, resolve sizes the in-flight ceiling with inflight.Limits",
 }
 
 

@@ -16,6 +16,8 @@ from typing import Any
 
 from omegaconf import OmegaConf
 
+from agrpo.config.schema import TrainerLauncher
+
 JOB_NAME = re.compile(r"[A-Za-z0-9_-]+")  # what the Hub accepts in Job names and label keys/values
 # Label keys the launcher sets on every Job: `name` (run_job stores the Job's name there and refuses both at once) and
 # agrpo's own, by which the trainer Job and `agrpo jobs` find a run's Jobs.
@@ -179,8 +181,10 @@ def hf_jobs_problems(cfg: Any, check_flavors: bool = True) -> list[str]:
         )
     problems += name_problems(jobs)
     problems += install_problems(jobs)
-    if jobs.trainer_launcher not in ("local", "accelerate"):
-        problems.append(f"launcher.hf_jobs.trainer_launcher={jobs.trainer_launcher!r} must be local or accelerate")
+    if TrainerLauncher.parse(jobs.trainer_launcher) is None:
+        problems.append(
+            f"launcher.hf_jobs.trainer_launcher={jobs.trainer_launcher!r} must be {' or '.join(TrainerLauncher.values())}"
+        )
     if jobs.trainer_attempts < 1:
         problems.append("launcher.hf_jobs.trainer_attempts must be >= 1")
     if not 0 < jobs.replica_port < 65536:

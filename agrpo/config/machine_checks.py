@@ -12,10 +12,10 @@ from typing import Any
 
 
 def setting_problems(cfg: Any) -> list[str]:
-    from agrpo.trainer.attention import CHOICES
+    from agrpo.config.schema import Attention
 
-    if cfg.trainer.attention not in CHOICES:
-        return [f"trainer.attention={cfg.trainer.attention!r} must be one of {list(CHOICES)}"]
+    if Attention.parse(cfg.trainer.attention) is None:
+        return [f"trainer.attention={cfg.trainer.attention!r} must be one of {list(Attention.values())}"]
     return []
 
 

@@ -12,8 +12,8 @@ from typing import Any, Callable
 
 from omegaconf import DictConfig, OmegaConf
 
-from agrpo.trainer.background_sync import MODES as SYNC_MODES
-from agrpo.trainer.inflight import is_auto
+from agrpo.config.schema import LogLevel, RunConfig, SyncMode, choice_fields
+from agrpo.config.schema.trainer import is_auto
 
 # (key, test, requirement): a value failing `test` gives "<key>=<value> must be <requirement>". None means "unset"
 # and passes (the schema's Optional fields derive a value).
@@ -30,7 +30,7 @@ RANGES: list[tuple[str, Callable[[Any], bool], str]] = [
     ("trainer.save_steps", lambda v: v >= 0, ">= 0 (0 disables checkpoints)"),
     ("trainer.save_total_limit", lambda v: v >= 1, ">= 1 (or null: keep all)"),
     ("trainer.max_inflight_tasks", lambda v: is_auto(v) or (str(v).isdigit() and int(v) >= 1), ">= 1 or auto"),
-    ("sync.mode", lambda v: v in SYNC_MODES, f"one of {' | '.join(SYNC_MODES)}"),
+    ("sync.mode", lambda v: SyncMode.parse(v) is not None, f"one of {' | '.join(SyncMode.values())}"),
     ("trainer.queue_maxsize", lambda v: v == -1 or v >= 1, ">= 1 (or -1: derived)"),
     ("trainer.cpu_threads", lambda v: v >= 1, ">= 1 (or null: derived)"),
     ("lora.r", lambda v: v >= 1, ">= 1"),
@@ -59,7 +59,17 @@ RANGES: list[tuple[str, Callable[[Any], bool], str]] = [
     ("eval.concurrency", lambda v: v >= 1, ">= 1"),
 ]
 
-LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+LOG_LEVELS = LogLevel.values()
+# Choice fields whose check (and its own words) is elsewhere in the validation pass; `choice_problems` checks the rest.
+CHECKED_ELSEWHERE = {
+    "sync.mode": "RANGES above",
+    "logger.level": "range_problems",
+    "trainer.attention": "machine_checks.setting_problems",
+    "inference.device": "validate.cross_field_problems",
+    "role": "validate.cross_field_problems",
+    "inference.dtype": "vllm_checks.vllm_problems",
+    "launcher.hf_jobs.trainer_launcher": "hf_jobs_checks.hf_jobs_problems",
+}
 
 # logger.report_to names (transformers' integrations) -> (module to import, pip requirement).
 INTEGRATIONS = {
@@ -84,8 +94,19 @@ def range_problems(cfg: Any) -> list[str]:
         value = OmegaConf.select(cfg, key, default=None)
         if value is not None and not test(value):
             problems.append(f"{key}={value} must be {requirement}")
-    if str(cfg.logger.level).upper() not in LOG_LEVELS:
+    if LogLevel.parse(cfg.logger.level) is None:
         problems.append(f"logger.level={cfg.logger.level!r} must be one of {list(LOG_LEVELS)}")
+    return problems + choice_problems(cfg)
+
+
+def choice_problems(cfg: Any) -> list[str]:
+    """Each choice field (an Enum in the schema) not checked elsewhere names one of its choices. Hydra composes
+    choice fields as text (agrpo/config/schema/knobs.py: `composable`), so a bad name arrives here."""
+    problems = []
+    for key, choices in choice_fields(RunConfig).items():
+        value = OmegaConf.select(cfg, key, default=None)
+        if key not in CHECKED_ELSEWHERE and value is not None and choices.parse(value) is None:
+            problems.append(f"{key}={value!r} must be one of {' | '.join(choices.values())}")
     return problems
 
 

@@ -17,7 +17,7 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from agrpo.trainer.inflight import is_auto
+from agrpo.config.schema.trainer import fixed_inflight, is_auto
 
 # Ranks vLLM builds LoRA buffers for; a served rank must be one of them (as TRL's round_lora_rank).
 VLLM_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
@@ -74,7 +74,7 @@ def uses_proxy(cfg: Any) -> bool:
 def inflight_slots(trainer: Any) -> int:
     """Requests TRL's rollout worker may have in flight: the fixed number asked for, or with `auto` the most samples
     the controller may keep ahead of the trainer (it admits fewer; agrpo/trainer/inflight.py)."""
-    from agrpo.trainer.inflight import Limits, fixed_inflight
+    from agrpo.trainer.inflight import Limits
 
     fixed = fixed_inflight(trainer.max_inflight_tasks)
     if fixed is not None:
@@ -122,10 +122,13 @@ def derived_values(cfg: Any, cuda_available: bool) -> dict[str, Any]:
 
 
 def resolve(cfg: Any, cuda_available: bool) -> DictConfig:
-    """A copy of `cfg` with every interpolation resolved and every derived value filled in."""
+    """A copy of `cfg` with every interpolation resolved and every derived value filled in, typed by the schema: each
+    choice field holds its Enum member (Hydra composed it as text; agrpo/config/schema/knobs.py)."""
     from agrpo.config.schema import RunConfig
+    from agrpo.config.schema.knobs import as_members
 
-    resolved = OmegaConf.merge(OmegaConf.structured(RunConfig), OmegaConf.to_container(cfg, resolve=True))
+    values = as_members(OmegaConf.to_container(cfg, resolve=True), RunConfig)
+    resolved = OmegaConf.merge(OmegaConf.structured(RunConfig), values)
     for key, value in derived_values(resolved, cuda_available).items():
         OmegaConf.update(resolved, key, value, merge=False)
     return resolved

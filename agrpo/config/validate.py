@@ -17,13 +17,14 @@ from agrpo.config.data_checks import opened_data_problems
 from agrpo.config.hf_jobs_checks import hf_jobs_problems
 from agrpo.config.machine_checks import machine_problems, setting_problems
 from agrpo.config.resolve import least_loras
+from agrpo.config.schema import Device, Role
 from agrpo.config.launch_checks import accelerate_problems, run_dir_problems
 from agrpo.config.vllm_checks import vllm_problems
 from agrpo.errors import ConfigError
 
 NOT_IN_ADAPTER = ("lm_head", "embed_tokens", "wte", "embed_out")
-ROLES = ("all", "trainer")
-DEVICES = ("auto", "cpu", "cuda")
+ROLES = Role.values()
+DEVICES = Device.values()
 
 
 def find_problems(cfg: Any) -> list[str]:

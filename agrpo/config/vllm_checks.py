@@ -20,8 +20,9 @@ from pathlib import Path
 from typing import Any
 
 from agrpo.config.resolve import VLLM_LORA_RANKS, served_max_loras
+from agrpo.config.schema import ServedDtype
 
-VLLM_DTYPES = ("auto", "half", "float16", "bfloat16", "float", "float32")
+VLLM_DTYPES = ServedDtype.values()
 # Flags agrpo sets from the config -> the key that sets them.
 DERIVED_FLAGS = {
     "--model": "model.name_or_path",

