@@ -157,7 +157,7 @@ def run_arm(arm: str, preset_name: str, steps: int, warmup: int, work: Path) -> 
     from peft import LoraConfig
 
     from agrpo.config.schema import RunConfig
-    from agrpo.trainer.attention import choose_attention, gather_facts
+    from agrpo.config.attention_choice import choose_attention, gather_facts
     from agrpo.trainer.trl_patches import apply_trl_patches
 
     requested, bf16 = ARMS[arm]

@@ -1,7 +1,7 @@
 """Checks of what this machine's libraries and GPU can do for the config, in the one validation pass.
 
 - huggingface_hub: a feature the installed line cannot send (agrpo/hub_compat.py), where the Jobs are launched.
-- trainer.attention: FA3 forced where it cannot run (agrpo/trainer/attention.py), where the trainer runs.
+- trainer.attention: FA3 forced where it cannot run (agrpo/config/attention_choice.py), where the trainer runs.
 - vLLM: the limits in the model's own config.json (agrpo/config/vllm_checks.py), when this machine has the file.
 `setting_problems` is the pure part (the value is one of the choices), run with the config-only checks.
 """
@@ -27,7 +27,7 @@ def trainer_runs_here(cfg: Any) -> bool:
 def attention_problems(cfg: Any) -> list[str]:
     if not trainer_runs_here(cfg) or setting_problems(cfg):
         return []
-    from agrpo.trainer.attention import choose_attention, gather_facts
+    from agrpo.config.attention_choice import choose_attention, gather_facts
 
     problem = choose_attention(str(cfg.trainer.attention), gather_facts(cfg)).problem
     return [problem] if problem else []

@@ -8,7 +8,7 @@ the one machine fact needed (does this machine have CUDA).
 Left to the launcher's plan, because they depend on the GPUs and cores of the machines a plan assigns:
 `trainer.gpus`, `inference.gpus`, `trainer.cpu_threads`, `inference.gpu_memory_utilization` (depends on whether a
 replica shares its GPU with the trainer) and `launcher.accelerate.num_processes`. Left to the trainer on a CUDA
-machine: `trainer.attention=auto` (its GPU, kernel cache and Hub access decide; agrpo/trainer/attention.py).
+machine: `trainer.attention=auto` (its GPU, kernel cache and Hub access decide; agrpo/config/attention_choice.py).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from agrpo.config.schema.trainer import fixed_inflight, is_auto
+from agrpo.config.schema.trainer import fixed_inflight, is_auto, staleness_ceiling
 
 # Ranks vLLM builds LoRA buffers for; a served rank must be one of them (as TRL's round_lora_rank).
 VLLM_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
@@ -74,14 +74,13 @@ def uses_proxy(cfg: Any) -> bool:
 def inflight_slots(trainer: Any) -> int:
     """Requests TRL's rollout worker may have in flight: the fixed number asked for, or with `auto` the most samples
     the controller may keep ahead of the trainer (it admits fewer; agrpo/trainer/inflight.py)."""
-    from agrpo.trainer.inflight import Limits
-
     fixed = fixed_inflight(trainer.max_inflight_tasks)
     if fixed is not None:
         return fixed
     samples_per_step = trainer.per_device_train_batch_size * trainer.gradient_accumulation_steps
-    limits = Limits(samples_per_step, trainer.num_generations, trainer.weight_sync_steps, trainer.max_staleness)
-    return limits.ceiling
+    return staleness_ceiling(
+        samples_per_step, trainer.num_generations, trainer.weight_sync_steps, trainer.max_staleness
+    )
 
 
 def queue_size(trainer: Any) -> int:
@@ -111,7 +110,7 @@ def derived_values(cfg: Any, cuda_available: bool) -> dict[str, Any]:
     if trainer.bf16 is None:
         derived["trainer.bf16"] = device == "cuda"
     if trainer.attention == "auto" and not cuda_available:
-        derived["trainer.attention"] = "sdpa"  # FA3 needs CUDA (agrpo/trainer/attention.py)
+        derived["trainer.attention"] = "sdpa"  # FA3 needs CUDA (agrpo/config/attention_choice.py)
     if trainer.queue_maxsize == -1:  # max_inflight_tasks=auto stays: the controller decides it at run time
         derived["trainer.queue_maxsize"] = queue_size(trainer)
     if trainer.token_budget is None:

@@ -27,6 +27,7 @@ from typing import Any
 # The words of trainer.max_inflight_tasks are the schema's (agrpo/config/schema/trainer.py); re-exported for callers.
 from agrpo.config.schema.trainer import fixed_inflight as fixed_inflight
 from agrpo.config.schema.trainer import is_auto as is_auto
+from agrpo.config.schema.trainer import staleness_ceiling
 
 MAX_DROP_SHARE = 0.05  # at most 5% of generated samples thrown away as stale ...
 MAX_WAIT_SHARE = 0.10  # ... while the trainer waits at most 10% of a step for rollouts
@@ -48,11 +49,8 @@ class Limits:
 
     @property
     def ceiling(self) -> int:
-        """The staleness bound: a sample started before vN is published carries v(N-1) at best and must be trained
-        within the next max_staleness versions, i.e. the next `samples_per_step x weight_sync_steps x max_staleness`
-        samples the trainer takes (one version's worth when max_staleness is 0: nothing is started while a version
-        loads). Samples ahead beyond that are thrown away in the steady state, whatever the number of replicas."""
-        return max(self.group_size, self.samples_per_step * self.weight_sync_steps * max(self.max_staleness, 1))
+        """The staleness bound (the schema's rule, which resolve also sizes TRL's requests in flight with)."""
+        return staleness_ceiling(self.samples_per_step, self.group_size, self.weight_sync_steps, self.max_staleness)
 
     @property
     def floor(self) -> int:

@@ -1,5 +1,5 @@
-"""The packed-attention choice (agrpo/trainer/attention.py), simulated for every condition on this CPU machine: the
-pure decision for each GPU, precision, package, cache and Hub state; the facts read from a simulated CUDA device
+"""The packed-attention choice (agrpo/config/attention_choice.py) and its SDPA kernel (agrpo/trainer/attention.py),
+simulated for every condition on this CPU machine: the pure decision for each GPU, precision, package, cache and Hub state; the facts read from a simulated CUDA device
 and a kernel cache laid out as `kernels` leaves it; the SDPA stand-in staying on the queries' device. The CLI's
 refusal of a forced `trainer.attention=fa3` here is in tests/config/test_vllm_checks.py (one CLI run, both checks)."""
 
@@ -9,9 +9,10 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
+from agrpo.config import attention_choice
+from agrpo.config.attention_choice import AttentionFacts, choose_attention, fa3_blockers, gather_facts, kernel_in_cache
 from agrpo.config.schema import RunConfig
 from agrpo.trainer import attention
-from agrpo.trainer.attention import AttentionFacts, choose_attention, fa3_blockers, gather_facts, kernel_in_cache
 
 H100 = dict(cuda=True, capability=(9, 0), half_precision=True, kernels_installed=True)
 
@@ -87,7 +88,7 @@ def cfg(**trainer):
     ],
 )
 def test_query_precision_follows_bf16_fp16_and_model_dtype(overrides, cuda, half):
-    assert attention.queries_in_half_precision(cfg(**overrides), cuda) is half
+    assert attention_choice.queries_in_half_precision(cfg(**overrides), cuda) is half
 
 
 def write_kernel_cache(root, layout="kernels", version=1, snapshot=True):
@@ -158,8 +159,8 @@ def test_trl_still_loads_the_kernel_the_choice_checks_for():
     from trl.experimental.async_grpo import packing
 
     source = inspect.getsource(packing)  # the module's text: agrpo may have replaced _flash_attn in this process
-    assert f'get_kernel("{attention.FA3_REPO}", version={attention.FA3_VERSION})' in source
-    assert f'get_kernel("{attention.ROCM_REPO}", version={attention.ROCM_VERSION})' in source
+    assert f'get_kernel("{attention_choice.FA3_REPO}", version={attention_choice.FA3_VERSION})' in source
+    assert f'get_kernel("{attention_choice.ROCM_REPO}", version={attention_choice.ROCM_VERSION})' in source
 
 
 def test_the_banner_names_the_choice():

@@ -36,7 +36,7 @@ class SyncMode(Choice):
 
 
 class Attention(Choice):
-    """trainer.attention (agrpo/trainer/attention.py)."""
+    """trainer.attention (agrpo/config/attention_choice.py)."""
 
     auto = "auto"
     fa3 = "fa3"

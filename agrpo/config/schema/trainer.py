@@ -21,6 +21,15 @@ def fixed_inflight(value: Any) -> int | None:
     return None if is_auto(value) else int(str(value))
 
 
+def staleness_ceiling(samples_per_step: int, group_size: int, weight_sync_steps: int, max_staleness: int) -> int:
+    """The most samples ahead of the trainer that can still be trained (the in-flight budget's ceiling, and TRL's
+    requests in flight and queue with `auto`): a sample started before vN is published carries v(N-1) at best and
+    must be trained within the next max_staleness versions, i.e. the next `samples_per_step x weight_sync_steps x
+    max_staleness` samples the trainer takes (one version's worth when max_staleness is 0: nothing is started while
+    a version loads). Samples ahead beyond that are thrown away in the steady state, whatever the number of replicas."""
+    return max(group_size, samples_per_step * weight_sync_steps * max(max_staleness, 1))
+
+
 @dataclass
 class TrainerConfig:
     """GRPO and async-pipeline knobs, passed to TRL's AsyncGRPOConfig (see agrpo/trainer/trl_backend.py)."""
@@ -61,7 +70,7 @@ class TrainerConfig:
     attention: Attention = knob(
         Attention.auto,
         doc="Packed-sequence attention. auto: TRL's FlashAttention-3 Hub kernel where it can run (CUDA 8.x/9.0, bf16, "
-        "kernel cached or Hub reachable), else agrpo's SDPA; fa3 | sdpa force one (agrpo/trainer/attention.py).",
+        "kernel cached or Hub reachable), else agrpo's SDPA; fa3 | sdpa force one (agrpo/config/attention_choice.py).",
     )
     epsilon: float = knob(0.2, doc="GRPO's clipping range of the probability ratio (lower side, and upper unless set).")
     epsilon_high: Optional[float] = knob(None, doc="Upper clipping range (DAPO's clip-higher); None: epsilon.")
