@@ -313,8 +313,13 @@ class ConsoleCallback(TrainerCallback):
         path = Path(self.run_dir) / CURVES_PNG
         return str(path) if path.is_file() else None
 
-    def print_summary(self, final_adapter: str, verdict: str | None = None) -> list[str]:
-        """The end summary (call it after the final adapter is saved); returns the lines it printed."""
+    def print_summary(
+        self, final_adapter: str, verdict: str | None = None, samples: dict[str, Any] | None = None
+    ) -> list[str]:
+        """The end summary (call it after the final adapter is saved); returns the lines it printed. `samples`: the
+        run's sample accounting as metrics.json has it, so both say the same: it reads the whole log history, whose
+        last entry (TRL's train_runtime one) can carry the rollout child's last counts, which the steps seen here
+        miss."""
         if not self.main:
             return []
         import torch
@@ -325,8 +330,11 @@ class ConsoleCallback(TrainerCallback):
 
         cuda = torch.cuda.is_available()  # only for a config that was not prepared: its inference.device wins
 
+        figures = run_summary(self.history)
+        if samples is not None:
+            figures["samples"] = samples
         lines = summary_lines(
-            run_summary(self.history),
+            figures,
             run_dir=self.run_dir,
             adapter=str(final_adapter),
             overrides=typed_overrides(self.run_dir),

@@ -364,7 +364,7 @@ def write_run_files(trainer: Any, summary: dict[str, Any], final_dir: Path, cons
         plot_run_dir(trainer.args.output_dir)
     except Exception as error:  # matplotlib missing, say: the run itself succeeded
         log.warning("training_curves.png not drawn: %s", error)
-    console.print_summary(str(final_dir), summary.get("bottleneck", {}).get("line"))
+    console.print_summary(str(final_dir), summary.get("bottleneck", {}).get("line"), samples=summary.get("samples"))
 
 
 def run_training(cfg: Any, vllm_url: str, num_replicas: int) -> dict[str, Any]:

@@ -219,6 +219,22 @@ def test_callback_prints_banner_a_line_every_n_steps_and_the_summary(caplog):
     assert "agrpo: done, 60 steps, final adapter in /runs/smoke/1/final_adapter (48 s of training)" in printed
 
 
+def test_the_summary_counts_the_samples_metrics_json_counts(caplog):
+    """TRL's last log entry (train_runtime) can carry the rollout child's last counts, which no step entry has: the
+    end summary prints the accounting metrics.json holds (the whole history's), not the steps' alone."""
+    from agrpo.trainer.bottleneck import GENERATED, sample_accounting
+
+    history = [{**entry, GENERATED: 16.0} for entry in HISTORY]  # the train_runtime entry too
+    callback = ConsoleCallback(config(console_every=0, progress_bar=False), num_replicas=1)
+    drive(callback, history, 60)
+    accounting = sample_accounting(history)  # what trl_backend writes to metrics.json
+    assert accounting["generated"] == 16 * 61
+    with caplog.at_level(logging.INFO, logger="agrpo.console"):
+        printed = callback.print_summary("/runs/smoke/1/final_adapter", samples=accounting)
+    line = next(line for line in printed if "generated" in line and "used" in line)
+    assert f"generated {16 * 61:,}, used {accounting['used']:,.0f}," in line
+
+
 def test_callback_draws_one_bar_on_its_stream(tmp_path):
     stream = (tmp_path / "console.txt").open("w")
     callback = ConsoleCallback(config(console_every=0), stream=stream, bar=True)
