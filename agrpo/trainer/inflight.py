@@ -24,9 +24,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-# The words of trainer.max_inflight_tasks are the schema's (agrpo/config/schema/trainer.py); re-exported for callers.
-from agrpo.config.schema.trainer import fixed_inflight as fixed_inflight
-from agrpo.config.schema.trainer import is_auto as is_auto
 from agrpo.config.schema.trainer import staleness_ceiling
 
 MAX_DROP_SHARE = 0.05  # at most 5% of generated samples thrown away as stale ...

@@ -27,7 +27,7 @@ from agrpo.sync.resume import checkpoint_to_resume
 from agrpo.trainer.adapter_retention import default_retain_s, retain_adapter_files
 from agrpo.trainer.background_sync import BACKGROUND
 from agrpo.trainer.bottleneck import Verdict, diagnose, sample_accounting
-from agrpo.trainer.inflight import is_auto
+from agrpo.config.schema.trainer import is_auto
 from agrpo.trainer.rollout_pacing import attach_pacing
 from agrpo.trainer.serving_metrics import ServingCollector, log_serving_figures, summary_line
 from agrpo.trainer.sync_mode import BackgroundSyncRun

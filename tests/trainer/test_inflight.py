@@ -2,6 +2,7 @@
 
 import pytest
 
+from agrpo.config.schema.trainer import fixed_inflight, is_auto
 from agrpo.trainer.inflight import (
     WARMUP_STEPS,
     InflightController,
@@ -9,8 +10,6 @@ from agrpo.trainer.inflight import (
     StepFigures,
     Window,
     decide,
-    fixed_inflight,
-    is_auto,
 )
 
 SMOKE = Limits(samples_per_step=16, group_size=8, weight_sync_steps=1, max_staleness=1)
