@@ -17,7 +17,8 @@ GPU_VERSIONS_PINS := -c constraints/gpu-versions.txt -c constraints/minimum-vers
 AGRPO_DATA_DIR ?= $(abspath ../shared/data)
 export AGRPO_DATA_DIR
 
-.PHONY: setup setup-gpu demo test test-fast test-gpu-versions lint docs clean
+.PHONY: setup setup-gpu demo test test-vllm test-rest test-fast test-gpu-versions test-gpu-versions-rest \
+	test-gpu-versions-e2e ci-budget lint docs clean
 
 $(STAMP): pyproject.toml
 	@test ! -e $(GPU_STAMP) || { echo "$(VENV) holds the GPU set-up (make setup-gpu): make test/demo/lint use it;" \
@@ -51,17 +52,32 @@ demo: $(SETUP)
 
 # Everything but the one end-to-end run that `test-gpu-versions` makes under the GPU user's versions (CI runs both).
 # Two pytest sessions side by side: the tests that start vLLM, one after another (two vLLM runs at once would fight
-# for the cores), and the rest beside them, whose output is printed once both are done. (pytest-xdist's loadgroup
-# cannot keep the vLLM tests on one worker under pytest 9: it never sees the group.)
+# for the cores), and the rest beside them at `nice 19` (they take only the cores the vLLM runs leave idle), whose
+# output is printed once both are done. (pytest-xdist's loadgroup cannot keep the vLLM tests on one worker under
+# pytest 9: it never sees the group.) Every test has a time limit (pyproject: pytest-timeout), so a hang fails one
+# test with its stack, not the whole run.
 TEST_TMP := /tmp/agrpo-tests-$(shell id -u)
+PYTEST := $(VENV)/bin/python -m pytest -q -p no:cacheprovider
+VLLM_LANE = $(PYTEST) --basetemp=$(TEST_TMP)/vllm --durations=25 -m vllm --ignore=$(GPU_VERSIONS_E2E)
+REST_LANE = nice -n 19 $(PYTEST) --basetemp=$(TEST_TMP)/rest --durations=10 -m "not vllm"
 test: $(SETUP)
 	rm -rf $(TEST_TMP) && mkdir -p $(TEST_TMP)
-	$(VENV)/bin/python -m pytest -q -p no:cacheprovider --basetemp=$(TEST_TMP)/rest --durations=10 -m "not vllm" \
-		> $(TEST_TMP)/rest.log 2>&1 & rest=$$!; \
-	$(VENV)/bin/python -m pytest -q --basetemp=$(TEST_TMP)/vllm --durations=25 -m vllm --ignore=$(GPU_VERSIONS_E2E); \
-	vllm=$$?; wait $$rest; rest_rc=$$?; \
+	$(REST_LANE) > $(TEST_TMP)/rest.log 2>&1 & rest=$$!; \
+	$(VLLM_LANE); vllm=$$?; wait $$rest; rest_rc=$$?; \
 	echo "--- the tests that do not start vLLM (run beside them):"; cat $(TEST_TMP)/rest.log; \
 	test $$vllm -eq 0 && test $$rest_rc -eq 0
+
+# The two lanes of `make test`, each on its own (CI runs them beside the GPU-versions ones: .ci/run).
+test-vllm: $(SETUP)
+	mkdir -p $(TEST_TMP) && $(VLLM_LANE)
+
+test-rest: $(SETUP)
+	mkdir -p $(TEST_TMP) && $(REST_LANE)
+
+# The vLLM boot budget's bookkeeping (docs/ci.md): every file that starts vLLM has a row, the rows add up. The boots
+# themselves are counted in every session that runs a vLLM test, which fails over budget.
+ci-budget: $(SETUP)
+	$(PYTEST) tests/test_ci_budget.py
 
 test-fast: $(SETUP)
 	$(VENV)/bin/python -m pytest -q --durations=15 -m "not vllm"
@@ -99,10 +115,14 @@ GPU_VERSIONS_TESTS := tests/test_hub_compat.py tests/setup tests/trainer tests/t
 	tests/launchers/test_hf_jobs_trainer.py tests/launchers/test_hf_jobs_inputs.py
 GPU_VERSIONS_E2E := tests/e2e/test_own_task.py
 
-test-gpu-versions: $(GPU_VERSIONS_STAMP)
-	AGRPO_PINNED_ENV=1 $(GPU_VERSIONS_VENV)/bin/python -m pytest -q -p no:cacheprovider --durations=5 -n 2 -m "not vllm" \
-		$(GPU_VERSIONS_TESTS)
-	$(GPU_VERSIONS_VENV)/bin/python -m pytest -q -p no:cacheprovider --durations=5 $(GPU_VERSIONS_E2E)
+test-gpu-versions: test-gpu-versions-rest test-gpu-versions-e2e
+
+test-gpu-versions-rest: $(GPU_VERSIONS_STAMP)
+	AGRPO_PINNED_ENV=1 nice -n 19 $(GPU_VERSIONS_VENV)/bin/python -m pytest -q -p no:cacheprovider --durations=5 -n 2 \
+		-m "not vllm" $(GPU_VERSIONS_TESTS)
+
+test-gpu-versions-e2e: $(GPU_VERSIONS_STAMP)
+	AGRPO_TEST_PORT_BASE=28100 $(GPU_VERSIONS_VENV)/bin/python -m pytest -q -p no:cacheprovider --durations=5 $(GPU_VERSIONS_E2E)
 
 clean:
 	rm -rf $(VENV) $(GPU_VERSIONS_VENV) outputs/*/

@@ -48,6 +48,24 @@ def split_cpu_cores(
     return CpuSplit(None, None, threads)
 
 
+def split_fleet_cores(
+    cpu_ids: Sequence[int],
+    fewest: int,
+    most: int,
+    cores_per_replica: int = 1,
+    trainer_threads: int | None = None,
+    unpinned_replicas: int = 0,
+) -> CpuSplit:
+    """A fleet of `fewest`..`most` replicas (inference.replicas=auto): the trainer gets what the `fewest` started ones
+    leave, and the replica slots are those of `most` replicas, so a replica added later binds to cores the trainer
+    had (on a small machine that can slow the trainer: the fleet policy checks that an addition helped)."""
+    start = split_cpu_cores(cpu_ids, fewest, cores_per_replica, trainer_threads, unpinned_replicas)
+    if most == fewest:
+        return start
+    slots = split_cpu_cores(cpu_ids, most, cores_per_replica, trainer_threads, unpinned_replicas).replica_cores
+    return CpuSplit(slots, start.trainer_cores, start.trainer_threads)
+
+
 def format_cores(cores: Sequence[int]) -> str:
     """`0,1,5`: the list format of both VLLM_CPU_OMP_THREADS_BIND and AGRPO_TRAINER_CPUS."""
     return ",".join(str(core) for core in cores)

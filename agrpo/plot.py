@@ -3,7 +3,8 @@
 Four panels from each run's <run_dir>/log_history.json (written by the trainer): the reward (the total, which is the
 sum of the weighted terms, with its band of ± TRL's reward_std clipped to the range the terms can reach; with two
 terms or more, each weighted term dashed), the KL between the trained and the sampling policy, the completion length
-and the step time; several runs overlaid with a legend. Readable without TensorBoard, small enough for a model card
+and the step time; several runs overlaid with a legend. An agent run (one that logged tool figures) gets two more:
+tool calls per episode, and the share of the step's finished tool calls that failed. Readable without TensorBoard, small enough for a model card
 or an issue. Drawing uses matplotlib's Agg backend (no display needed).
 
 Every run writes <run_dir>/training_curves.png at its end (`plot_run_dir`). `agrpo plot` never replaces a picture:
@@ -33,6 +34,15 @@ PANELS = [
     ("completion length", "completions/mean_length", "tokens"),
     ("step time", "perf/step_s", "seconds"),
 ]
+# The tool-use panels of an agent run: TRL's calls per episode, and the failed share of the calls that ended in the
+# step (agrpo's loop counts both together, so the share is exact; without them, TRL's own failure_frequency).
+CALLS_PER_EPISODE = "tools/call_frequency"
+FAILURE_SHARE = "tool failure share"  # derived per step by `failure_share`
+TOOL_PANELS = [
+    ("tool use: calls per episode", CALLS_PER_EPISODE, "tool calls / episode"),
+    ("tool use: failed share of finished calls", FAILURE_SHARE, "share failed"),
+]
+CALLS_DONE, FAILURES_DONE = "agent/tool_calls_done_total", "agent/tool_failures_done_total"
 
 
 class PlotError(Exception):
@@ -65,6 +75,31 @@ def series(history: list[dict[str, Any]], key: str) -> tuple[list[int], list[flo
         steps.append(int(entry.get("step", index)))
         values.append(value)
     return steps, values
+
+
+def failure_share(history: list[dict[str, Any]]) -> tuple[list[int], list[float]]:
+    """(steps, failed share) of the tool calls that ended in each step: agrpo's counts where a step has finished
+    calls (none finished: no point), else TRL's `tools/failure_frequency`."""
+    steps, values = [], []
+    trl_steps, trl_values = series(history, "tools/failure_frequency")
+    trl = dict(zip(trl_steps, trl_values))
+    done_steps, done = series(history, CALLS_DONE)
+    if not done_steps:
+        return trl_steps, trl_values
+    failed = dict(zip(*series(history, FAILURES_DONE)))
+    for step, calls in zip(done_steps, done):
+        if calls > 0:
+            steps.append(step)
+            values.append(failed.get(step, trl.get(step, 0.0) * calls) / calls)
+    return steps, values
+
+
+def is_agent_run(history: list[dict[str, Any]]) -> bool:
+    return any(CALLS_PER_EPISODE in entry for entry in history)
+
+
+def panel_series(history: list[dict[str, Any]], key: str) -> tuple[list[int], list[float]]:
+    return failure_share(history) if key == FAILURE_SHARE else series(history, key)
 
 
 def run_label(run_dir: str | Path, all_dirs: list[Path]) -> str:
@@ -134,7 +169,8 @@ class Run:
 def plot_histories(
     runs: list[tuple[str, list[dict[str, Any]]]] | list[Run], out_png: str | Path, title: str | None = None
 ) -> Path:
-    """Draw the four panels for each run ((label, history) or Run), overlaid; returns the PNG's path."""
+    """Draw the four panels (six for agent runs) for each run ((label, history) or Run), overlaid; returns the PNG's
+    path."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -143,10 +179,12 @@ def plot_histories(
     runs = [r if isinstance(r, Run) else Run(r[0], r[1]) for r in runs]
     for index, run in enumerate(runs):
         run.color = f"C{index % 10}"
-    fig, axes = plt.subplots(2, 2, figsize=(11, 7), sharex=True)
-    for (panel, key, ylabel), ax in zip(PANELS, axes.flat):
+    panels = PANELS + (TOOL_PANELS if any(is_agent_run(run.history) for run in runs) else [])
+    rows = len(panels) // 2
+    fig, axes = plt.subplots(rows, 2, figsize=(11, 3.5 * rows), sharex=True)
+    for (panel, key, ylabel), ax in zip(panels, axes.flat):
         for run in runs:
-            steps, values = series(run.history, key)
+            steps, values = panel_series(run.history, key)
             if not steps:
                 continue
             ax.plot(steps, values, color=run.color, linewidth=1.4, label=run.label)
@@ -155,7 +193,9 @@ def plot_histories(
         ax.set_title(panel)
         ax.set_ylabel(ylabel)
         ax.grid(True, alpha=0.3)
-    for ax in axes[1]:
+        if key == FAILURE_SHARE:
+            ax.set_ylim(-0.05, 1.05)
+    for ax in axes[-1]:
         ax.set_xlabel("step")
     handles, labels = axes.flat[0].get_legend_handles_labels()
     if not handles:  # no rewards logged: take the legend from any panel that has lines
@@ -170,7 +210,8 @@ def plot_histories(
                 "dashed: each term x its weight", (0.01, 0.97), xycoords="axes fraction", va="top", fontsize=8
             )
     fig.suptitle(title or ("agrpo run" if len(runs) == 1 else f"agrpo: {len(runs)} runs"))
-    fig.tight_layout(rect=(0, 0.04 + 0.03 * ((len(labels) - 1) // 3 if handles else 0), 1, 1))
+    legend_room = (0.04 + 0.03 * ((len(labels) - 1) // 3 if handles else 0)) * 2 / rows
+    fig.tight_layout(rect=(0, legend_room, 1, 1))
     out = Path(out_png)
     out.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(out, dpi=110)

@@ -158,7 +158,7 @@ def run_arm(arm: str, preset_name: str, steps: int, warmup: int, work: Path) -> 
 
     from agrpo.config.schema import RunConfig
     from agrpo.config.attention_choice import choose_attention, gather_facts
-    from agrpo.trainer.trl_patches import apply_trl_patches
+    from agrpo.trainer.seam.module_patches import apply_trl_patches
 
     requested, bf16 = ARMS[arm]
     cuda = torch.cuda.is_available()

@@ -17,18 +17,19 @@ def time_rollouts(cfg: Any, vllm_url: str, lora_name: str, samples: int, warmup:
 
     from agrpo.data import load_train_dataset
     from agrpo.rewards.registry import build_reward_funcs
-    from agrpo.trainer.trl_patches import apply_trl_patches
+    from agrpo.trainer.seam.module_patches import apply_trl_patches
 
     apply_trl_patches()
     from transformers import AutoTokenizer
-    from trl.experimental.async_grpo.async_rollout_worker import AsyncRolloutWorker
+
+    from agrpo.trainer.seam.worker import AgrpoRolloutWorker  # TRL's worker, agrpo's loop (the token) and stop
 
     args = build_grpo_args(cfg, vllm_url, 1, cuda_available())
     tokenizer = load_tokenizer(cfg.model) or AutoTokenizer.from_pretrained(
         cfg.model.name_or_path, trust_remote_code=cfg.model.trust_remote_code
     )
     dataset = load_train_dataset(cfg.data, seed=cfg.trainer.seed)
-    worker = AsyncRolloutWorker(
+    worker = AgrpoRolloutWorker(
         model_name=cfg.model.name_or_path,
         lora_name=lora_name,
         dataset=dataset,

@@ -22,13 +22,56 @@ SHARED_DATA = REPO_ROOT.parent / "shared" / "data"
 os.environ.setdefault("AGRPO_DATA_DIR", str(SHARED_DATA))  # `make test` sets it too; plain pytest needs it
 
 
+BOOTS = None  # tests/boot_counter.BootCounter, started by the first test marked vllm
+
+
+@pytest.hookimpl(tryfirst=True)
 def pytest_runtest_setup(item):
     """`@pytest.mark.requires(problem)`: a test this machine cannot run (no root, no namespaces, no data, a package
     missing) FAILS naming the problem, instead of skipping: CI must never turn green without running what it is
-    there to run. Only tests that need GPUs may skip. `problem` is None when the test can run."""
+    there to run. Only tests that need GPUs may skip. `problem` is None when the test can run.
+
+    A test marked vllm has its vLLM boots counted against docs/ci.md's boot table (tests/boot_counter.py)."""
+    global BOOTS
+    if item.get_closest_marker("vllm") is not None:
+        from tests.boot_counter import BootCounter
+
+        BOOTS = BOOTS or BootCounter()
+        BOOTS.owner = str(Path(item.path).relative_to(REPO_ROOT))
     for marker in item.iter_markers("requires"):
         if marker.args and marker.args[0] is not None:
             pytest.fail(f"this machine cannot run it: {marker.args[0]}", pytrace=False)
+
+
+def pytest_runtest_logfinish(nodeid, location):
+    if BOOTS is not None:
+        BOOTS.sample()
+        BOOTS.owner = None
+
+
+BOOT_LINES: list[str] = []
+
+
+def pytest_sessionfinish(session, exitstatus):
+    """Fail the session when a test file booted vLLM more often than docs/ci.md's boot table allows."""
+    if BOOTS is None:
+        return
+    from tests.boot_counter import documented_boots, over_budget
+
+    BOOTS.stop()
+    counted = dict(sorted(BOOTS.counted.items()))
+    problems = over_budget(BOOTS.counted, documented_boots(REPO_ROOT / "docs" / "ci.md"))
+    BOOT_LINES.append(f"vLLM boots this session: {sum(counted.values())} {counted}")
+    BOOT_LINES.extend(
+        f"over the CI boot budget: {line} (put the claim on an existing run: docs/ci.md)" for line in problems
+    )
+    if problems and session.exitstatus == 0:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+def pytest_terminal_summary(terminalreporter):
+    for line in BOOT_LINES:
+        terminalreporter.write_line(line)
 
 
 @pytest.fixture(scope="session")
@@ -66,8 +109,14 @@ def vllm_server(tiny_model_dir, tmp_path_factory):
     from agrpo.inference.vllm_server import start_replica
     from agrpo.processes.ports import free_ports
 
-    port = free_ports(1, 18100)[0]
+    # A session run beside another one (CI's GPU-versions e2e beside the vLLM lane) searches its own port range.
+    port = free_ports(1, int(os.environ.get("AGRPO_TEST_PORT_BASE", "18100")))[0]
     log_path = tmp_path_factory.mktemp("vllm") / "vllm.log"
+    from tests.boot_counter import SHARED
+
+    owner = BOOTS.owner if BOOTS is not None else None
+    if BOOTS is not None:
+        BOOTS.owner = SHARED
     server = start_replica(
         tiny_model_dir,
         port,
@@ -77,6 +126,9 @@ def vllm_server(tiny_model_dir, tmp_path_factory):
         max_model_len=256,
         extra_args=["--enable-log-requests"],
     )
+    if BOOTS is not None:
+        BOOTS.sample()
+        BOOTS.owner = owner
     yield server
     server.stop()
 

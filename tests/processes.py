@@ -74,3 +74,19 @@ def trainer_pids(run_dir: Path) -> list[int]:
             if b"agrpo.trainer" in argv and str(run_dir / "config.yaml").encode() in argv:
                 found.append(int(entry.name))
     return found
+
+
+def read(path: Path) -> str:
+    """A log file as far as it is written (empty before it exists)."""
+    return path.read_text(errors="replace") if path.exists() else ""
+
+
+def wait_for(predicate, timeout_s: float, what: str, poll_s: float = 0.5):
+    """Poll `predicate` until it returns something true (returned), or fail naming `what` after `timeout_s`."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(poll_s)
+    raise AssertionError(f"timed out after {timeout_s:.0f} s waiting for {what}")

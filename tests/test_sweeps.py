@@ -1,5 +1,6 @@
 """Sweeps: the summary table (from job-dir files), a multirun that keeps going past a failed point, the Optuna
-recipe, and (vllm) a real 2-point multirun of the smoke recipe, each point with its own replica."""
+recipe. A real 2-point multirun of the smoke recipe, each point with its own replica, runs beside another run in
+tests/launchers/test_hygiene.py (one boot saved, and the two share the machine as users' runs do)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
 import yaml
 
 from agrpo.sweeps import CURVES_PNG, POINT_FILE, collect_points, plot_points, render_table
@@ -99,25 +99,3 @@ def test_optuna_recipe_composes_with_the_optuna_sweeper(tmp_path):
     sweeper = yaml.safe_load(result.stdout)["hydra"]["sweeper"]
     assert sweeper["_target_"].endswith("OptunaSweeper") and sweeper["direction"] == "maximize"
     assert set(sweeper["params"]) == {"trainer.learning_rate", "lora.r"}
-
-
-@pytest.mark.vllm
-def test_two_point_multirun_of_the_smoke_recipe(tmp_path):
-    """Each point starts its own replica on its own ports (the local launcher), trains 2 steps, writes metrics."""
-    result = agrpo(
-        "-m",
-        "+recipe=smoke",
-        "lora.r=1,4",
-        "trainer.max_steps=2",
-        "trainer.per_device_train_batch_size=8",
-        cwd=tmp_path,
-        timeout=1200,
-    )
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-5000:]
-    sweep_dirs = list((tmp_path / "outputs" / "multirun" / "smoke").iterdir())
-    assert len(sweep_dirs) == 1
-    for num in ("0", "1"):
-        metrics = json.loads((sweep_dirs[0] / num / "metrics.json").read_text())
-        assert metrics["global_step"] == 2 and metrics["wall_time_s"] > 0
-        assert (sweep_dirs[0] / num / "logs" / "vllm-0.log").is_file()  # its own replica
-    assert "| 0 | lora.r=1 | ok |" in result.stdout and "| 1 | lora.r=4 | ok |" in result.stdout

@@ -43,10 +43,10 @@ class Agent:
         if not agent_enabled(agent_cfg):
             return None
         section = agent_section(agent_cfg)
-        timeout = section.get("tool_timeout_s")
+        timeout, cap = section.get("tool_timeout_s"), section.get("max_tool_output_chars")
         return cls(
-            tools=build_tools(section.get("tools") or [], timeout),
-            environment=build_environment(section.get("environment"), timeout),
+            tools=build_tools(section.get("tools") or [], timeout, cap),
+            environment=build_environment(section.get("environment"), timeout, cap),
             max_tool_calling_iterations=section.get("max_tool_calling_iterations"),
         )
 

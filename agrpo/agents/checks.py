@@ -29,11 +29,27 @@ def limit_problems(cfg: Any) -> list[str]:
     timeout = section.get("tool_timeout_s")
     if timeout is not None and timeout <= 0:
         problems.append(f"agent.tool_timeout_s={timeout} must be > 0 (or null: no limit)")
+    problems += warmstart_problems(section.get("warmstart") or {})
     if "max_tool_calling_iterations" in (cfg.trainer.extra or {}):
         problems.append(
             "trainer.extra.max_tool_calling_iterations duplicates agent.max_tool_calling_iterations: set the "
             "latter only"
         )
+    return problems
+
+
+def warmstart_problems(warm: dict[str, Any]) -> list[str]:
+    """Ranges of agent.warmstart's settings (pure)."""
+    if not warm.get("enabled"):
+        return []
+    problems = []
+    if not 0 < warm["call_share"] < 1:
+        problems.append(f"agent.warmstart.call_share={warm['call_share']} must be in (0, 1)")
+    for key in ("rows", "steps", "batch_size"):
+        if warm[key] < 1:
+            problems.append(f"agent.warmstart.{key}={warm[key]} must be >= 1")
+    if warm["learning_rate"] <= 0:
+        problems.append(f"agent.warmstart.learning_rate={warm['learning_rate']} must be > 0")
     return problems
 
 

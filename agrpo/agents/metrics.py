@@ -19,6 +19,12 @@ NEW_ADAPTER = "agent/continuations_new_adapter_total"
 ROUTED = "agent/continuations_routed_total"
 ON_PREFIX = "agent/continuations_on_prefix_replica_total"
 AFFINITY_RATE = "agent/continuation_affinity"  # (on the prefix's replica, routed) per window: TRL logs the ratio
+CALLS_DONE = "agent/tool_calls_done_total"  # tool calls that returned or failed (TRL counts a call when it starts)
+FAILURES_DONE = "agent/tool_failures_done_total"  # of those, the failed ones: counted together, so the share is exact
+TRUNCATED = "tools/truncated_total"  # tool answers cut at agent.max_tool_output_chars
+MALFORMED = "tools/malformed_call_total"  # replies that open a tool call TRL cannot parse (read as plain text)
+CONTEXT_FULL_COUNTER = "rollout/context_full_total"  # later turns refused as too long: their episode ended there
+REFUSED_COUNTER = "rollout/refused_turns_total"  # later turns refused otherwise: their episode ended there
 
 
 def continuation_counts(turns: list[tuple[str | None, str | None]]) -> dict[str, float]:
@@ -57,6 +63,11 @@ def agent_summary(log_history: list[dict[str, Any]]) -> dict[str, float]:
         return {}
     calls = _sum(log_history, lambda key: key.startswith("tools/") and key.endswith("/call_total"))
     failures = _sum(log_history, lambda key: key.startswith("tools/") and key.endswith("/failure_total"))
+    done = _sum(log_history, lambda key: key == CALLS_DONE)
+    if done or any(CALLS_DONE in entry for entry in log_history):  # agrpo's loop: calls and failures counted together
+        failures = _sum(log_history, lambda key: key == FAILURES_DONE)
+    else:
+        done = calls
     routed = _sum(log_history, lambda key: key == ROUTED)
     figures = {
         "agent/episodes": episodes,
@@ -64,12 +75,15 @@ def agent_summary(log_history: list[dict[str, Any]]) -> dict[str, float]:
         "agent/tool_calls_per_episode": calls / episodes,
         "agent/tool_calls": calls,
         "agent/tool_failures": failures,
+        "agent/tool_calls_done": done,
+        "agent/tool_calls_cut": _sum(log_history, lambda key: key == TRUNCATED),
+        "agent/tool_calls_malformed": _sum(log_history, lambda key: key == MALFORMED),
         "agent/continuations": _sum(log_history, lambda key: key == CONTINUATIONS),
         "agent/continuations_new_adapter": _sum(log_history, lambda key: key == NEW_ADAPTER),
         "agent/continuations_routed": routed,
     }
-    if calls:
-        figures["agent/tool_failure_share"] = failures / calls
+    if done:
+        figures["agent/tool_failure_share"] = failures / done  # of the calls that ended (a hung one may not have)
     if routed:
         figures["agent/continuation_affinity"] = _sum(log_history, lambda key: key == ON_PREFIX) / routed
     return figures
@@ -79,11 +93,24 @@ def summary_line(figures: dict[str, float]) -> str:
     """One line for the end of a run."""
     if not figures:
         return ""
+    failed = ""
+    if "agent/tool_failure_share" in figures:
+        done, calls = int(figures.get("agent/tool_calls_done", 0)), int(figures["agent/tool_calls"])
+        running = f"; {calls - done} still running at the end" if calls > done else ""
+        failed = f" ({figures['agent/tool_failure_share']:.1%} of {done} finished calls failed{running})"
     parts = [
-        f"{figures['agent/tool_calls_per_episode']:.2f} tool calls per episode"
-        + (f" ({figures['agent/tool_failure_share']:.1%} failed)" if "agent/tool_failure_share" in figures else ""),
+        f"{figures['agent/tool_calls_per_episode']:.2f} tool calls per episode{failed}",
         f"{figures['agent/turns_per_episode']:.2f} turns per episode over {int(figures['agent/episodes'])} episodes",
     ]
+    odd = [
+        f"{int(figures.get(key, 0))} {what}"
+        for key, what in (
+            ("agent/tool_calls_malformed", "replies with a tool call TRL could not parse"),
+            ("agent/tool_calls_cut", "tool answers cut at agent.max_tool_output_chars"),
+        )
+        if figures.get(key)
+    ]
+    parts += odd
     if "agent/continuation_affinity" in figures:
         parts.append(
             f"continuations on the replica holding their prefix {figures['agent/continuation_affinity']:.1%} "

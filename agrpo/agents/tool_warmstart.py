@@ -1,7 +1,7 @@
 """The agent_smoke model: the tiny Qwen2 (agrpo/models/tiny.py), warm-started in code to write a tool call.
 
-A random tiny model never writes `<tool_call>{...}</tool_call>`, so GRPO would have no tool call to reinforce. A few
-seconds of supervised steps on synthetic transcripts of the secret-word task (agrpo/agents/secret_word.py) teach the
+A random tiny model never writes `<tool_call>{...}</tool_call>`, so GRPO would have no tool call to reinforce. About
+a minute (2 cores) of supervised steps on synthetic transcripts of the secret-word task (agrpo/agents/secret_word.py) teach the
 format: transcripts rendered exactly as TRL's rollout worker renders an episode (the model's chat template, the
 environment's tool schema), where the model calls `get_secret` in only `call_share` of them and otherwise guesses a
 word, and after a tool answer repeats the word it was given. So the policy starts by rarely calling the tool and

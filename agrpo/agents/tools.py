@@ -8,7 +8,9 @@ turns what it raises into a tool message the model sees, counted under `tools/<n
 options: `.method` is a bound method with the function's own name, signature and docstring; it pickles as its
 `_target_` and is rebuilt in the child (a function loaded from a file could not be pickled by reference); and
 `call_guarded` wraps every call, so a tool that hangs past `agent.tool_timeout_s` or returns something no tool
-message can carry raises, which TRL reports to the model and counts, instead of stalling or killing the run.
+message can carry raises, which TRL reports to the model and counts, instead of stalling or killing the run; and an
+answer longer than `agent.max_tool_output_chars` is cut there with a marker (`capped`), so one tool returning
+megabytes cannot push the next turn past the context (agrpo's rollout loop counts the cut answers).
 """
 
 from __future__ import annotations
@@ -20,7 +22,6 @@ import importlib.util
 import inspect
 import json
 import sys
-import threading
 import typing
 from collections.abc import Callable
 from pathlib import Path
@@ -28,6 +29,10 @@ from types import MethodType
 from typing import Any
 
 from agrpo.errors import ConfigError
+from agrpo.timeouts import call_within
+
+
+CUT_MARK = "characters cut by agrpo (agent.max_tool_output_chars="  # in every cut answer: the loop counts them
 
 
 class ToolTimeout(TimeoutError):
@@ -74,24 +79,13 @@ def split_entry(entry: Any, key: str) -> tuple[str, dict[str, Any]]:
 
 
 def run_with_timeout(run: Callable[[], Any], timeout_s: float, name: str) -> Any:
-    """`run()` in a daemon thread, waiting at most `timeout_s`: a hung tool leaves only that thread behind, which
-    neither blocks the rollout nor keeps the process alive at exit."""
-    box: dict[str, Any] = {}
-
-    def target() -> None:
-        try:
-            box["result"] = run()
-        except BaseException as error:  # handed to the caller, which re-raises it
-            box["error"] = error
-
-    thread = threading.Thread(target=target, name=f"agrpo-tool-{name}", daemon=True)
-    thread.start()
-    thread.join(timeout_s)
-    if thread.is_alive():
-        raise ToolTimeout(f"tool {name} did not return within {timeout_s:g} s (agent.tool_timeout_s)")
-    if "error" in box:
-        raise box["error"]
-    return box["result"]
+    """`run()` bounded by `timeout_s` (agrpo/timeouts.py): a hung tool leaves only its thread behind."""
+    return call_within(
+        run,
+        timeout_s,
+        f"agrpo-tool-{name}",
+        lambda: ToolTimeout(f"tool {name} did not return within {timeout_s:g} s (agent.tool_timeout_s)"),
+    )
 
 
 def checked_result(name: str, result: Any) -> Any:
@@ -108,8 +102,26 @@ def checked_result(name: str, result: Any) -> Any:
     return result
 
 
-def call_guarded(name: str, func: Callable[..., Any], args: tuple, kwargs: dict[str, Any], timeout_s: float | None):
-    """Call a tool (sync or async) under the timeout and check its result."""
+def capped(result: Any, max_chars: int | None) -> Any:
+    """`result` as the tool message will carry it (TRL sends `str(result)`), cut at `max_chars` with a marker saying
+    how much was cut; unchanged when it fits (pure)."""
+    if max_chars is None:
+        return result
+    text = result if isinstance(result, str) else str(result)
+    if len(text) <= max_chars:
+        return result
+    return f"{text[:max_chars]}\n[... {len(text) - max_chars} more {CUT_MARK}{max_chars})]"
+
+
+def call_guarded(
+    name: str,
+    func: Callable[..., Any],
+    args: tuple,
+    kwargs: dict[str, Any],
+    timeout_s: float | None,
+    max_chars: int | None = None,
+):
+    """Call a tool (sync or async) under the timeout, check its result and cap its length."""
     if inspect.iscoroutinefunction(func):
 
         def run() -> Any:
@@ -120,17 +132,17 @@ def call_guarded(name: str, func: Callable[..., Any], args: tuple, kwargs: dict[
             return func(*args, **kwargs)
 
     result = run() if timeout_s is None else run_with_timeout(run, timeout_s, name)
-    return checked_result(name, result)
+    return capped(checked_result(name, result), max_chars)
 
 
-def _method_for(func: Callable[..., Any], name: str, bound: dict[str, Any], timeout_s: float | None):
+def _method_for(func: Callable[..., Any], name: str, bound: dict[str, Any], timeout_s: float | None, cap: int | None):
     """A function meant to be bound to a GuardedTool: it calls `func` guarded and shows `func`'s own signature
     (minus the bound options) and docstring, with its type hints resolved now (its globals are not `func`'s)."""
     signature = inspect.signature(func)
     hints = typing.get_type_hints(func)
 
     def method(self, *args: Any, **kwargs: Any) -> Any:
-        return call_guarded(name, func, args, {**bound, **kwargs}, timeout_s)
+        return call_guarded(name, func, args, {**bound, **kwargs}, timeout_s, cap)
 
     receiver = inspect.Parameter("self", inspect.Parameter.POSITIONAL_OR_KEYWORD)
     params = [p for p in signature.parameters.values() if p.name not in bound]
@@ -146,8 +158,15 @@ class GuardedTool:
     """One `agent.tools` entry. Pass `.method` to TRL: a bound method named after the function, picklable (it
     pickles this object, which pickles as its target and options) and guarded by `call_guarded`."""
 
-    def __init__(self, target: str, options: dict[str, Any] | None = None, timeout_s: float | None = None):
+    def __init__(
+        self,
+        target: str,
+        options: dict[str, Any] | None = None,
+        timeout_s: float | None = None,
+        max_output_chars: int | None = None,
+    ):
         self.target, self.options, self.timeout_s = target, dict(options or {}), timeout_s
+        self.max_output_chars = max_output_chars
         func = load_target(target)
         if not callable(func) or inspect.isclass(func):
             raise TypeError(f"{target} is a {type(func).__name__}, not a function")
@@ -159,7 +178,7 @@ class GuardedTool:
             raise TypeError(f"{target} takes no option {unknown}")
         self.name = name
         self.func = func
-        self.method = MethodType(_method_for(func, name, self.options, timeout_s), self)
+        self.method = MethodType(_method_for(func, name, self.options, timeout_s, max_output_chars), self)
 
     def __getattr__(self, item: str) -> Any:
         # pickle sends a bound method as getattr(<this object>, <its name>): answer that lookup with `.method`.
@@ -168,30 +187,32 @@ class GuardedTool:
         raise AttributeError(item)
 
     def __reduce__(self):
-        return (GuardedTool, (self.target, self.options, self.timeout_s))
+        return (GuardedTool, (self.target, self.options, self.timeout_s, self.max_output_chars))
 
     def __repr__(self) -> str:
         return f"GuardedTool({self.target})"
 
 
-def build_tools(entries: list[Any], timeout_s: float | None) -> list[GuardedTool]:
+def build_tools(entries: list[Any], timeout_s: float | None, max_chars: int | None = None) -> list[GuardedTool]:
     """`agent.tools` as GuardedTools (raises ConfigError naming the entry that does not load)."""
     tools = []
     for index, entry in enumerate(entries):
         key = f"agent.tools[{index}]"
         target, options = split_entry(entry, key)
         try:
-            tools.append(GuardedTool(target, options, timeout_s))
+            tools.append(GuardedTool(target, options, timeout_s, max_chars))
         except Exception as error:  # any failure to load is the user's to fix; say which
             raise ConfigError(f"{key}={target!r} cannot be loaded as a tool: {error}") from None
     return tools
 
 
-def guarded_method(function: Callable[..., Any], timeout_s: float | None) -> Callable[..., Any]:
+def guarded_method(
+    function: Callable[..., Any], timeout_s: float | None, max_chars: int | None = None
+) -> Callable[..., Any]:
     """An environment's tool method, guarded like a tool (same name, signature and docstring via __wrapped__)."""
 
     @functools.wraps(function)
     def method(self, *args: Any, **kwargs: Any) -> Any:
-        return call_guarded(function.__name__, functools.partial(function, self), args, kwargs, timeout_s)
+        return call_guarded(function.__name__, functools.partial(function, self), args, kwargs, timeout_s, max_chars)
 
     return method

@@ -157,3 +157,35 @@ def gather_facts(cfg: Any, probe_hub: Callable[[], bool] = hub_answers) -> Atten
     if facts.kernel_cached or facts.hub_offline or fa3_blockers(facts):
         return facts
     return AttentionFacts(**{**facts.__dict__, "hub_reachable": probe_hub()})
+
+
+def load_trl_kernel() -> Any:
+    """TRL's own FA3 loader (its packing module calls it at every forward), called once now; TRL caches what it
+    loaded (`functools.cache`), so that kernel is what TRL's later calls return: no later step downloads or fails."""
+    import importlib
+
+    packing = importlib.import_module("trl.experimental.async_grpo.packing")
+    kernel = packing._flash_attn()  # TRL 1.16's loader (a missing name is an AttributeError: SDPA under auto)
+    if not callable(getattr(kernel, "flash_attn_varlen_func", None)):
+        raise RuntimeError("the loaded kernel has no flash_attn_varlen_func")
+    return kernel
+
+
+def loaded_choice(choice: AttentionChoice, setting: str, load: Callable[[], Any]) -> AttentionChoice:
+    """FA3 if `load()` works; else SDPA with one line saying why (auto), or a ConfigError naming the failure (fa3)."""
+    import logging
+
+    from agrpo.errors import ConfigError
+
+    try:
+        load()
+    except Exception as error:  # any failure to fetch or load the kernel: the kernels package raises many kinds
+        why = f"{type(error).__name__}: {str(error).strip().splitlines()[0] if str(error).strip() else 'no message'}"
+        if setting == "fa3":
+            raise ConfigError(
+                f"trainer.attention=fa3, but TRL's FlashAttention-3 kernel did not load ({why}): set "
+                "trainer.attention=auto (SDPA where FA3 does not load) or sdpa"
+            ) from None
+        logging.getLogger("agrpo").warning("FlashAttention-3 did not load (%s): the trainer uses SDPA", why)
+        return AttentionChoice("sdpa", f"FA3 did not load: {why}")
+    return choice

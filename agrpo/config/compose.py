@@ -6,6 +6,7 @@ from hydra import compose, initialize_config_dir
 from omegaconf import DictConfig
 
 from agrpo.config.schema import register_configs
+from agrpo.errors import ConfigError
 from agrpo.paths import CONF_DIR, register_resolvers
 
 
@@ -17,3 +18,22 @@ def compose_run_config(overrides: list[str], output_dir: str | None = None) -> D
     extra = [f"sync.output_dir={output_dir}"] if output_dir else []
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
         return compose(config_name="config", overrides=[*overrides, *extra])
+
+
+def compose_overrides(overrides: list[str], output_dir: str | None = None) -> DictConfig:
+    """The composed config of command-line overrides, for entrypoints outside Hydra's main (`+recipe=` takes a
+    YAML path too). Outside a Hydra run there is no run directory: `output_dir` stands in for it unless the overrides
+    set sync.output_dir. A key or value Hydra refuses is a ConfigError (exit 2) naming the override."""
+    from hydra.errors import HydraException
+    from omegaconf.errors import OmegaConfBaseException
+
+    from agrpo.config.recipe_files import expand_recipe_paths
+
+    expanded = expand_recipe_paths(list(overrides))
+    if any(override.partition("=")[0].lstrip("+~") == "sync.output_dir" for override in expanded):
+        output_dir = None
+    try:
+        return compose_run_config(expanded, output_dir=output_dir)
+    except (HydraException, OmegaConfBaseException) as error:
+        lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+        raise ConfigError(f"invalid override: {' '.join(lines[:2])}") from None

@@ -2,8 +2,9 @@
 
 The config alone cannot show a reward reading `column: anwser`, a template naming `{questoin}` or a misspelt reward
 option; each used to surface only once vLLM had started (about 45 s in), with exit 1. Here the data is loaded with
-the trainer's own loader when it is on this machine (a local `data.path`, or the synthetic smoke task; a Hub dataset
-is checked where it is loaded, in the trainer, by `reward_problems`), then:
+the trainer's own loader: whole when it is on this machine (a local `data.path`, or the synthetic smoke task), as a
+bounded sample (the first rows, within a minute) for a Hub dataset (data=hub, streamed) or a `data.loader` of one's
+own (agrpo/data/sample.py; agrpo's own gsm8k/MATH/AIME mappings are loaded by the trainer), then:
 
 - every option bound to a reward term is a parameter of its function (of the function it wraps, for a wrapper);
 - every column a term reads exists: an agrpo reward's `column:`, and any parameter of a reward function that has no
@@ -11,7 +12,9 @@ is checked where it is loaded, in the trainer, by `reward_problems`), then:
   `answer`);
 - a sample of rows (the first ones and the longest ones) renders through the model's chat template when its tokenizer
   is on this machine, TRL's rollout worker recognises that template, and the longest prompt leaves room for
-  trainer.max_completion_length within inference.max_model_len.
+  trainer.max_completion_length within inference.max_model_len. In an agent run the rows are rendered as training
+  renders them, with the tool list, and the longest episode (every turn and tool answer) must fit too
+  (agrpo/agents/prompt_budget.py).
 
 Every problem names the key to change.
 """
@@ -19,7 +22,8 @@ Every problem names the key to change.
 from __future__ import annotations
 
 import inspect
-from collections.abc import Mapping, Sequence
+import logging
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +34,7 @@ from agrpo.errors import ConfigError
 
 FIRST_ROWS = 8
 LONGEST_ROWS = 8
+log = logging.getLogger("agrpo")
 TERM_KEYS = ("_target_", "weight", "name")  # what a reward term holds besides the options bound to its function
 TRL_ARGUMENTS = ("completions", "prompts", "completion_ids")
 
@@ -171,44 +176,90 @@ def trl_template_problem(tokenizer: Any, model_cfg: Any) -> str | None:
     return None
 
 
-def template_problems(cfg: Any, dataset: Any, tokenizer: Any) -> list[str]:
-    """Sampled rows render through the chat template and fit inference.max_model_len with the completion."""
+def row_label(data_cfg: Any, origins: Sequence[int]) -> Callable[[int], str]:
+    """How a problem names row `index` of the checked dataset: the line of a JSONL file (blank lines hold no row and
+    the prompts are shuffled, so neither index is it), else its place in the data as loaded, counting from 0."""
+    lines: list[int] | None = None
+    loader = str(data_cfg.loader)
+    if str(data_cfg.path or "").endswith(".jsonl") and loader.endswith((".load_jsonl", ".load_hub")):
+        from agrpo.data.jsonl_lines import jsonl_row_lines
+
+        lines = jsonl_row_lines(data_cfg.path)  # one entry per row: the loader keeps every row, in order
+    if lines is not None and len(lines) > max(origins, default=-1):
+        return lambda index: f"line {lines[origins[index]]} of {data_cfg.path}"
+    return lambda index: f"row {origins[index]} (counting from 0, before shuffling)"
+
+
+def template_problems(cfg: Any, dataset: Any, tokenizer: Any, label: Callable[[int], str] | None = None) -> list[str]:
+    """Sampled rows render through the chat template (with the tool list, in an agent run, as training renders them:
+    agrpo/agents/prompt_budget.py) and fit inference.max_model_len with the completion (and, in an agent run, the
+    longest episode fits); `label` names a row by its index in `dataset` (default: `row N`)."""
+    from agrpo.agents.prompt_budget import AgentPrompts
     from agrpo.rewards.contract import describe_row
 
+    label = label or (lambda index: f"row {index}")
     unknown = trl_template_problem(tokenizer, cfg.model)
     problems = [unknown] if unknown else []
     prompts = dataset["prompt"]
+    agent = AgentPrompts.for_run(cfg, dataset, tokenizer)
+
+    def length(index: int) -> int:
+        if agent is not None:
+            return agent.length(index)
+        return len(tokenizer.apply_chat_template(prompts[index], add_generation_prompt=True, return_dict=False))
+
     longest, where = 0, None
     for index in sample_indices(prompts):
         try:
-            ids = tokenizer.apply_chat_template(prompts[index], add_generation_prompt=True, return_dict=False)
+            tokens = length(index)
         except Exception as error:  # jinja raises its own errors for rows it cannot render
             return problems + [
-                f"row {index} [{describe_row({'prompts': [prompts[index]]})}] does not render through the chat "
+                f"{label(index)} [{describe_row({'prompts': [prompts[index]]})}] does not render through the chat "
                 f"template of model.name_or_path={str(cfg.model.name_or_path)!r}: {type(error).__name__}: {error} "
                 "(fix the row's messages, or set model.chat_template)"
             ]
-        if len(ids) > longest:
-            longest, where = len(ids), index
+        if tokens > longest:
+            longest, where = tokens, index
+    row_text = describe_row({"prompts": [prompts[where]]}) if where is not None else ""
+    if agent is not None:
+        found = agent.problem(longest, where, row_text) if where is not None else None
+        return problems + ([found] if found else [])
     room = cfg.inference.max_model_len - cfg.trainer.max_completion_length
     if longest > room:
         problems.append(
-            f"row {where}'s prompt is {longest} tokens [{describe_row({'prompts': [prompts[where]]})}], more than "
-            f"inference.max_model_len={cfg.inference.max_model_len} - trainer.max_completion_length="
+            f"the prompt at {label(where)} is {longest} tokens [{row_text}], more "
+            f"than inference.max_model_len={cfg.inference.max_model_len} - trainer.max_completion_length="
             f"{cfg.trainer.max_completion_length} = {room}: vLLM would refuse it; raise inference.max_model_len or "
             "shorten the prompts"
         )
     return problems
 
 
+def unreadable(data_cfg: Any, error: BaseException) -> str:
+    """The problem of data that failed to open: which key, and the reader's (or the loader's) first line."""
+    first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+    if data_cfg.path:
+        return f"data.path={str(data_cfg.path)!r} could not be read: {first}"
+    if str(data_cfg.loader) == "agrpo.data.hub.load_hub":
+        return (
+            f"data.name={str(data_cfg.name)!r} (config {data_cfg.config_name!r}, split {data_cfg.split!r}) could not "
+            f"be loaded: {type(error).__name__}: {first} (check the dataset id, data.config_name and data.split)"
+        )
+    return (
+        f"data.loader={str(data_cfg.loader)!r} failed on a sample of the data: {type(error).__name__}: {first} (it is "
+        "called as f(data_cfg, seed) and must return a datasets.Dataset with a `prompt` column)"
+    )
+
+
 # ---- the entry point --------------------------------------------------------------------------------------------
 
 
 def opens_here(data_cfg: Any) -> bool:
-    """Whether the training data can be opened on this machine without downloading anything."""
-    if str(data_cfg.loader).endswith(".load_smoke_dataset"):
-        return True
-    return bool(data_cfg.path) and Path(str(data_cfg.path)).expanduser().exists()
+    """Whether the checks open the training data here: a local file or the smoke task whole, a Hub dataset or a
+    loader of one's own as a bounded sample (agrpo/data/sample.py)."""
+    from agrpo.data.sample import sample_source
+
+    return sample_source(data_cfg) is not None
 
 
 def opened_data_problems(cfg: Any) -> list[str]:
@@ -217,22 +268,29 @@ def opened_data_problems(cfg: Any) -> list[str]:
         return []
     from datasets.utils import logging as datasets_logging
 
-    from agrpo.data import load_train_dataset
+    from agrpo.data.loading import ORIGIN_COLUMN
+    from agrpo.data.sample import SampleUnavailable, load_sample
 
     shown = datasets_logging.is_progress_bar_enabled()
     datasets_logging.disable_progress_bar()  # a check's output is its problems (or nothing), not loading bars
     try:
-        dataset = load_train_dataset(cfg.data, seed=cfg.trainer.seed)
+        dataset = load_sample(cfg.data, seed=cfg.trainer.seed, keep_origin=True)
+        origins = dataset[ORIGIN_COLUMN]
+        dataset = dataset.remove_columns(ORIGIN_COLUMN)
+        label = row_label(cfg.data, origins)
+    except SampleUnavailable as why:
+        log.info("the training rows were not checked before the start (%s): the trainer checks them", why)
+        return []
     except ConfigError as error:
         return [str(error)]
-    except Exception as error:  # a malformed file: the reader's own words
-        first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-        return [f"data.path={str(cfg.data.path)!r} could not be read: {first}"]
+    except Exception as error:  # a malformed file or a failing loader: the reader's own words
+        return [unreadable(cfg.data, error)]
     finally:
         if shown:
             datasets_logging.enable_progress_bar()
     problems = reward_problems(cfg.reward.funcs, dataset.column_names)
-    tokenizer = local_tokenizer(cfg.model)
+    warm_pending = cfg.agent.warmstart.enabled and not cfg.agent.warmstart.base_model
+    tokenizer = None if warm_pending else local_tokenizer(cfg.model)  # the warm start changes the model's tokenizer
     if tokenizer is not None and len(dataset):
-        problems += template_problems(cfg, dataset, tokenizer)
+        problems += template_problems(cfg, dataset, tokenizer, label)
     return problems

@@ -3,6 +3,7 @@
 - huggingface_hub: a feature the installed line cannot send (agrpo/hub_compat.py), where the Jobs are launched.
 - trainer.attention: FA3 forced where it cannot run (agrpo/config/attention_choice.py), where the trainer runs.
 - vLLM: the limits in the model's own config.json (agrpo/config/vllm_checks.py), when this machine has the file.
+- the GPU: bf16 forced where it has none, vLLM's CUDA build with no GPU torch sees (agrpo/config/gpu_precision.py).
 `setting_problems` is the pure part (the value is one of the choices), run with the config-only checks.
 """
 
@@ -29,12 +30,36 @@ def attention_problems(cfg: Any) -> list[str]:
         return []
     from agrpo.config.attention_choice import choose_attention, gather_facts
 
-    problem = choose_attention(str(cfg.trainer.attention), gather_facts(cfg)).problem
-    return [problem] if problem else []
+    choice = choose_attention(str(cfg.trainer.attention), gather_facts(cfg))
+    if choice.problem:
+        return [choice.problem]
+    if str(cfg.trainer.attention) == "fa3" and choice.kind == "fa3":  # forced: load it now, before anything starts
+        from agrpo.errors import ConfigError
+        from agrpo.config.attention_choice import load_trl_kernel, loaded_choice
+
+        try:
+            loaded_choice(choice, "fa3", load_trl_kernel)
+        except ConfigError as error:
+            return [str(error)]
+    return []
+
+
+def gpu_problems(cfg: Any) -> list[str]:
+    """bf16 forced on a GPU without it; vLLM's CUDA build with no GPU torch can see (agrpo/config/gpu_precision.py)."""
+    from agrpo.config.gpu_precision import local_facts, precision_problems, stack_problems
+
+    if not trainer_runs_here(cfg):
+        return []
+    from agrpo.config.gpu_precision import trainer_memory_problems
+    from agrpo.config.vllm_checks import local_model_config
+
+    facts = local_facts()
+    memory = trainer_memory_problems(cfg, facts, local_model_config(cfg.model.name_or_path)) if facts.cuda else []
+    return precision_problems(cfg, facts) + stack_problems(cfg, facts) + memory
 
 
 def machine_problems(cfg: Any) -> list[str]:
     from agrpo.config.vllm_checks import vllm_model_problems
     from agrpo.hub_compat import config_problems as hub_problems
 
-    return hub_problems(cfg) + attention_problems(cfg) + vllm_model_problems(cfg)
+    return hub_problems(cfg) + attention_problems(cfg) + gpu_problems(cfg) + vllm_model_problems(cfg)

@@ -13,7 +13,7 @@ from typing import Any
 
 from omegaconf import DictConfig
 
-from agrpo.errors import ConfigError
+from agrpo.config.compose import compose_overrides  # noqa: F401  (entrypoints import it from here)
 
 
 def machine_has_cuda(cfg: Any) -> bool:
@@ -26,37 +26,56 @@ def machine_has_cuda(cfg: Any) -> bool:
     return torch.cuda.is_available()
 
 
+def machine_has_bf16(cfg: Any) -> bool:
+    """Whether the run's GPUs compute in bfloat16: the Jobs' flavors decide for HF Jobs, else this machine's GPU.
+    Without it (pre-Ampere) the defaults fall back, once, with a line saying so (agrpo/config/gpu_precision.py)."""
+    from agrpo.config.gpu_precision import flavor_has_bf16, local_facts
+
+    if cfg.launcher.name == "hf_jobs" and cfg.role == "all" and not cfg.rehearsal.enabled:
+        jobs = cfg.launcher.hf_jobs
+        return flavor_has_bf16(jobs.trainer_flavor) and flavor_has_bf16(jobs.replica_flavor)
+    facts = local_facts()
+    if facts.cuda and not facts.bf16 and (cfg.trainer.bf16 is None or str(cfg.inference.dtype) == "auto"):
+        import logging
+
+        logging.getLogger("agrpo").warning(
+            "%s (compute capability %s) has no bfloat16: the trainer trains in float32 and vLLM serves float16 "
+            "(set trainer.bf16 / inference.dtype to choose)",
+            facts.name,
+            ".".join(map(str, facts.capability or ())),
+        )
+    return facts.bf16 or not facts.cuda
+
+
+def trains_here(cfg: Any) -> bool:
+    """Whether the trainer of this run starts from this machine's packages, so TRL's private names are checked here:
+    not with launcher=hf_jobs and role=all (the trainer Job checks its own TRL when it prepares the uploaded config),
+    nor for a replica node or `agrpo eval` (their callers pass check_environment=False / training_data=False: no
+    trainer, and TRL may not even be installed there)."""
+    return not (cfg.launcher.name == "hf_jobs" and cfg.role == "all")
+
+
 def prepare(
     cfg: Any, check_environment: bool = True, training_data: bool = True, cuda_available: bool | None = None
 ) -> DictConfig:
-    """Validate `cfg` (one ConfigError listing every problem) and return it resolved. `check_environment=False`
+    """Check the installed TRL where the trainer starts from here (TrlChanged, exit 2, before anything else), validate
+    `cfg` (one ConfigError listing every problem) and return it resolved. `check_environment=False`
     skips the checks against this machine (a replica node needs no data, rewards or trainer packages);
     `training_data=False` skips the training data's (`agrpo eval` opens its test problems itself)."""
     from agrpo.config.resolve import resolve
     from agrpo.config.validate import validate
 
+    if check_environment and training_data and trains_here(cfg):
+        from agrpo.trl_compat import check_trl
+
+        check_trl()  # TRL's private names agrpo relies on (agrpo/trl_compat.py): reads TRL's source, imports nothing
     validate(cfg, check_environment=check_environment, training_data=training_data)
-    return resolve(cfg, cuda_available=machine_has_cuda(cfg) if cuda_available is None else cuda_available)
+    if check_environment:
+        from agrpo.agents.warmstart import plan_warmstart
 
-
-def compose_overrides(overrides: list[str], output_dir: str | None = None) -> DictConfig:
-    """The composed config of command-line overrides, for entrypoints outside Hydra's main (`+recipe=` takes a
-    YAML path too). Outside a Hydra run there is no run directory: `output_dir` stands in for it unless the overrides
-    set sync.output_dir. A key or value Hydra refuses is a ConfigError (exit 2) naming the override."""
-    from hydra.errors import HydraException
-    from omegaconf.errors import OmegaConfBaseException
-
-    from agrpo.config.compose import compose_run_config
-    from agrpo.config.recipe_files import expand_recipe_paths
-
-    expanded = expand_recipe_paths(list(overrides))
-    if any(override.partition("=")[0].lstrip("+~") == "sync.output_dir" for override in expanded):
-        output_dir = None
-    try:
-        return compose_run_config(expanded, output_dir=output_dir)
-    except (HydraException, OmegaConfBaseException) as error:
-        lines = [line.strip() for line in str(error).splitlines() if line.strip()]
-        raise ConfigError(f"invalid override: {' '.join(lines[:2])}") from None
+        cfg = plan_warmstart(cfg)  # agent.warmstart: the model becomes the warm-started folder (built before the start)
+    cuda = machine_has_cuda(cfg) if cuda_available is None else cuda_available
+    return resolve(cfg, cuda_available=cuda, bf16_supported=machine_has_bf16(cfg) if cuda else True)
 
 
 def prepare_overrides(overrides: list[str], output_dir: str | None = None, check_environment: bool = True):

@@ -13,6 +13,7 @@ from typing import Any, Callable
 from omegaconf import DictConfig, OmegaConf
 
 from agrpo.config.schema import LogLevel, RunConfig, SyncMode, choice_fields
+from agrpo.config.schema.inference import fleet_bounds
 from agrpo.config.schema.trainer import is_auto
 
 # (key, test, requirement): a value failing `test` gives "<key>=<value> must be <requirement>". None means "unset"
@@ -186,6 +187,14 @@ def module_exists(module: str) -> bool:
         return False
 
 
+def most_replicas(inference: Any) -> int:
+    """The most replicas behind the proxy (1 for a replicas value validation refuses anyway)."""
+    try:
+        return max(1, fleet_bounds(inference)[1])
+    except (TypeError, ValueError):
+        return 1
+
+
 def proxy_problems(cfg: Any) -> list[str]:
     """The proxy's own checks (ProxySettings.problems), with its CLI flags translated to `proxy.*` keys. The
     launcher fills `upstreams` with the replicas' URLs; stand-ins of the same count are checked here."""
@@ -193,7 +202,7 @@ def proxy_problems(cfg: Any) -> list[str]:
 
     values = OmegaConf.to_container(cfg.proxy, resolve=True)
     if not values.get("upstreams"):
-        count = len(cfg.inference.urls) or max(1, cfg.inference.replicas)
+        count = len(cfg.inference.urls) or most_replicas(cfg.inference)
         values["upstreams"] = [f"http://127.0.0.1:{9000 + i}" for i in range(count)]
     found = ProxySettings(**values).problems()
 

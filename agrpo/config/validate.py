@@ -14,6 +14,7 @@ from omegaconf.errors import OmegaConfBaseException
 
 from agrpo.config.ranges import name_problems, proxy_problems, range_problems, unknown_key_problems
 from agrpo.config.data_checks import opened_data_problems
+from agrpo.config.fleet_checks import fleet_problems
 from agrpo.config.hf_jobs_checks import hf_jobs_problems
 from agrpo.config.machine_checks import machine_problems, setting_problems
 from agrpo.config.resolve import least_loras
@@ -118,8 +119,7 @@ def run_shape_problems(cfg: Any) -> list[str]:
     """Replicas, device and role: what the launcher can start."""
     problems: list[str] = []
     inference = cfg.inference
-    if inference.replicas < 1:
-        problems.append("inference.replicas must be >= 1")
+    problems += fleet_problems(cfg)
     if inference.device not in DEVICES:
         problems.append(f"inference.device={inference.device!r} must be one of {DEVICES}")
     if cfg.role not in ROLES:

@@ -83,7 +83,7 @@ def lora_problems(cfg: Any, flags: dict[str, str | None]) -> list[str]:
     if rank is not None and rank not in VLLM_LORA_RANKS:
         problems.append(f"inference.max_lora_rank={rank} must be one of vLLM's LoRA sizes {list(VLLM_LORA_RANKS)}")
     cpu_loras, max_loras = int_flag(flags, "--max-cpu-loras"), served_max_loras(cfg)
-    if cpu_loras is not None and 0 < cpu_loras < max_loras:
+    if cpu_loras is not None and cpu_loras < max_loras:  # 0 too: vLLM takes only None for "as many as max_loras"
         derived = "inference.max_loras" if cfg.inference.max_loras else "trainer.max_staleness + 2"
         problems.append(
             f"inference.extra_args sets --max-cpu-loras {cpu_loras}, below --max-loras {max_loras} ({derived}), "
@@ -93,9 +93,17 @@ def lora_problems(cfg: Any, flags: dict[str, str | None]) -> list[str]:
     return problems
 
 
+# vLLM's own --max-num-seqs when the flag is unset (its API server's defaults: arg_utils.py), the least per device:
+# GPUs of 70 GB or more (H100, H200, B200) take 1024.
+DEFAULT_MAX_NUM_SEQS = {"cpu": 128, "cuda": 256}
+
+
 def scheduler_problems(cfg: Any, flags: dict[str, str | None]) -> list[str]:
     problems = []
     batched, seqs = int_flag(flags, "--max-num-batched-tokens"), int_flag(flags, "--max-num-seqs")
+    default_seqs = seqs is None
+    if default_seqs:
+        seqs = DEFAULT_MAX_NUM_SEQS["cpu" if cfg.inference.device == "cpu" else "cuda"]
     no_chunking = "--no-enable-chunked-prefill" in flags or cfg.inference.device == "cpu"
     if batched is not None and no_chunking and batched < cfg.inference.max_model_len:
         problems.append(
@@ -103,10 +111,11 @@ def scheduler_problems(cfg: Any, flags: dict[str, str | None]) -> list[str]:
             f"{cfg.inference.max_model_len} with chunked prefill off, which vLLM refuses: raise it or lower "
             "inference.max_model_len"
         )
-    if batched is not None and seqs is not None and batched < seqs:
+    if batched is not None and batched < seqs:
+        which = f"vLLM's default --max-num-seqs {seqs} on this device" if default_seqs else f"--max-num-seqs {seqs}"
         problems.append(
-            f"inference.extra_args sets --max-num-batched-tokens {batched} below --max-num-seqs {seqs}, which "
-            "vLLM refuses: raise the former or lower the latter"
+            f"inference.extra_args sets --max-num-batched-tokens {batched} below {which}, which vLLM refuses: "
+            "raise the former or set a lower --max-num-seqs in inference.extra_args"
         )
     return problems
 

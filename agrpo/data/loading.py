@@ -9,9 +9,14 @@ from hydra.utils import get_method
 
 from agrpo.errors import ConfigError
 
+# With `keep_origin`: each row's index in the loader's output (its order in the file), kept through the shuffle.
+ORIGIN_COLUMN = "__agrpo_origin_row"
 
-def load_train_dataset(data_cfg: Any, seed: int):
-    """Call the configured loader, then shuffle and cap the prompts; fail with the key to fix when it misbehaves."""
+
+def load_train_dataset(data_cfg: Any, seed: int, keep_origin: bool = False):
+    """Call the configured loader, then shuffle and cap the prompts; fail with the key to fix when it misbehaves.
+    `keep_origin` adds ORIGIN_COLUMN (the data checks name a row by where it is in the file, not where the shuffle
+    put it)."""
     try:
         loader = get_method(data_cfg.loader)
     except Exception as error:  # Hydra wraps import errors in its own type
@@ -19,15 +24,23 @@ def load_train_dataset(data_cfg: Any, seed: int):
     missing = missing_data_path(data_cfg.path)
     if missing:
         raise ConfigError(missing)
-    dataset = loader(data_cfg, seed=seed)
-    if "prompt" not in dataset.column_names:
-        raise ConfigError(
-            f"data.loader={data_cfg.loader!r} returned columns {dataset.column_names}; a `prompt` column is required."
-        )
+    dataset = checked_dataset(loader(data_cfg, seed=seed), data_cfg, f"data.loader={data_cfg.loader!r}")
+    if keep_origin:
+        dataset = dataset.add_column(ORIGIN_COLUMN, list(range(len(dataset))))
     if data_cfg.shuffle:
         dataset = dataset.shuffle(seed=seed)
     if data_cfg.max_prompts is not None:
         dataset = dataset.select(range(min(data_cfg.max_prompts, len(dataset))))
+    return dataset
+
+
+def checked_dataset(dataset: Any, data_cfg: Any, what: str) -> Any:
+    """`dataset` if it is a datasets.Dataset with a `prompt` column (what every loader must return)."""
+    names = getattr(dataset, "column_names", None)
+    if not isinstance(names, list):
+        raise ConfigError(f"{what} returned a {type(dataset).__name__}, not a datasets.Dataset")
+    if "prompt" not in names:
+        raise ConfigError(f"{what} returned columns {names}; a `prompt` column is required.")
     return dataset
 
 

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from agrpo.data.jsonl_lines import jsonl_row_lines
 from agrpo.data.prompts import DEFAULT_INSTRUCTION, build_prompt, problem_text
 from agrpo.rewards.answers import gsm8k_gold
 
@@ -65,6 +66,10 @@ def read_local(path: str | os.PathLike, split: str = "train"):
     builder = {".jsonl": "json", ".json": "json", ".parquet": "parquet", ".csv": "csv"}.get(path.suffix)
     if builder is None:
         raise ValueError(f"cannot read {path}: use one of {', '.join(LOCAL_SUFFIXES)} or a save_to_disk folder")
+    if path.suffix == ".jsonl":
+        jsonl_row_lines(path)  # a broken line or an empty file, named with its line (pyarrow names neither)
+    elif path.stat().st_size == 0:
+        raise ValueError(f"{path} is empty")
     return datasets.load_dataset(builder, data_files=str(path), split="train")
 
 

@@ -17,7 +17,8 @@ from typing import Any
 
 from agrpo.agents.build import Agent
 from agrpo.agents.environments import tool_methods
-from agrpo.eval.scoring import ProblemResult, is_correct, total_rewards
+from agrpo.eval.scoring import ProblemResult, is_correct, problem_of, total_rewards
+from agrpo.rewards.contract import call_reward
 
 TURN_SEED_STRIDE = 1_000_003  # turn t of an episode samples with seed + t * stride: fixed draws, distinct per turn
 
@@ -151,15 +152,14 @@ class AgentEpisodes:
 
     def score(self, index: int, row: dict[str, Any], episodes: list[Episode], rewards: list[Any], names, cfg):
         """One problem's episodes scored with every reward term, then each environment's reward column."""
-        from agrpo.eval.runner import problem_of
-
         n = len(episodes)
         columns = {key: [value] * n for key, value in row.items() if key != "prompt"}
         completions = [e.messages for e in episodes]
         kwargs = dict(
             completions=completions, prompts=[row.get("prompt")] * n, completion_ids=[e.token_ids for e in episodes]
         )
-        raw = [reward.func(**kwargs, **columns) for reward in rewards]
+        # As in training and single-turn eval: a failing term is one RewardError paragraph (rewards/contract.py).
+        raw = [call_reward(reward.func, name, {**kwargs, **columns}) for reward, name in zip(rewards, names)]
         weighted = [[None if s is None else r.weight * float(s) for s in scores] for r, scores in zip(rewards, raw)]
         for name in self.reward_names:
             column = [e.environment_reward if e.environment == name else None for e in episodes]

@@ -20,7 +20,7 @@ import requests.adapters
 from omegaconf import OmegaConf
 
 from agrpo.errors import ConfigError, LaunchError
-from agrpo.eval.scoring import ProblemResult, is_correct, summarize, term_names, total_rewards
+from agrpo.eval.scoring import ProblemResult, is_correct, problem_of, summarize, term_names, total_rewards
 from agrpo.inference.replica_guard import trainer_bearer
 from agrpo.rewards.contract import as_messages, call_reward
 
@@ -183,14 +183,6 @@ def progress_bar(total: int, description: str):
     from tqdm.auto import tqdm
 
     return tqdm(total=total, desc=description, unit="problem", dynamic_ncols=True, disable=None)
-
-
-def problem_of(row: dict[str, Any]) -> str:
-    """What the per-problem record shows as the problem: the `problem` column, else the prompt's last user turn."""
-    if "problem" in row:
-        return str(row["problem"])
-    users = [m.get("content", "") for m in row["prompt"] if isinstance(m, dict) and m.get("role") == "user"]
-    return str(users[-1]) if users else ""
 
 
 def score_problem(

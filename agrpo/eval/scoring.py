@@ -150,3 +150,11 @@ def render_table(summary: dict[str, Any], title: str) -> str:
     """The summary as a Markdown table (pastes into a recipe card as is)."""
     terms = ", ".join(f"{name} {_fmt(mean)}" for name, mean in summary.get("term_means", {}).items())
     return "\n".join([title, "", markdown_table([summary]), "", f"reward terms (unweighted means): {terms}"])
+
+
+def problem_of(row: dict[str, Any]) -> str:
+    """What the per-problem record shows as the problem: the `problem` column, else the prompt's last user turn."""
+    if "problem" in row:
+        return str(row["problem"])
+    users = [m.get("content", "") for m in row["prompt"] if isinstance(m, dict) and m.get("role") == "user"]
+    return str(users[-1]) if users else ""

@@ -13,8 +13,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from agrpo.config.resolve import served_dtype, served_lora_rank, served_max_loras
+from agrpo.config.resolve import (
+    DEDICATED_GPU_MEMORY,
+    MAX_SHARED_GPU_MEMORY,
+    SHARED_GPU_MEMORY,
+    served_device,
+    served_dtype,
+    served_lora_rank,
+    served_max_loras,
+)
 from agrpo.cpus import format_cores
+from agrpo.errors import ConfigError
 from agrpo.inference.replica_guard import GUARD_MIDDLEWARE, VLLM_API_KEY_ENV
 
 # Head sizes vLLM's CPU attention supports.
@@ -30,10 +39,6 @@ class ReplicaLaunch:
     env: dict[str, str]
     port: int
     url: str
-
-
-DEDICATED_GPU_MEMORY = 0.85
-SHARED_GPU_MEMORY = 0.35
 
 
 def build_replica_launch(
@@ -121,6 +126,13 @@ def add_gpu_settings(
     memory = inference.gpu_memory_utilization
     if memory is None:
         memory = SHARED_GPU_MEMORY if shares_gpu_with_trainer else DEDICATED_GPU_MEMORY
+    elif shares_gpu_with_trainer and memory > MAX_SHARED_GPU_MEMORY:
+        raise ConfigError(
+            f"inference.gpu_memory_utilization={memory} gives the replica {memory:.0%} of the GPU it shares with the "
+            f"trainer (GPU {gpus}), which leaves the trainer too little for its model, LoRA and activations (it "
+            f"fails with out-of-memory at its first step): keep it at or below {MAX_SHARED_GPU_MEMORY} (unset, a "
+            f"shared GPU gets {SHARED_GPU_MEMORY}), or give the trainer its own GPU (trainer.gpus / inference.gpus)"
+        )
     argv += ["--gpu-memory-utilization", str(memory)]
     if inference.gpus_per_replica > 1:
         argv += ["--tensor-parallel-size", str(inference.gpus_per_replica)]
@@ -139,9 +151,13 @@ def start_replica(
     extra_args: list[str] | None = None,
     cpu_cores: list[int] | None = None,
     api_key: str | None = None,
+    device: str | None = None,
+    gpu_memory_utilization: float = 0.2,
 ):
-    """Start one CPU replica of `model_path` and wait for /health (tests and benchmarks). Returns a ManagedProcess
-    with `.url` and `.stop()`. With `api_key` it serves only requests that carry it (replica_guard.py)."""
+    """Start one replica of `model_path` and wait for /health (tests and benchmarks). Returns a ManagedProcess
+    with `.url` and `.stop()`. With `api_key` it serves only requests that carry it (replica_guard.py). `device`:
+    None is CUDA where torch sees a GPU, else CPU; on a GPU it takes `gpu_memory_utilization` of it, explicitly
+    (vLLM's own default, 0.92, would leave no room for the next replica or trainer a test starts)."""
     from omegaconf import OmegaConf
 
     from agrpo.config.schema import RunConfig
@@ -153,7 +169,12 @@ def start_replica(
     cfg.inference.max_lora_rank = lora_rank
     cfg.inference.max_loras = max_loras
     cfg.inference.extra_args = list(extra_args or [])
-    launch = build_replica_launch(cfg, port, device="cpu", cpu_cores=cpu_cores, api_key=api_key)
+    if device is None:
+        import torch
+
+        device = served_device("auto", torch.cuda.is_available())
+    cfg.inference.gpu_memory_utilization = gpu_memory_utilization
+    launch = build_replica_launch(cfg, port, device=device, cpu_cores=cpu_cores, api_key=api_key)
     process = ManagedProcess(
         name=f"vllm-{port}",
         argv=launch.argv,

@@ -44,6 +44,30 @@ def assign_gpus(
     return list(trainer_gpus), per_replica
 
 
+def one_process_trainer_gpus(
+    trainer_gpus: list[int] | None, launcher: str, explicit: bool
+) -> tuple[list[int] | None, str | None]:
+    """The GPUs of a trainer that runs as ONE process (every launcher but accelerate), and a plan note on the GPUs
+    left idle. One process handed several GPUs is wrapped by transformers in `nn.DataParallel`, which splits TRL's
+    packed arguments across the GPUs while `input_ids` stays whole: it never trains right. So such a trainer gets
+    the first of its GPUs; set explicitly to several, it is refused naming the launcher that uses them all."""
+    if trainer_gpus is None or len(trainer_gpus) <= 1 or launcher == "accelerate":
+        return trainer_gpus, None
+    if explicit:
+        raise ConfigError(
+            f"trainer.gpus={list(trainer_gpus)} gives the trainer {len(trainer_gpus)} GPUs, but launcher={launcher} "
+            "trains in one process (transformers would wrap the model in nn.DataParallel, which splits TRL's packed "
+            "batches wrongly): use launcher=accelerate to train on all of them (one rank per GPU), or give "
+            "trainer.gpus one GPU"
+        )
+    idle = list(trainer_gpus[1:])
+    note = (
+        f"GPU(s) {idle} stay idle: launcher={launcher} trains in one process on GPU {trainer_gpus[0]}; "
+        "launcher=accelerate trains on all of them, or more inference.replicas serve on them"
+    )
+    return [trainer_gpus[0]], note
+
+
 def visible_devices(cuda_visible_devices: str | None) -> list[str] | None:
     """The parent's CUDA_VISIBLE_DEVICES as a list of device ids (indices, or GPU-/MIG- UUIDs); None when unset, so
     GPU indices are physical. CUDA reads the list up to the first invalid entry, and so do we."""

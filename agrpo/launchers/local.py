@@ -20,17 +20,20 @@ from typing import Any
 
 from omegaconf import OmegaConf
 
-from agrpo.config.resolve import served_device, uses_proxy
+from agrpo.config.resolve import inflight_slots, served_device, uses_proxy
+from agrpo.config.schema.trainer import is_auto
 from agrpo.errors import LaunchError
 from agrpo.inference.replica_guard import REPLICA_KEY_ENV
 from agrpo.inference.vllm_server import build_replica_launch
 from agrpo.launchers.base import Launcher, register
-from agrpo.cpus import TRAINER_CPUS_ENV, CpuSplit, format_cores, split_cpu_cores
-from agrpo.launchers.gpus import assign_gpus, to_physical, visible_devices
-from agrpo.launchers.plan import ModelStep, Plan, ProcessSpec, Supervision
+from agrpo.config.schema.inference import fleet_bounds, is_auto_fleet
+from agrpo.cpus import TRAINER_CPUS_ENV, CpuSplit, format_cores, split_fleet_cores
+from agrpo.launchers.gpus import assign_gpus, one_process_trainer_gpus, to_physical, visible_devices
+from agrpo.launchers.plan import FleetPlan, ModelStep, Plan, ProcessSpec, Supervision
 from agrpo.processes.ports import PortReservation, reserve_ports
 from agrpo.processes.managed import ManagedProcess, SignalGuard, stop_all
 from agrpo.config.launch_checks import refuse_mixed_outputs
+from agrpo.launchers.fleet_run import fleet_controller
 from agrpo.launchers.supervise import ReplicaSupervisor, wait_supervised
 from agrpo.trainer.trainer_error import TRAINER_ERROR_ENV, clear_trainer_error, trainer_error_file, trainer_failure
 from agrpo.processes.watchdog import RUN_TOKEN_ENV, run_token
@@ -49,17 +52,35 @@ def is_loopback_url(url: str) -> bool:
     return host == "localhost" or host.startswith("127.") or host == "::1"
 
 
-def share_cpu_cores(cfg: Any, cpu_ids: Sequence[int], pinned_replicas: int) -> CpuSplit:
+def share_cpu_cores(cfg: Any, cpu_ids: Sequence[int], pinned_replicas: int, most_replicas: int = 0) -> CpuSplit:
     """This process's cores shared out: each replica the plan starts on CPU pins its own, the trainer has the rest
-    (a replica on this machine that the plan does not start takes one too)."""
+    (a replica on this machine that the plan does not start takes one too). With a fleet that grows to
+    `most_replicas`, the replica slots are those of the largest fleet (agrpo/cpus.py)."""
     inference = cfg.inference
-    return split_cpu_cores(
+    return split_fleet_cores(
         cpu_ids,
         pinned_replicas,
+        max(most_replicas, pinned_replicas),
         inference.cpu_cores_per_replica,
         cfg.trainer.cpu_threads,
         unpinned_replicas=sum(map(is_loopback_url, inference.urls)),
     )
+
+
+def split_gpus(
+    cfg: Any, replicas: int, num_gpus: int, visible_gpus: list[str] | None
+) -> tuple[list[int | str] | None, list[list[int]] | None, str | None]:
+    """(the trainer's GPUs by machine id, each replica's GPU indices, a note on GPUs left idle) for this machine;
+    `replicas`: how many this machine may start (0: they run elsewhere; an auto fleet's most)."""
+    trainer_gpus, replica_gpus = None, None
+    if replicas:
+        trainer_gpus, replica_gpus = assign_gpus(
+            num_gpus, replicas, cfg.inference.gpus_per_replica, cfg.trainer.gpus, cfg.inference.gpus
+        )
+    elif num_gpus > 0:  # replicas run elsewhere (e.g. inside a trainer Job): every GPU here is the trainer's
+        trainer_gpus = list(cfg.trainer.gpus) if cfg.trainer.gpus else list(range(num_gpus))
+    trainer_gpus, idle_note = one_process_trainer_gpus(trainer_gpus, str(cfg.launcher.name), bool(cfg.trainer.gpus))
+    return to_physical(trainer_gpus, visible_gpus), replica_gpus, idle_note
 
 
 def build_local_plan(
@@ -82,24 +103,19 @@ def build_local_plan(
     logs = Path(run_dir) / "logs"
     services: list[ProcessSpec] = []
     upstreams = list(inference.urls)
-    trainer_gpus = None
+    fleet = None
     starts_replicas = cfg.role == "all" and not upstreams
-    cpus = share_cpu_cores(
-        cfg, cpu_ids, pinned_replicas=inference.replicas if starts_replicas and device == "cpu" else 0
-    )
+    fewest, most = fleet_bounds(inference) if starts_replicas else (0, 0)
+    cpus = share_cpu_cores(cfg, cpu_ids, *((fewest, most) if device == "cpu" else (0, 0)))
+    trainer_gpus, replica_gpus, idle_note = split_gpus(cfg, most, num_gpus, visible_gpus)
     if starts_replicas:
-        trainer_gpus, replica_gpus = assign_gpus(
-            num_gpus, inference.replicas, inference.gpus_per_replica, cfg.trainer.gpus, inference.gpus
-        )
-        trainer_gpus = to_physical(trainer_gpus, visible_gpus)
-        for index in range(inference.replicas):
-            gpus = to_physical(replica_gpus[index], visible_gpus) if replica_gpus else None
-            cores = cpus.replica_cores[index] if cpus.replica_cores else None
-            spec = replica_spec(cfg, index, ports[index], device, gpus, trainer_gpus, cores, python, logs, replica_key)
-            services.append(spec)
-            upstreams.append(spec.health_url.removesuffix("/health"))  # the replica's URL
-    elif num_gpus > 0:  # replicas run elsewhere (e.g. inside a trainer Job): every GPU here is the trainer's
-        trainer_gpus = to_physical(list(cfg.trainer.gpus) if cfg.trainer.gpus else list(range(num_gpus)), visible_gpus)
+        slots = [
+            replica_spec(cfg, i, ports[i], device, gpus, trainer_gpus, cores, python, logs, replica_key)
+            for i, gpus, cores in slot_devices(most, replica_gpus, visible_gpus, cpus)
+        ]
+        services += slots[:fewest]
+        upstreams += [spec.health_url.removesuffix("/health") for spec in slots[:fewest]]  # the replicas' URLs
+        fleet = fleet_plan(cfg, slots, fewest) if is_auto_fleet(inference) else None
     vllm_url = upstreams[0] if upstreams else ""
     token_env: dict[str, str] = {}
     if uses_proxy(cfg):
@@ -116,11 +132,37 @@ def build_local_plan(
         services=services,
         trainer=trainer,
         vllm_url=vllm_url,
-        notes=[f"device={device}, {num_gpus} GPU(s)"],
+        notes=[f"device={device}, {num_gpus} GPU(s)", *([idle_note] if idle_note else [])],
         resume=str(cfg.trainer.resume),
         model=ModelStep(str(cfg.model.name_or_path), cfg.model.builder or None),
         supervision=supervision(cfg, services),
+        fleet=fleet,
     )
+
+
+def slot_devices(
+    slots: int, replica_gpus: list[list[int]] | None, visible_gpus: list[str] | None, cpus: CpuSplit
+) -> list[tuple[int, list[int] | None, list[int] | None]]:
+    """(index, GPUs, cores) of each replica slot."""
+    return [
+        (
+            index,
+            to_physical(replica_gpus[index], visible_gpus) if replica_gpus else None,
+            cpus.replica_cores[index] if cpus.replica_cores else None,
+        )
+        for index in range(slots)
+    ]
+
+
+def fleet_plan(cfg: Any, slots: list[ProcessSpec], fewest: int) -> FleetPlan:
+    """inference.replicas=auto: the slots beyond the first `fewest` are started on demand by the fleet controller."""
+    ceiling = inflight_slots(cfg.trainer) if is_auto(cfg.trainer.max_inflight_tasks) else None
+    return FleetPlan(fewest, len(slots), slots[fewest:], fleet_policy_knobs(cfg.inference.fleet), ceiling)
+
+
+def fleet_policy_knobs(fleet_cfg: Any) -> dict[str, float]:
+    """inference.fleet.* as the plan carries them (the dry run prints them; the fleet controller reads them)."""
+    return {key: float(value) for key, value in OmegaConf.to_container(fleet_cfg, resolve=True).items()}
 
 
 def trainer_spec(
@@ -182,7 +224,7 @@ def replica_spec(
 def proxy_spec(
     cfg: Any, port: int, upstreams: list[str], python: str, logs: Path, admin_token: str, replica_key: str
 ) -> ProcessSpec:
-    """agrpo's proxy in front of `upstreams`. State changes need the admin token (agrpo/trainer/trl_patches.py sends
+    """agrpo's proxy in front of `upstreams`. State changes need the admin token (agrpo/trainer/seam/module_patches.py sends
     it); with `replica_key` (replicas this plan starts) the replicas' API key is its upstream token, which the
     trainer never holds."""
     argv = [python, "-m", "agrpo.proxy", "--port", str(port), "--host", "127.0.0.1"]
@@ -249,7 +291,8 @@ def plan_on_this_machine(cfg: Any, run_dir: str, reservations: list[PortReservat
 
     num_gpus = torch.cuda.device_count()
     device = served_device(cfg.inference.device, num_gpus > 0)  # a prepared config's inference.device, as resolved
-    reservation = reserve_ports(cfg.inference.replicas + 1, cfg.inference.base_port, cfg.inference.host)
+    most = fleet_bounds(cfg.inference)[1]
+    reservation = reserve_ports(most + 1, cfg.inference.base_port, cfg.inference.host)
     (reservations if reservations is not None else _HELD_FOR_PROCESS).append(reservation)
     return build_local_plan(
         cfg,
@@ -321,7 +364,12 @@ class LocalLauncher(Launcher):
                 supervisor = (
                     ReplicaSupervisor(replicas, watch.max_restarts) if watch.restart_replicas and replicas else None
                 )
-                code = wait_supervised(trainer, supervisor)
+                fleet = fleet_controller(plan, replicas, started) if plan.fleet else None
+                try:
+                    code = wait_supervised(trainer, supervisor, **({"fleet": fleet} if fleet else {}))
+                finally:
+                    if fleet is not None:
+                        print(fleet.finish(), flush=True)
                 if code != 0:
                     raise LaunchError(trainer_failure(run_dir, code))
                 return json.loads((run_dir / "metrics.json").read_text())

@@ -81,6 +81,31 @@ class Supervision:
 
 
 @dataclass
+class FleetPlan:
+    """inference.replicas=auto: the plan starts `min_replicas`; the launcher's fleet controller (agrpo/fleet/) starts
+    the `spares` (replicas min_replicas..max_replicas-1, keyed and bound like the others) and releases them as its
+    policy (`policy`, inference.fleet.*) decides."""
+
+    min_replicas: int
+    max_replicas: int
+    spares: list[ProcessSpec] = field(default_factory=list)
+    policy: dict[str, float] = field(default_factory=dict)
+    inflight_ceiling: int | None = None  # trainer.max_inflight_tasks=auto: the most requests the budget may reach
+
+    def render(self) -> str:
+        knobs = ", ".join(f"{key}={value:g}" for key, value in self.policy.items())
+        lines = [
+            f"[fleet] auto: {self.min_replicas}..{self.max_replicas} replicas; starts {self.min_replicas}, adds or "
+            f"releases one at a time from the run's signals ({knobs})"
+        ]
+        lines += [
+            spec.render().replace("\n", "\n  ").replace(f"] {spec.name}", f"] {spec.name} (on demand)", 1)
+            for spec in self.spares
+        ]
+        return "\n".join(lines)
+
+
+@dataclass
 class Plan:
     launcher: str
     run_dir: str
@@ -95,6 +120,7 @@ class Plan:
     resume: str = "false"
     model: ModelStep | None = None  # prepared before any process starts
     supervision: Supervision = field(default_factory=Supervision)
+    fleet: FleetPlan | None = None  # inference.replicas=auto
 
     def render(self) -> str:
         parts = [f"agrpo plan ({self.launcher}), run dir {self.run_dir}", f"trainer talks to {self.vllm_url}"]
@@ -106,4 +132,5 @@ class Plan:
         parts.append(self.supervision.render())
         parts += [f"[file] {self.run_dir}/{name}  ({len(text.encode())} bytes)" for name, text in self.files.items()]
         parts += [spec.render() for spec in [*self.services, self.trainer]]
+        parts += [self.fleet.render()] if self.fleet else []
         return "\n".join(parts)

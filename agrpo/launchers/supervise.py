@@ -64,15 +64,24 @@ def wait_supervised(
     supervisor: ReplicaSupervisor | None,
     poll_s: float = 1.0,
     sleep: Callable[[float], None] | None = None,
+    fleet: "Pollable | None" = None,
 ) -> int:
-    """Wait for the trainer to exit, restarting dead replicas meanwhile; return the trainer's exit code."""
+    """Wait for the trainer to exit, restarting dead replicas and letting the fleet controller (inference.replicas=auto,
+    agrpo/fleet/controller.py) size the fleet meanwhile; return the trainer's exit code."""
     import time
 
     sleep = sleep or time.sleep
-    while supervisor is not None and trainer.alive():
-        supervisor.poll()
+    while (supervisor is not None or fleet is not None) and trainer.alive():
+        if supervisor is not None:
+            supervisor.poll()
+        if fleet is not None:
+            fleet.poll()
         sleep(poll_s)
     return trainer.wait()
+
+
+class Pollable(Protocol):
+    def poll(self) -> None: ...
 
 
 class Waitable(Protocol):

@@ -9,6 +9,7 @@ run's server on the same port does not count.
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import subprocess
@@ -23,6 +24,8 @@ from urllib.parse import urlparse
 from agrpo.errors import LaunchError
 from agrpo.processes.ports import listener_owned_by
 from agrpo.processes.watchdog import RUN_TOKEN_ENV, WATCHDOG, group_is_ours, group_members, run_token, start_time
+
+log = logging.getLogger(__name__)
 
 
 def tail(path: Path, lines: int = 25) -> str:
@@ -180,6 +183,9 @@ def stop_all(processes: Sequence[ManagedProcess], timeout_s: float = 20.0) -> No
         try:
             process.popen.wait(timeout=max(deadline - time.monotonic(), 0.01))
         except subprocess.TimeoutExpired:
+            log.warning(
+                "%s did not exit within %.0f s of SIGTERM (launcher.stop_timeout_s); killed it", process.name, timeout_s
+            )
             process._signal_group(signal.SIGKILL)
             process.popen.wait(timeout=10)
     for process in processes:

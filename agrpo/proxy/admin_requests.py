@@ -20,8 +20,8 @@ async def replica_url_from(request: web.Request, server):
     read = await server.read_body(request)
     if isinstance(read, web.Response):
         return read
-    body, held = read
-    server.budget.release(held)
+    body, hold = read
+    server.budget.release(hold)
     try:
         url = json.loads(body)["url"]
     except (ValueError, KeyError, TypeError, RecursionError):

@@ -100,6 +100,37 @@ def answered(replicas: Sequence[Replica], replies: Sequence[Reply]) -> tuple[lis
     return [r for r, _ in pairs], [p for _, p in pairs]
 
 
+DROPPED = "dropped"  # the error of a Reply given up on because its replica was marked unhealthy meanwhile
+
+
+def abandoned_when_down(send: Send) -> Send:
+    """`send`, except that a replica marked unhealthy while its answer is awaited (`Replica.down`: the health probe
+    got no answer, or it refused a connection) is given up on at once. The answer is then `Reply(None)`, which every
+    broadcast here treats as no answer (`answered`): a hung replica neither vetoes nor blocks the state change of the
+    healthy ones, and a load it may still complete later is handled like any unanswered one (`Outcome.silent`). A
+    send to a replica that is already marked unhealthy when it starts (the state replay that re-admits it) is awaited
+    in full."""
+
+    async def send_unless_down(replica: Replica, method: str, path_qs: str, body: bytes) -> Reply:
+        if replica.down.is_set():
+            return await send(replica, method, path_qs, body)
+        answer = asyncio.ensure_future(send(replica, method, path_qs, body))
+        down = asyncio.ensure_future(replica.down.wait())
+        try:
+            await asyncio.wait((answer, down), return_when=asyncio.FIRST_COMPLETED)
+        except asyncio.CancelledError:  # the caller was cancelled (shutdown): nothing is left waiting
+            answer.cancel()
+            raise
+        finally:
+            down.cancel()
+        if answer.done():
+            return answer.result()
+        answer.cancel()
+        return Reply(None, error=f"{DROPPED}: marked unhealthy while its answer was awaited ({replica.last_error})")
+
+    return send_unless_down
+
+
 def _none_answered(replicas: Sequence[Replica], replies: Sequence[Reply], what: str) -> Outcome:
     details = "; ".join(f"{_name(r)}: {p.summary()}" for r, p in zip(replicas, replies))
     return error_outcome(502, f"no replica answered {what}: {details}")

@@ -8,6 +8,7 @@ then takes traffic.
 import asyncio
 import json
 import logging
+import math
 from time import perf_counter
 
 import aiohttp
@@ -16,8 +17,9 @@ from aiohttp import web
 from agrpo.proxy import availability, broadcast
 from agrpo.proxy.admin_requests import lora_name, query_value, replica_url_from
 from agrpo.proxy.broadcast import LoadRetry, Outcome, Reply
+from agrpo.proxy.health import ReplicaHealth
 from agrpo.proxy.replicas import Replica
-from agrpo.proxy.retired import RecentNames, listed_models
+from agrpo.proxy.retired import RecentNames
 from agrpo.proxy.upstream import (
     describe_error,
     json_error,
@@ -27,8 +29,8 @@ from agrpo.proxy.upstream import (
 log = logging.getLogger("agrpo.proxy")
 
 
-class Control:
-    """Handlers and background work that are not on the routed hot path."""
+class Control(ReplicaHealth):
+    """Handlers and background work that are not on the routed hot path (health and re-admission: health.py)."""
 
     def __init__(self, server):
         self.server = server
@@ -46,38 +48,27 @@ class Control:
         self.generation = 0  # bumped by every state change; an admission replays until stable
         self._lock = asyncio.Lock()
         self._probe_task: asyncio.Task | None = None
+        self._probes: dict[int, asyncio.Task] = {}  # each replica's probe in progress (health.py)
         self._loading: set[asyncio.Task] = set()  # serve=first loads still running on slower replicas
         self._broadcast_timeout = aiohttp.ClientTimeout(
             total=self.settings.broadcast_timeout_s, connect=self.settings.connect_timeout_s
         )
-        self._probe_timeout = aiohttp.ClientTimeout(total=self.settings.health_timeout_s)
+        self._send_unless_down = broadcast.abandoned_when_down(self._send_once)
+        # no rounding up to a whole second (aiohttp's default from 5 s on): the probe's timeout is the hung-replica bound
+        self._probe_timeout = aiohttp.ClientTimeout(total=self.settings.health_timeout_s, ceil_threshold=math.inf)
         self._headers = {"Content-Type": "application/json"}  # + the token where allowed
 
-    # ------------------------------------------------------------------ failures
-    def transport_failed(self, replica: Replica, err: BaseException) -> str:
-        """No HTTP answer: the replica is down until a probe says otherwise."""
-        reason = describe_error(err)
-        if replica.healthy:
-            log.warning("replica %d (%s) marked unhealthy: %s", replica.index, replica.url, reason)
-        replica.healthy = False
-        replica.last_error = reason
-        return f"replica {replica.index}: {reason}"
-
     # ------------------------------------------------------------------ broadcast
-    async def _send(self, replica: Replica, method: str, path_qs: str, body: bytes) -> Reply:
-        reply = await send_once(
+    async def _send_once(self, replica: Replica, method: str, path_qs: str, body: bytes) -> Reply:
+        return await send_once(
             self.server.session, replica, method, path_qs, body, self._headers, self._broadcast_timeout
         )
+
+    async def _send(self, replica: Replica, method: str, path_qs: str, body: bytes) -> Reply:
+        """One broadcast message; given up on at once if the replica is marked unhealthy meanwhile."""
+        reply = await self._send_unless_down(replica, method, path_qs, body)
         if reply.status is None and replica.healthy:  # down: out of rotation until a probe re-admits it
-            log.warning(
-                "replica %d (%s) marked unhealthy: no answer to %s (%s)",
-                replica.index,
-                replica.url,
-                path_qs,
-                reply.error,
-            )
-            replica.healthy = False
-            replica.last_error = reply.summary()
+            self.mark_unhealthy(replica, f"no answer to {path_qs} ({reply.error})", hung=reply.error == "timed out")
         return reply
 
     async def broadcast(self, request: web.Request) -> web.Response:
@@ -191,8 +182,7 @@ class Control:
         def failed(replica: Replica, reply: Reply) -> None:
             if reply.status is None:
                 return  # no answer: already out of rotation (_send), re-admitted with a replay
-            replica.healthy = False
-            replica.last_error = f"could not load adapter {name}: {reply.summary()}"
+            replica.mark_down(f"could not load adapter {name}: {reply.summary()}", False, self._now())
             log.warning("replica %d (%s) out of rotation: %s", replica.index, replica.url, replica.last_error)
 
         def done() -> None:
@@ -212,117 +202,6 @@ class Control:
             on_done=done,
             tasks=self._loading,
         )
-
-    # ------------------------------------------------------------------ health
-    async def probe_all(self) -> None:
-        await asyncio.gather(*(self.probe(r) for r in self.replicas))
-
-    async def probe(self, replica: Replica) -> bool:
-        """GET /health; a replica coming back is re-synchronised before it takes traffic."""
-        reply = await send_once(self.server.session, replica, "GET", "/health", b"", self._headers, self._probe_timeout)
-        if not reply.ok:
-            if replica.healthy:
-                log.warning("replica %d (%s) failed its health probe: %s", replica.index, replica.url, reply.summary())
-            replica.healthy = False
-            replica.last_error = reply.summary()
-            return False
-        if not replica.healthy and not replica.admitting:
-            await self._admit(replica)
-        return replica.healthy
-
-    async def _admit(self, replica: Replica) -> None:
-        """Replay the loaded adapters and the pause, bounded by --admit-timeout-s.
-
-        The replay runs without the control lock (a replica that answers /health but hangs on
-        loads must not stall every broadcast); the lock is taken only to check that no state
-        change happened meanwhile and to admit. If one did, the replay runs again.
-        """
-        replica.admitting = True
-        try:
-            await asyncio.wait_for(self._catch_up(replica), self.settings.admit_timeout_s)
-        except asyncio.TimeoutError:
-            replica.last_error = (
-                f"re-admission did not finish within {self.settings.admit_timeout_s:g}s (--admit-timeout-s)"
-            )
-            log.warning("replica %d (%s) not re-admitted: %s", replica.index, replica.url, replica.last_error)
-        finally:
-            replica.admitting = False
-
-    async def _catch_up(self, replica: Replica) -> None:
-        if not await self._unload_strays(replica):
-            return
-        paused_by_us = None
-        while True:
-            generation = self.generation
-            loaded, paused_qs = dict(self.loaded), self.paused_qs
-            for name, body in loaded.items():
-                reply = await self._send(replica, "POST", "/v1/load_lora_adapter", body)
-                if not broadcast.serves_adapter(reply):
-                    replica.last_error = f"replaying adapter {name}: {reply.summary()}"
-                    log.warning("replica %d not re-admitted: %s", replica.index, replica.last_error)
-                    return
-            wanted = paused_qs
-            if wanted != paused_by_us:
-                step = wanted if wanted is not None else "/resume"
-                reply = await self._send(replica, "POST", step, b"")
-                if not reply.ok:
-                    replica.last_error = f"replaying {step}: {reply.summary()}"
-                    return
-                paused_by_us = wanted
-            async with self._lock:
-                if self.replicas.get(replica.index) is not replica:
-                    return  # removed meanwhile
-                if self.generation == generation:
-                    replica.adapters = set(loaded)
-                    replica.healthy = True
-                    replica.consecutive_errors = 0
-                    replica.last_error = ""
-                    log.info("replica %d (%s) admitted", replica.index, replica.url)
-                    return
-
-    async def _unload_strays(self, replica: Replica) -> bool:
-        """Before re-admission, unload what the replica must not serve: versions retired while it was out, and any
-        failed load it did not answer (that load may have landed after the timeout). Such a load is waited for until
-        its unload succeeds or --broadcast-timeout-s has passed since. False: not admitted now (next probe retries)."""
-        reply = await self._send(replica, "GET", "/v1/models", b"")
-        retired = [n for n in listed_models(reply.body) if n in self.retired and n not in self.loaded]
-        owed = self.owed.get(replica.index, {})
-        now = asyncio.get_running_loop().time()
-        for name in [*retired, *owed]:
-            undo = await self._send(
-                replica, "POST", "/v1/unload_lora_adapter", json.dumps({"lora_name": name}).encode()
-            )
-            if undo.ok:
-                log.info("replica %d (%s): unloaded stray adapter %s", replica.index, replica.url, name)
-            waiting = name in owed and not undo.ok and (undo.status is None or now < owed[name])
-            if waiting:
-                replica.last_error = f"waiting to undo the failed load of {name}: {undo.summary()}"
-                return False
-            owed.pop(name, None)
-        self.owed.pop(replica.index, None)
-        return True
-
-    def start_probing(self) -> None:
-        self._probe_task = asyncio.get_running_loop().create_task(self._probe_forever())
-
-    async def stop_probing(self) -> None:
-        for task in list(self._loading):
-            task.cancel()
-        if self._probe_task is not None:
-            self._probe_task.cancel()
-            try:
-                await self._probe_task
-            except asyncio.CancelledError:
-                pass
-            self._probe_task = None
-
-    async def _probe_forever(self) -> None:
-        while True:
-            await asyncio.sleep(self.settings.health_interval_s)
-            try:
-                await self.probe_all()
-            except Exception:  # keep probing whatever happens
-                log.exception("health probe round failed")
 
     async def health(self, request: web.Request) -> web.Response:
         total = len(self.replicas)

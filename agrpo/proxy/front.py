@@ -9,7 +9,9 @@ to aiohttp's server, which then serves it to the end with every check it has. ai
 costs about as much CPU per request as the rest of the proxy together; this path skips it.
 
 Abuse it must survive: a body counts against the shared body budget only as its bytes arrive (a
-head that declares 64 MiB holds nothing); a request must arrive whole within
+head that declares 64 MiB holds nothing), within the shares trust.BodyBudget gives requests without
+the admin token and each client address, and a body that stalls gives its bytes up to one that
+arrived (so a few connections withholding their last byte starve nobody); a request must arrive whole within
 --request-read-timeout-s (else 408); a client that pipelines requests without reading the
 answers is not read from until it does; a client that leaves cancels its request upstream; a
 head with a bare LF gets 400 at once.
@@ -20,7 +22,7 @@ import re
 from http import HTTPStatus
 from time import perf_counter
 
-from agrpo.proxy.trust import over_budget_message
+from agrpo.proxy.trust import EVICTED_MESSAGE, over_budget_message
 from agrpo.proxy.upstream import TRANSPORT_ERRORS, error_body
 
 _ROUTED = {b"/v1/completions": "/v1/completions", b"/v1/chat/completions": "/v1/chat/completions"}
@@ -92,7 +94,12 @@ class FrontProtocol(asyncio.Protocol):
         self._paused = False
         self._drain: asyncio.Future | None = None
         self._task: asyncio.Task | None = None
-        self._pending = None  # [head end, path, length, headers, body bytes held] of a body still arriving
+        self._pending = None  # [path, length, headers, budget hold] of a body still arriving
+        # that body's bytes so far, as received: joined once when whole (growing one buffer to 64 MiB copied it ~9
+        # times over, which made a client resending large bodies slow everyone else's requests)
+        self._parts: list[bytes] = []
+        self._parts_len = 0
+        self.peer = ""  # the client's address: the body budget's per-peer share
         self._loop = None
         self.last_active = 0.0
         self.reading_since: float | None = None  # when the request being read began to arrive (None: none is)
@@ -102,6 +109,8 @@ class FrontProtocol(asyncio.Protocol):
         self.transport = transport
         self._loop = asyncio.get_running_loop()
         self.last_active = self._loop.time()
+        peer = transport.get_extra_info("peername")
+        self.peer = str(peer[0]) if isinstance(peer, tuple) and peer else ""
         self.server.front_connections.add(self)
 
     def connection_lost(self, exc):
@@ -116,7 +125,11 @@ class FrontProtocol(asyncio.Protocol):
 
     def data_received(self, data):
         self.last_active = now = self._loop.time()
-        self.buffer += data
+        if self._pending is not None:
+            self._parts.append(data)
+            self._parts_len += len(data)
+        else:
+            self.buffer += data
         if not self.busy:
             if self.reading_since is None:
                 self.reading_since = now
@@ -168,8 +181,13 @@ class FrontProtocol(asyncio.Protocol):
 
     def _release_pending(self) -> None:
         pending, self._pending = self._pending, None
+        self._parts, self._parts_len = [], 0
         if pending is not None:
-            self.server.budget.release(pending[4])
+            self.server.budget.release(pending[3])
+
+    def _evicted(self) -> None:
+        """The budget took this body's bytes back for a request that had arrived (trust.BodyBudget)."""
+        self.refuse(503, EVICTED_MESSAGE, "Overloaded", [("Retry-After", "1")])
 
     # -- requests
     def _next(self) -> None:
@@ -186,31 +204,37 @@ class FrontProtocol(asyncio.Protocol):
             if request is None:
                 self._hand_over()
                 return
-            path, length, headers = request
+            path, length, headers, authorization = request
             if length > self.server.settings.max_body_bytes:
                 self._hand_over()  # aiohttp answers 413 without reading the body
                 return
-            self._pending = [end, path, length, headers, 0]
-        pending = self._pending
-        end, path, length, headers, held = pending
-        arrived = min(len(buffer) - end - 4, length)
-        if arrived > held:  # the budget counts body bytes as they arrive, never what a head declares
-            if not self.server.budget.reserve(arrived - held):
+            trusted = self.server.trusted(authorization)  # the token is checked before any body byte counts
+            hold = self.server.budget.hold(self.peer, trusted, self._evicted, self._loop.time())
+            self._pending = [path, length, headers, hold]
+            body = bytes(buffer[end + 4 :])
+            buffer.clear()
+            self._parts, self._parts_len = [body] if body else [], len(body)
+        path, length, headers, hold = self._pending
+        arrived = min(self._parts_len, length)
+        if arrived > hold.held:  # the budget counts body bytes as they arrive, never what a head declares
+            if not self.server.budget.take(hold, arrived - hold.held, arrived == length, self._loop.time()):
                 limit = self.server.settings.max_inflight_body_bytes
                 self.refuse(503, over_budget_message(limit), "Overloaded", [("Retry-After", "1")])
                 return
-            pending[4] = arrived
         if arrived < length:
             return
         self._pending = None
-        raw = bytes(buffer[end + 4 : end + 4 + length])
-        del buffer[: end + 4 + length]
+        raw = b"".join(self._parts)
+        self._parts, self._parts_len = [], 0
+        if len(raw) > length:  # the start of a pipelined request
+            buffer += raw[length:]
+            raw = raw[:length]
         self.busy = True
         self.reading_since = None
-        self._task = self._loop.create_task(self._serve(path, headers, raw, length))
+        self._task = self._loop.create_task(self._serve(path, headers, raw, hold))
 
     def _lean_request(self, head: bytes):
-        """(path, content length, raw header pairs) when the lean path may serve it, else None.
+        """(path, content length, raw header pairs, Authorization value) when the lean path may serve it, else None.
 
         Anything a strict parser would question (bare CR or LF, control bytes, odd header
         names, a repeated Content-Length, Transfer-Encoding) is left to aiohttp's parser, so
@@ -226,7 +250,7 @@ class FrontProtocol(asyncio.Protocol):
         path = _ROUTED.get(parts[1])
         if path is None:
             return None
-        length = None
+        length, authorization = None, None
         headers = []
         for line in head[line_end + 2 :].split(b"\r\n") if line_end >= 0 else ():
             name, sep, value = line.partition(b":")
@@ -242,12 +266,14 @@ class FrontProtocol(asyncio.Protocol):
                 return None
             elif lower == b"connection" and b"close" in value.lower():
                 self.closing = True
+            elif lower == b"authorization" and authorization is None:  # the first, as aiohttp reads it
+                authorization = value.decode("latin-1")
             headers.append((name, value))
         if length is None:
             return None
-        return path, length, headers
+        return path, length, headers, authorization
 
-    async def _serve(self, path: str, headers, raw: bytes, held: int) -> None:
+    async def _serve(self, path: str, headers, raw: bytes, hold) -> None:
         sink = RawSink(self)
         try:
             await self.server.routed.handle(sink, "POST", path, headers, raw, perf_counter())
@@ -258,7 +284,7 @@ class FrontProtocol(asyncio.Protocol):
         except TRANSPORT_ERRORS:
             self.closing = True  # the client left while we answered
         finally:
-            self.server.budget.release(held)
+            self.server.budget.release(hold)
             self.busy = False
             self._task = None
             self.last_active = self._loop.time()

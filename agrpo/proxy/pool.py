@@ -301,9 +301,11 @@ class Exchange:
 
     A reused keep-alive connection that the replica had closed in the meantime (no byte of an
     answer came back) is retried once on a fresh connection: that is not the replica failing.
+    While it runs it is in `replica.exchanges`, so that the control plane can `drop` it when the
+    replica stops answering (the routed path then retries it on another replica).
     """
 
-    __slots__ = ("pool", "replica", "timeout_s", "conn", "_timer", "_expired")
+    __slots__ = ("pool", "replica", "timeout_s", "conn", "_timer", "_expired", "_dropped")
 
     def __init__(self, pool: Pool, replica, timeout_s: float):
         self.pool = pool
@@ -312,9 +314,11 @@ class Exchange:
         self.conn: Connection | None = None
         self._timer = None
         self._expired = False
+        self._dropped: str | None = None
 
     async def send(self, method: str, path_qs: str, head_lines: bytes, body: bytes) -> Response:
         self._timer = asyncio.get_running_loop().call_later(self.timeout_s, self._expire)
+        self.replica.exchanges.add(self)
         url = self.replica.url
         auth = self.replica.authorization
         head = (
@@ -328,12 +332,14 @@ class Exchange:
             self.conn = conn
             if self._expired:
                 raise asyncio.TimeoutError()
+            if self._dropped is not None:
+                raise UpstreamClosed(self._dropped)
             try:
                 return await conn.send(head, body, no_body=method == "HEAD")
             except UpstreamClosed:
                 if self._expired:
                     raise asyncio.TimeoutError() from None
-                if reused and not conn.got_bytes and attempt == 0:
+                if reused and not conn.got_bytes and attempt == 0 and self._dropped is None:
                     continue
                 raise
         raise UpstreamClosed("unreachable")
@@ -348,8 +354,15 @@ class Exchange:
             self.conn.abort(UpstreamClosed("aborted by the proxy"))
             self.conn = None
 
+    def drop(self, reason: str) -> None:
+        """Give up on the replica's answer now (it stopped answering): whoever awaits it gets UpstreamClosed."""
+        self._dropped = reason
+        if self.conn is not None:
+            self.conn.abort(UpstreamClosed(reason))
+
     def finish(self) -> None:
         """Give the connection back if its answer was read to the end, else drop it."""
+        self.replica.exchanges.discard(self)
         if self._timer is not None:
             self._timer.cancel()
         conn, self.conn = self.conn, None

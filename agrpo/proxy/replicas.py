@@ -1,5 +1,6 @@
 """The replicas behind the proxy: address, health and outstanding work. No I/O here."""
 
+import asyncio
 from dataclasses import dataclass, field
 
 import yarl
@@ -20,7 +21,32 @@ class Replica:
     authorization: str | None = field(default=None, repr=False)  # upstream token, if allowed
     admitting: bool = False  # a re-admission (state replay) is under way
     adapters: set[str] = field(default_factory=set)  # adapters it serves, of those loaded through the proxy
+    hung: bool = False  # out of rotation because it stopped answering (timeouts), not because it refused
+    down_since: float | None = None  # the event loop's clock when it was marked unhealthy
+    # set while it is marked unhealthy: a broadcast still waiting for its answer stops waiting (broadcast.py)
+    down: asyncio.Event = field(default_factory=asyncio.Event, repr=False)
+    exchanges: set = field(default_factory=set, repr=False)  # its routed requests in flight (pool.Exchange)
     _urls: dict = field(default_factory=dict, repr=False)
+
+    def mark_down(self, reason: str, hung: bool, now: float) -> bool:
+        """Out of rotation until a probe re-admits it; True if it was in rotation until now."""
+        was_healthy = self.healthy
+        self.healthy = False
+        self.last_error = reason
+        self.hung = hung if was_healthy else self.hung or hung  # a dropped request failing later is no news
+        if was_healthy or self.down_since is None:
+            self.down_since = now
+        self.down.set()
+        return was_healthy
+
+    def mark_up(self) -> None:
+        """Back in rotation (after its state was replayed)."""
+        self.healthy = True
+        self.hung = False
+        self.down_since = None
+        self.consecutive_errors = 0
+        self.last_error = ""
+        self.down.clear()
 
     def target(self, path_qs: str) -> yarl.URL:
         """Upstream URL for a path (cached: building yarl URLs is not free on the hot path)."""
@@ -49,6 +75,7 @@ class Replica:
             "routed": self.routed,
             "outstanding_work": self.work,
             "last_error": self.last_error,
+            "hung": self.hung,
             "adapters": sorted(self.adapters),
         }
 

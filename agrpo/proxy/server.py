@@ -30,9 +30,17 @@ from agrpo.proxy.settings import (
     token_patterns,
     url_host,
 )
-from agrpo.proxy.trust import AdminGuard, BodyBudget, over_budget_message
+from agrpo.proxy.trust import (
+    EVICTED_MESSAGE,
+    AdminGuard,
+    BodyBudget,
+    BodyEvicted,
+    open_without_token,
+    over_budget_message,
+)
 from agrpo.proxy.upstream import (
     TRANSPORT_ERRORS,
+    OneLineLog,
     forwarded_head_lines,
     json_error,
     response_headers,
@@ -50,9 +58,6 @@ BROADCAST_PATHS = (
     "/sleep",
     "/wake_up",
 )
-# passed to one replica without the admin token: reads, and POSTs that change nothing
-OPEN_METHODS = ("GET", "HEAD", "OPTIONS")
-OPEN_POSTS = ("/tokenize", "/detokenize")
 
 
 class ProxyServer:
@@ -71,7 +76,8 @@ class ProxyServer:
         for url in settings.upstreams:
             self.add_replica(url)
         self.router = Router.from_settings(settings)
-        self.budget = BodyBudget(settings.max_inflight_body_bytes)
+        reserved = settings.max_inflight_body_bytes - settings.open_body_bytes()
+        self.budget = BodyBudget(settings.max_inflight_body_bytes, reserved, settings.max_body_bytes_per_peer)
         self.metrics = Metrics(self.budget)
         self.pool = Pool(settings.connect_timeout_s)
         self.url: str | None = None
@@ -122,6 +128,7 @@ class ProxyServer:
             handle_signals=False,
             shutdown_timeout=self.settings.shutdown_timeout_s,
             handler_cancellation=True,  # a client that leaves cancels its request (broadcasts are shielded)
+            logger=OneLineLog(logging.getLogger("aiohttp.server")),  # a malformed request: one line, no traceback
         )
         try:
             await self._runner.setup()
@@ -189,9 +196,9 @@ class ProxyServer:
             return None
         return json_error(
             401,
-            f"{request.method} {request.path} changes the proxy's state and "
-            "needs 'Authorization: Bearer <admin token>' (the token in the "
-            "variable named by --admin-token-env)",
+            f"{request.method} {request.path[:100]} needs 'Authorization: Bearer <admin token>' (the token in the "
+            "variable named by --admin-token-env): without it only completions, chat completions, /tokenize, "
+            "/detokenize and the reads /v1/models, /version, /ping, /health, /metrics and /proxy/stats are open",
             "Unauthorized",
             extra_headers={"WWW-Authenticate": "Bearer"},
         )
@@ -204,25 +211,35 @@ class ProxyServer:
             "BadRequestError",
         )
 
+    def trusted(self, authorization: str | None) -> bool:
+        """Whether a request carries the admin token (its body then draws on the share others cannot hold)."""
+        return self.admin.enabled and self.admin.allows(authorization)
+
     async def read_body(self, request: web.Request):
-        """(body, bytes reserved) or an error response: 413 over --max-body-bytes, 503 while all requests together
-        hold --max-inflight-body-bytes, 408 when the body does not arrive within --request-read-timeout-s. The budget
-        counts bytes as they arrive, whatever Content-Length declares."""
+        """(body, its budget hold) or an error response: 413 over --max-body-bytes, 503 when the body budget has no
+        room for it (trust.BodyBudget) or cut it off for a request that had arrived, 408 when the body does not
+        arrive within --request-read-timeout-s. The budget counts bytes as they arrive, whatever Content-Length
+        declares; the caller releases the hold (`budget.release`)."""
         limit = self.settings.max_body_bytes
         too_large = json_error(413, f"request body exceeds {limit} bytes (--max-body-bytes)", "RequestTooLarge")
         if request.content_length is not None and request.content_length > limit:
             return too_large
-        held, parts = 0, []
+        content, loop = request.content, asyncio.get_running_loop()
+        hold = self.budget.hold(
+            request.remote, self.trusted(request.headers.get("Authorization")), evict=None, now=loop.time()
+        )
+        hold.evict = lambda: content.set_exception(BodyEvicted())
+        parts = []
 
         async def arrive():
-            nonlocal held
-            async for chunk in request.content.iter_any():
-                if held + len(chunk) > limit:
+            async for chunk in content.iter_any():
+                if hold.held + len(chunk) > limit:
                     return too_large
-                if not self.budget.reserve(len(chunk)):
+                complete = content.is_eof() or hold.held + len(chunk) == request.content_length
+                if not self.budget.take(hold, len(chunk), complete, loop.time()):
                     return self._over_budget()
-                held += len(chunk)
                 parts.append(chunk)
+            self.budget.take(hold, 0, True, loop.time())  # whole (a chunked body's end may come alone): not evictable
             return None
 
         try:
@@ -234,14 +251,19 @@ class ProxyServer:
                 "(--request-read-timeout-s)",
                 "RequestTimeout",
             )
+        except BodyEvicted:
+            refused = json_error(503, EVICTED_MESSAGE, "Overloaded", extra_headers={"Retry-After": "1"})
+        except ConnectionError:  # the client left mid-body: nobody to answer, nothing to log but a line
+            log.info("%s %s: the client left before its body arrived", request.method, request.path[:100])
+            refused = json_error(400, "the connection closed before the body arrived", "BadRequestError")
         except BaseException:
-            self.budget.release(held)
+            self.budget.release(hold)
             raise
         if refused is not None:
-            self.budget.release(held)
+            self.budget.release(hold)
             refused.force_close()  # the rest of the body is not read
             return refused
-        return b"".join(parts), held
+        return b"".join(parts), hold
 
     def _over_budget(self) -> web.Response:
         return json_error(
@@ -261,35 +283,35 @@ class ProxyServer:
         if isinstance(body, web.Response):
             self.metrics.rejected += 1
             return body
-        raw, held = body
+        raw, hold = body
         sink = AiohttpSink(request)
         try:
             await self.routed.handle(sink, request.method, request.raw_path, request.raw_headers, raw, started)
         finally:
-            self.budget.release(held)
+            self.budget.release(hold)
         return sink.response
 
     # ------------------------------------------------------------------ one replica
     async def _any(self, request: web.Request) -> web.StreamResponse:
         """Anything else (/v1/models, /version, /tokenize...): one healthy replica answers.
 
-        Requests that could change a replica's state (any method but GET/HEAD/OPTIONS, except
-        /tokenize and /detokenize) need the admin token like the broadcasts do.
+        Only the reads and posts of trust.open_without_token are open; everything else (vLLM's informational and
+        dev endpoints included) needs the admin token like the broadcasts do, checked before any body byte is read.
         """
         if not request.raw_path.startswith("/"):
             return self._absolute_form(request)
-        if request.method not in OPEN_METHODS and request.path not in OPEN_POSTS:
+        if not open_without_token(request.method, request.path):
             denied = self.admin_denied(request)
             if denied is not None:
                 return denied
         body = await self.read_body(request)
         if isinstance(body, web.Response):
             return body
-        raw, held = body
+        raw, hold = body
         try:
             return await self._one_replica(request, raw)
         finally:
-            self.budget.release(held)
+            self.budget.release(hold)
 
     async def _one_replica(self, request: web.Request, raw: bytes) -> web.StreamResponse:
         head_lines = forwarded_head_lines(request.raw_headers)

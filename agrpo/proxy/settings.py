@@ -87,6 +87,15 @@ class ProxySettings:
         "request bytes held at once over all requests; beyond it new "
         "requests get 503 (bounds memory under many large bodies)",
     )
+    token_reserved_body_share: float = _knob(
+        0.5,
+        "share of --max-inflight-body-bytes that requests without the admin token can never hold, so the run's own "
+        "requests (which carry it) never wait behind other clients' bytes (used only with --admin-token-env)",
+    )
+    max_body_bytes_per_peer: int = _knob(
+        64 * 1024 * 1024,
+        "request bytes one client address may hold at once without the admin token (at least --max-body-bytes)",
+    )
     lean_front: bool = _knob(
         True,
         "serve routed requests with the proxy's own HTTP/1.1 front instead of aiohttp's "
@@ -146,6 +155,15 @@ class ProxySettings:
                 "--max-inflight-body-bytes must be at least --max-body-bytes (else the "
                 "largest allowed body could never be accepted)"
             )
+        if self.max_body_bytes_per_peer < self.max_body_bytes:
+            found.append("--max-body-bytes-per-peer must be at least --max-body-bytes")
+        if not 0 <= self.token_reserved_body_share < 1:
+            found.append("--token-reserved-body-share must be at least 0 and below 1")
+        elif self.admin_token_env and self.open_body_bytes() < self.max_body_bytes:
+            found.append(
+                "--max-inflight-body-bytes x (1 - --token-reserved-body-share) must be at least --max-body-bytes "
+                "(else the largest body without the admin token could never be accepted)"
+            )
         if self.spill_factor < 1:
             found.append("--spill-factor below 1 would spill from a replica under the mean load")
         if self.spill_slack_requests < 0 or self.load_retry_deadline_s < 0 or self.health_quorum < 0:
@@ -153,6 +171,12 @@ class ProxySettings:
         if self.health_quorum > len(self.upstreams) > 0:
             found.append(f"--health-quorum {self.health_quorum} exceeds the {len(self.upstreams)} replicas given")
         return found
+
+    def open_body_bytes(self) -> int:
+        """Request bytes that requests without the admin token may hold together (all of them without a token)."""
+        if not self.admin_token_env:
+            return self.max_inflight_body_bytes
+        return int(self.max_inflight_body_bytes * (1 - self.token_reserved_body_share))
 
 
 def _canonical_or_none(url: object) -> str | None:

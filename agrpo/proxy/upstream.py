@@ -2,6 +2,7 @@
 
 import asyncio
 import json
+import logging
 import re
 
 import aiohttp
@@ -26,8 +27,15 @@ _DROP_UPSTREAM = frozenset(
         "transfer-encoding",
         "upgrade",
         "expect",
+        # who the client says it is or came through: a replica (uvicorn trusts X-Forwarded-For from loopback) must
+        # never take a client's word for it
+        "forwarded",
+        "x-real-ip",
     )
 )
+# never forwarded upstream either, by prefix: proxy-* hop-by-hop, agrpo's own headers (X-Agrpo-Replica...), and
+# X-Forwarded-For / -Host / -Proto
+_DROP_UPSTREAM_PREFIXES = (b"proxy-", b"x-agrpo-", b"x-forwarded-")
 # never copied back to the client: hop-by-hop or set by our own server
 _DROP_DOWNSTREAM = frozenset(
     (
@@ -52,9 +60,21 @@ _DROP_UPSTREAM_RAW = frozenset(name.encode() for name in _DROP_UPSTREAM)
 
 
 def forwarded_head_lines(raw_headers) -> bytes:
-    """The client's raw headers as request-head lines, minus hop-by-hop ones and its
-    Authorization (bytes as received: nothing decoded or re-encoded)."""
-    return b"".join(k + b": " + v + b"\r\n" for k, v in raw_headers if k.lower() not in _DROP_UPSTREAM_RAW)
+    """The client's raw headers as request-head lines (bytes as received: nothing decoded or re-encoded), minus
+    hop-by-hop ones (those RFC 9110 names and those the client's Connection header names), its Authorization, its
+    claims about where it came from, and agrpo's own headers."""
+    lines, connection = [], None
+    for k, v in raw_headers:
+        lower = k.lower()
+        if lower in _DROP_UPSTREAM_RAW or lower.startswith(_DROP_UPSTREAM_PREFIXES):
+            if lower == b"connection":
+                connection = v
+            continue
+        lines.append(k + b": " + v + b"\r\n")
+    named = {t.strip().lower() for t in connection.split(b",")} - _DROP_UPSTREAM_RAW if connection else None
+    if not named:  # the common case: no Connection header, or one naming only what is dropped anyway
+        return b"".join(lines)
+    return b"".join(line for line in lines if line.split(b":", 1)[0].lower() not in named)
 
 
 _HEADER_NAME = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")  # a token (RFC 9110)
@@ -83,6 +103,21 @@ def response_headers(pairs, replica: Replica | None) -> list[tuple[str, str]]:
     if replica is not None:
         headers.append((REPLICA_HEADER, str(replica.index)))
     return headers
+
+
+class OneLineLog(logging.LoggerAdapter):
+    """aiohttp's server log with a client's malformed request (or its leaving early) as one line: what was wrong, no
+    traceback. An error in the proxy's own handlers keeps its traceback."""
+
+    def __init__(self, logger: logging.Logger):
+        super().__init__(logger, {})
+
+    def log(self, level, msg, *args, exc_info=None, **kwargs):
+        if isinstance(exc_info, (aiohttp.http_exceptions.HttpProcessingError, ConnectionError)):
+            what = " ".join(f"{type(exc_info).__name__}: {exc_info}".split())
+            what = what.encode("ascii", "backslashreplace").decode()[:300]
+            msg, args, exc_info, level = f"{msg}: %s", (*args, what), None, min(level, logging.INFO)
+        super().log(level, msg, *args, exc_info=exc_info, **kwargs)
 
 
 def error_body(status: int, message: str, kind: str = "ProxyError") -> bytes:

@@ -191,16 +191,31 @@ class StandIn(HubBackend):
             mounts.append((str(self.bucket_dir(volume["source"])), volume["mountPath"], bool(volume.get("readOnly"))))
         return mounts
 
-    def _hosts_file(self, job_dir: Path) -> Path:
+    def _hosts_text(self) -> str:
         """/etc/hosts plus every exposed-port name of the Jobs that exist now, at the gateway."""
         gateway_ip = self.gateway.rsplit(":", 1)[0]
         lines = [Path("/etc/hosts").read_text()]
         with self.lock:
             for other in self.jobs.values():
                 lines += [f"{gateway_ip} {J.exposed_host(other.id, port)}" for port in other.exposed_ports]
+        return "\n".join(lines) + "\n"
+
+    def _hosts_file(self, job_dir: Path) -> Path:
         path = job_dir / "hosts"
-        path.write_text("\n".join(lines) + "\n")
+        path.write_text(self._hosts_text())
         return path
+
+    def _refresh_hosts(self) -> None:
+        """A Job with exposed ports was created: every Job's hosts file names it too, as the Hub's DNS would (a
+        trainer Job that launches replica Jobs reaches them). Rewritten in place: the bind mount sees the change."""
+        text = self._hosts_text()
+        for path in (self.root / "jobs").glob("*/hosts"):
+            try:
+                with path.open("r+") as handle:  # same inode: the Job's bind-mounted /etc/hosts follows
+                    handle.write(text)
+                    handle.truncate()
+            except OSError:
+                continue
 
     def _start(self, job: J.JobRecord) -> None:
         job_dir = self.root / "jobs" / job.id
@@ -215,6 +230,7 @@ class StandIn(HubBackend):
                     with self.lock:
                         self.netns[job.id] = netns
                     netns.create()
+                self._refresh_hosts()
             command = [*(job.spec.get("command") or []), *(job.spec.get("arguments") or [])]
             argv = runner.wrapper_argv(
                 command, self._mounts(job), self._hosts_file(job_dir), job_dir / "home", netns.name if netns else None

@@ -18,14 +18,20 @@ from agrpo.rewards.contract import call_reward
 SPECIAL_TOKEN_MARKER = re.compile(r"<\|[^<>|\s]{1,40}\|>")
 
 
+TURN_SEPARATOR = "\n\n"  # between the assistant turns of an agent's episode
+
+
 def completion_text(completion: Any) -> str:
-    """The generated text of one completion, whether TRL passed a string or a list of chat messages."""
+    """The generated text of one completion, whether TRL passed a string or a list of chat messages (an agent's
+    episode: its assistant turns that wrote text, joined by TURN_SEPARATOR)."""
     if isinstance(completion, str):
         return completion
     if isinstance(completion, dict):
         return str(completion.get("content") or "")
     if isinstance(completion, list):
-        return "".join(completion_text(message) for message in completion if _is_assistant(message))
+        # Turns apart: an answer "...3" then "42" in the next turn must not read as 342.
+        turns = (completion_text(message) for message in completion if _is_assistant(message))
+        return TURN_SEPARATOR.join(text for text in turns if text)
     raise TypeError(f"Cannot read a completion of type {type(completion).__name__}")
 
 

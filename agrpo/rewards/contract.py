@@ -14,6 +14,7 @@ the trainer ends the run with it; `agrpo eval` prints it the same way.
 
 from __future__ import annotations
 
+import math
 import numbers
 import traceback
 from collections.abc import Callable, Mapping
@@ -129,4 +130,19 @@ def call_reward(reward: Callable[..., Any], name: str, kwargs: Mapping[str, Any]
             f"reward term {name!r} {problem} while scoring the row [{describe_row(kwargs)}]: a reward returns one "
             "float (or None, to leave a completion out) per completion, in order"
         )
-    return [None if s is None else float(s) for s in scores]
+    floats = [None if s is None else float(s) for s in scores]
+    not_finite = [s for s in floats if s is not None and not math.isfinite(s)]
+    if not_finite:
+        raise RewardError(not_finite_message(name, not_finite, count, kwargs))
+    return floats
+
+
+def not_finite_message(name: str, values: list[float], count: int, kwargs: Mapping[str, Any]) -> str:
+    """NaN or infinity is never a score: TRL would silently turn NaN into "left out" and infinity into NaN
+    advantages, so the run ends naming the term, the value and how many completions got it."""
+    shown = ", ".join(sorted({repr(v) for v in values}))
+    return (
+        f"reward term {name!r} returned {shown} for {len(values)} of {count} completions while scoring the row "
+        f"[{describe_row(kwargs)}]: a score must be a finite number; return None to leave a completion out of "
+        "training on purpose (NaN and infinity usually come from a division by zero or a log of 0 in the reward)"
+    )

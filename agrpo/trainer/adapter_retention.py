@@ -10,7 +10,16 @@ took down a replica's engine in every run.
 The fix here: TRL's deletion of a published version is deferred until `retain_s` seconds after that version was
 unloaded. A request cannot stay inside an engine longer than the client's request timeout (the client disconnects
 and vLLM aborts the request), so `retain_s` defaults to TRL's `request_timeout` plus a margin. The policy is pure
-(clock and deleter injected) and unit-tested; `retain_adapter_files` installs it around one trainer.
+(clock and deleter injected) and unit-tested; `retain_adapter_files` enters it around one trainer's training.
+
+That bound is what can still be in flight in the worst case; it kept ~44 versions (7.1 MiB of a tiny model's
+adapters, GiBs for a real model) by step 55 of the smoke run. Where the rollout worker talks to its one replica
+directly (no proxy), a version's requests are exactly the worker's own: the worker reports the oldest version any of
+its open rollouts started on (`rollout/open_version_min`, agrpo/trainer/guarded_loop.py; a rollout only ever starts
+on the newest version, so once that floor passes a version nothing can ask for it again), and a version below the
+floor goes FINISHED_MARGIN_S after the floor was seen (a cancelled request's abort reaches the engine within a
+scheduler step). Behind the proxy the time bound stays: a request the proxy failed over may still sit in a replica
+(a frozen one, say) after the worker got its answer elsewhere.
 """
 
 from __future__ import annotations
@@ -20,14 +29,20 @@ import logging
 import os
 import re
 import shutil
+import threading
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
+
+from transformers import TrainerCallback
 
 log = logging.getLogger(__name__)
 
 # Seconds added to the client's request timeout: an abort reaches the engine a scheduler step after the disconnect.
 ABORT_MARGIN_S = 30.0
+# Seconds a version's files outlive the moment the rollout worker was seen with no request open on it (direct only).
+FINISHED_MARGIN_S = 5.0
+OPEN_VERSION_METRIC = "rollout/open_version_min"  # a "min" word: TRL logs the window's minimum
 
 
 class AdapterRetention:
@@ -40,6 +55,7 @@ class AdapterRetention:
         retain_s: float,
         clock: Callable[[], float] = time.monotonic,
         delete: Callable[[str], None] = lambda path: shutil.rmtree(path, ignore_errors=True),
+        finished_margin_s: float = FINISHED_MARGIN_S,
     ):
         self.lora_dir = os.path.abspath(lora_dir)
         self.retain_s = retain_s
@@ -50,6 +66,9 @@ class AdapterRetention:
         self.unloaded_at: dict[int, float] = {}  # version -> when the replicas were told to unload it
         self.pending: dict[int, str] = {}  # version -> folder whose deletion was asked for and deferred
         self.deleted: list[int] = []
+        self.finished_margin_s = finished_margin_s
+        self.floors: list[tuple[float, int]] = []  # (seen at, floor): from then on no request below floor was open
+        self._lock = threading.Lock()  # the sync thread and the trainer's log step both collect
 
     def version_of(self, path: str) -> int | None:
         """The version a folder directly under `lora_dir` publishes, or None for anything else (tmp folders...)."""
@@ -71,7 +90,8 @@ class AdapterRetention:
         version = self.version_of(path)
         if version is None or version >= self.latest_loaded:
             return False
-        self.pending[version] = os.path.abspath(path)
+        with self._lock:
+            self.pending[version] = os.path.abspath(path)
         self.collect()
         return True
 
@@ -79,34 +99,47 @@ class AdapterRetention:
         """A version's files may go once it was unloaded at least `retain_s` ago. One never unloaded (a trainer
         that died between load and unload) is treated as unloaded when its deletion was asked for."""
         since = self.unloaded_at.setdefault(version, now)
-        return now - since >= self.retain_s
+        if now - since >= self.retain_s:
+            return True
+        free = next((seen for seen, floor in self.floors if floor > version), None)
+        return free is not None and now - free >= self.finished_margin_s
+
+    def none_open_below(self, floor: int) -> list[int]:
+        """The rollout worker has no request open on a version below `floor` (it never starts one again); delete what
+        is due. Returns the versions deleted."""
+        with self._lock:
+            if not self.floors or floor > self.floors[-1][1]:
+                self.floors.append((self.clock(), floor))
+        return self.collect()
 
     def collect(self) -> list[int]:
-        """Delete every deferred folder that is due; return their versions."""
-        now = self.clock()
-        done = [version for version in sorted(self.pending) if self.due(version, now)]
-        for version in done:
-            self.delete(self.pending.pop(version))
-            self.unloaded_at.pop(version, None)
-            self.deleted.append(version)
+        """Delete every deferred folder that is due; return their versions. Called from the sync (TRL's delete
+        request, on the sync thread in background mode) and from the trainer's log step at once: the choice of what
+        is due and its removal from `pending` are one locked step, so no folder is taken twice."""
+        with self._lock:
+            now = self.clock()
+            done = [version for version in sorted(self.pending) if self.due(version, now)]
+            paths = [self.pending.pop(version) for version in done]
+            for version in done:
+                self.unloaded_at.pop(version, None)
+            self.deleted.extend(done)
+        for path in paths:
+            self.delete(path)
         if done:
             log.debug("deleted adapter folders of versions %s (unloaded >= %.0f s ago)", done, self.retain_s)
         return done
 
 
-class _RetainingShutil:
-    """Stands in for the `shutil` module inside TRL's trainer module: `rmtree` of a published adapter version goes
-    through the retention policy, everything else is the real shutil."""
+class OpenVersionsCallback(TrainerCallback):
+    """Hands the rollout worker's logged floor (`rollout/open_version_min`) to the retention policy."""
 
     def __init__(self, retention: AdapterRetention):
-        self._retention = retention
+        self.retention = retention
 
-    def rmtree(self, path: Any, *args: Any, **kwargs: Any) -> None:
-        if not self._retention.request_delete(os.fspath(path)):
-            shutil.rmtree(path, *args, **kwargs)
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(shutil, name)
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        floor = (logs or {}).get(OPEN_VERSION_METRIC)
+        if floor is not None:
+            self.retention.none_open_below(int(floor))
 
 
 def default_retain_s(request_timeout_s: float) -> float:
@@ -114,37 +147,19 @@ def default_retain_s(request_timeout_s: float) -> float:
 
 
 @contextlib.contextmanager
-def retain_adapter_files(trainer: Any, retain_s: float) -> Iterator[AdapterRetention]:
-    """Install the retention policy on a built AsyncGRPOTrainer for the duration of `trainer.train()`: TRL's
-    deletions of published versions are deferred, loads and unloads are recorded. Restores TRL's module after."""
-    from trl.experimental.async_grpo import async_grpo_trainer as module
-
+def retain_adapter_files(trainer: Any, retain_s: float, direct: bool = False) -> Iterator[AdapterRetention]:
+    """The retention policy on a built AgrpoAsyncGRPOTrainer for the duration of `trainer.train()`
+    (`trainer.retaining`: TRL's deletions of published versions are deferred, loads and unloads recorded).
+    `direct`: the rollout worker talks to its one replica without a proxy, so its open versions bound retention."""
     retention = AdapterRetention(trainer._lora_dir, trainer._lora_name, retain_s)
-    client = getattr(trainer, "vllm_client", None)
-    originals = {}
-    if client is not None:  # non-main ranks neither load nor delete
-        originals = {"load_lora_adapter": client.load_lora_adapter, "unload_lora_adapter": client.unload_lora_adapter}
-
-        def load(lora_name: str, lora_path: str, *args: Any, **kwargs: Any) -> Any:
-            result = originals["load_lora_adapter"](lora_name, lora_path, *args, **kwargs)
-            version = retention.version_of(lora_path)
-            if version is not None:
-                retention.loaded(version)
-            return result
-
-        def unload(lora_name: str, *args: Any, **kwargs: Any) -> Any:
-            version = retention.version_of(os.path.join(retention.lora_dir, lora_name))
-            if version is not None:
-                retention.unloaded(version)
-            return originals["unload_lora_adapter"](lora_name, *args, **kwargs)
-
-        client.load_lora_adapter = load
-        client.unload_lora_adapter = unload
-    module.shutil = _RetainingShutil(retention)
+    client = getattr(trainer, "vllm_client", None)  # non-main ranks neither load nor delete
+    callback = OpenVersionsCallback(retention) if direct and client is not None else None
+    if callback is not None:
+        trainer.add_callback(callback)
     try:
-        yield retention
+        with trainer.retaining(retention):
+            yield retention
     finally:
-        module.shutil = shutil
-        for name, original in originals.items():
-            setattr(client, name, original)
+        if callback is not None:
+            trainer.remove_callback(callback)
         retention.collect()

@@ -4,7 +4,10 @@ TRL 1.16's `_AsyncRolloutLoop` reads only the JSON of a completion, so it cannot
 `AgentTurnsMixin` changes two methods of agrpo's loop and nothing of the rollout itself: `_post` is TRL's own
 request plus a note of the adapter requested and the proxy's `X-Agrpo-Replica` answer, kept per episode in a context
 variable (each episode is one asyncio task); `_push_rollout_metrics`, which TRL calls once at the end of every
-episode, adds the episode's counters to the metrics TRL sends to the trainer. A run with an agent spawns
+episode, adds the episode's counters to the metrics TRL sends to the trainer. It also counts what TRL leaves silent
+(`AgentCountsMixin`): tool answers cut at `agent.max_tool_output_chars`, replies that open a tool call TRL cannot
+parse (TRL reads them as plain text), and calls with a known outcome (so the failed share is exact while calls are
+still running); and it reports tool figures at 0 instead of leaving them out. A run with an agent spawns
 `AgentRolloutLoop` (module-level, so TRL's spawned process imports it by name; agrpo/trainer/loop_install.py installs
 it).
 """
@@ -12,11 +15,20 @@ it).
 from __future__ import annotations
 
 import contextvars
+import re
 from typing import Any
 
-import aiohttp
-
-from agrpo.agents.metrics import AFFINITY_RATE, ON_PREFIX, ROUTED, continuation_counts
+from agrpo.agents.metrics import (
+    AFFINITY_RATE,
+    CALLS_DONE,
+    FAILURES_DONE,
+    MALFORMED,
+    ON_PREFIX,
+    ROUTED,
+    TRUNCATED,
+    continuation_counts,
+)
+from agrpo.agents.tools import CUT_MARK
 from agrpo.proxy.upstream import REPLICA_HEADER
 from agrpo.trainer.rollout_child import PacedRolloutLoop
 
@@ -39,17 +51,15 @@ class AgentTurnsMixin:
         turns = _TURNS.get()
         if turns is None or path != "/v1/completions":
             return await super()._post(path, payload, timeout, max_retries)
-        client_timeout = aiohttp.ClientTimeout(total=timeout)
 
-        async def post_and_note() -> dict:  # TRL's `_post`, plus the note
-            url = f"{self.vllm_server_url}{path}"
-            async with self.session.post(url, json=payload, timeout=client_timeout) as response:
-                response.raise_for_status()
-                content = await response.json()
-                turns.append((payload.get("model"), response.headers.get(REPLICA_HEADER)))
-                return content if content else {}
+        def note(response: Any) -> None:
+            turns.append((payload.get("model"), response.headers.get(REPLICA_HEADER)))
 
-        return await self._retry(post_and_note, label=f"POST {path}", max_attempts=max_retries)
+        return await self._retry(  # agrpo's `_post` (rollout_loop.py: refusals not retried), plus the note
+            lambda: self._post_once(path, payload, timeout, answered=note),
+            label=f"POST {path}",
+            max_attempts=max_retries,
+        )
 
     def _push_rollout_metrics(self, **kwargs: Any) -> None:
         turns = _TURNS.get()
@@ -64,6 +74,67 @@ class AgentTurnsMixin:
         super()._push_rollout_metrics(**kwargs)
 
 
-class AgentRolloutLoop(AgentTurnsMixin, PacedRolloutLoop):
+def tool_call_opener(tokenizer: Any) -> re.Pattern:
+    """What starts a tool call in the tokenizer's response template (TRL's `add_response_schema` sets it), else
+    Qwen's `<tool_call>`."""
+    template = getattr(tokenizer, "response_template", None)
+    field = ((template or {}).get("fields") or {}).get("tool_calls") or {}
+    if field.get("open"):
+        return re.compile(re.escape(field["open"]))
+    return re.compile(field.get("open_pattern") or re.escape("<tool_call>"))
+
+
+def is_malformed(text: str, reply: dict[str, Any], opener: re.Pattern) -> bool:
+    """A reply that opens a tool call, but from which no call was parsed (pure)."""
+    return not reply.get("tool_calls") and opener.search(text) is not None
+
+
+class AgentCountsMixin:
+    """What TRL's agent loop leaves uncounted or missing (module docstring)."""
+
+    async def _generate_one_turn(self, prompt_ids: list[int]):
+        """TRL's turn, plus a count of replies that open a tool call TRL cannot parse: TRL's `parse_response` then
+        falls back to plain text silently, and the episode ends as if the model had answered."""
+        from trl.chat_template_utils import parse_response
+
+        ids, logprobs = await super()._generate_one_turn(prompt_ids)
+        if ids:
+            if not hasattr(self, "_opener"):
+                self._opener = tool_call_opener(self.tokenizer)
+            text = self.tokenizer.decode(ids, skip_special_tokens=False)
+            if self._opener.search(text):  # only then is the reply parsed a second time
+                reply = parse_response(self.tokenizer, ids, prefix=prompt_ids)
+                self._counters[MALFORMED] += is_malformed(text, reply, self._opener)
+        return ids, logprobs
+
+    async def _execute_tool_calls(self, tool_calls: list[dict[str, Any]], tool_dict: dict[str, Any]):
+        """TRL's calls, plus: answers cut at agent.max_tool_output_chars (agrpo/agents/tools.py marks them), and the
+        calls and failures of this turn counted together once they are done. TRL counts a call when it starts and its
+        failure when it ends, so a run that ends while a hung tool is still running showed 15 failures of 16 calls
+        (93.8%) for a tool that never answered."""
+        messages, calls, failures = await super()._execute_tool_calls(tool_calls, tool_dict)
+        self._counters[TRUNCATED] += sum(CUT_MARK in str(m.get("content", "")) for m in messages)
+        self._counters[CALLS_DONE] += calls
+        self._counters[FAILURES_DONE] += failures
+        return messages, calls, failures
+
+    def _push_rollout_metrics(self, **kwargs: Any) -> None:
+        """Every tool figure is sent at 0 rather than left out, so a run that never calls a tool says so."""
+        for key in (TRUNCATED, CALLS_DONE, FAILURES_DONE, MALFORMED, "tools/unknown_name_total"):
+            self._counters[key] += 0
+        for tool in self.tools:
+            self._counters[f"tools/{getattr(tool, '__name__', tool)}/call_total"] += 0
+        super()._push_rollout_metrics(**kwargs)
+
+    async def _score_group(self, group: Any) -> Any:
+        """TRL leaves `tools/call_frequency` and `tools/failure_frequency` out of a group that called no tool: 0."""
+        samples = await super()._score_group(group)
+        for sample in samples:
+            sample.metrics.setdefault("tools/call_frequency", 0.0)
+            sample.metrics.setdefault("tools/failure_frequency", 0.0)
+        return samples
+
+
+class AgentRolloutLoop(AgentTurnsMixin, AgentCountsMixin, PacedRolloutLoop):
     """agrpo's rollout loop (paced, guarded, keyed: agrpo/trainer/rollout_child.py) plus per-turn routing counters
     (runs in TRL's spawned rollout process)."""

@@ -3,19 +3,24 @@ chose it, else agrpo's SDPA.
 
 - `trainer_attention` makes the choice for this process (validation made it first, this guards a machine that
   changed since).
-- `use_sdpa_tree_attention` swaps TRL's kernel loader for `varlen_causal_attention`: the same varlen causal
-  attention computed segment by segment with PyTorch's SDPA, on any device and dtype.
+- `varlen_causal_attention`: the same varlen causal attention as FA3's kernel, computed segment by segment with
+  PyTorch's SDPA, on any device and dtype; agrpo/trainer/seam/module_patches.py serves it to TRL in FA3's place.
 """
 
 from __future__ import annotations
 
-from types import SimpleNamespace
 from typing import Any
 
 import torch
 from torch.nn.attention.bias import causal_lower_right
 
-from agrpo.config.attention_choice import AttentionChoice, choose_attention, gather_facts
+from agrpo.config.attention_choice import (
+    AttentionChoice,
+    choose_attention,
+    gather_facts,
+    load_trl_kernel,
+    loaded_choice,
+)
 
 
 def varlen_causal_attention(
@@ -61,21 +66,15 @@ def varlen_causal_attention(
     return torch.cat(outputs, dim=0)
 
 
-def use_sdpa_tree_attention() -> None:
-    """TRL's tree attention calls `packing._flash_attn().flash_attn_varlen_func`: serve it ours instead."""
-    from agrpo.trainer.trl_patches import require
-
-    packing = require("trl.experimental.async_grpo.packing", "_flash_attn")
-    kernel = SimpleNamespace(flash_attn_varlen_func=varlen_causal_attention)
-    packing._flash_attn = lambda: kernel
-
-
 def trainer_attention(cfg: Any) -> AttentionChoice:
-    """The choice for this process's trainer; a forced fa3 that cannot run raises ConfigError (validation says so
-    first, this guards a machine that changed since)."""
+    """The choice for this process's trainer, decided by LOADING the kernel, before the model loads: the facts
+    (validation's pass) say FA3 could run; only a load says it does (a missing build for this torch/CUDA, a 403/429,
+    a blocked download). A forced fa3 that cannot run raises ConfigError; under auto any failure falls back to SDPA."""
     from agrpo.errors import ConfigError
 
     choice = choose_attention(str(cfg.trainer.attention), gather_facts(cfg))
     if choice.problem:
         raise ConfigError(choice.problem)
+    if choice.kind == "fa3":
+        choice = loaded_choice(choice, str(cfg.trainer.attention), load_trl_kernel)
     return choice

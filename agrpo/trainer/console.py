@@ -21,6 +21,7 @@ from transformers import TrainerCallback
 from agrpo.plot import CURVES_PNG
 from agrpo.trainer.bottleneck import accounting_line, sample_accounting, stale_share
 from agrpo.trainer.logs import CONSOLE_LOGGER, level_number, current_log_file
+from agrpo.trainer.run_notices import RunNotices, tool_calls_part
 
 TENSORBOARD_DIR = "tensorboard"  # as trl_backend.TENSORBOARD_DIR (importing it here would import TRL)
 
@@ -55,10 +56,36 @@ def step_line(logs: dict[str, Any], step: int, total: int) -> str:
         f"stale {'-' if share is None else format(share, '.0%')}",
         f"sync {_num(logs.get('perf/weight_sync_s'), '.2f')} s",
     ]
+    tools = tool_calls_part(logs)  # agent runs: tool calls per episode (agrpo/trainer/run_notices.py)
+    parts += [tools] if tools else []
     retried, dropped = logs.get("rollout/vllm_retry_total"), logs.get("rollout/retired_dropped_total")
     if retried or dropped:  # each one's warning is in trainer.log (agrpo/trainer/rollout_loop.py)
         parts.append(f"requests retried {int(retried or 0)}, dropped {int(dropped or 0)} (see trainer.log)")
     return "  ".join(parts)
+
+
+def replica_lines(hung: dict[int, int], logs: dict[str, Any], step: int) -> list[tuple[int, str]]:
+    """A line when the proxy finds a replica hung (`proxy/replicaN/hung`: it stopped answering, e.g. SIGSTOPped or a
+    stuck host) and one when that replica is back in rotation (`proxy/replicaN/healthy`). `hung` (replica -> the step
+    it was first seen hung) is updated in place. A replica that died gets no line here: it refuses connections
+    rather than hanging, and the launcher prints its own ("vllm-1 died; restarting it"). Returns (level, line)."""
+    lines = []
+    for key, value in logs.items():
+        if not (key.startswith("proxy/replica") and key.endswith("/hung")):
+            continue
+        index = int(key[len("proxy/replica") : -len("/hung")])
+        if value and index not in hung:
+            hung[index] = step
+            message = (
+                f"replica {index} is hung (not answering its health probe): the proxy took it out of rotation, its "
+                "requests and adapter syncs go to the other replicas; training goes on without it"
+            )
+            lines.append((logging.WARNING, message))
+        elif index in hung and logs.get(f"proxy/replica{index}/healthy"):
+            since = hung.pop(index)
+            message = f"replica {index} answers again (hung since step {since}): re-admitted with the current adapter"
+            lines.append((logging.INFO, message))
+    return lines
 
 
 def line_due(step: int, every: int, since_last_s: float, every_s: float) -> bool:
@@ -245,10 +272,12 @@ class ConsoleCallback(TrainerCallback):
         self.every = int(cfg.logger.console_every)
         self.every_s = float(cfg.logger.console_every_s)
         self.last_line_at = time.monotonic()
+        self.hung_replicas: dict[int, int] = {}  # replica -> the step it was first seen hung (replica_lines)
         self.history: list[dict[str, Any]] = []
         self.bar = None
         self.main = True
         self.log = logging.getLogger(CONSOLE_LOGGER)
+        self.notices = RunNotices.for_config(cfg)  # no learning signal, episodes cut short: once each
 
     @property
     def run_dir(self) -> str:
@@ -296,6 +325,10 @@ class ConsoleCallback(TrainerCallback):
         if "perf/step_s" not in logs and "reward" not in logs:
             return
         self.history.append({**logs, "step": state.global_step})
+        for level, line in replica_lines(self.hung_replicas, logs, state.global_step):
+            self.log.log(level, line)
+        for line in self.notices.observe(logs):
+            self.log.info(line)
         if self.bar is not None and logs.get("reward") is not None:
             self.bar.set_postfix_str(f"reward {float(logs['reward']):.3f}", refresh=False)
         if self.every > 0 and line_due(

@@ -9,6 +9,7 @@ once instead of printing three tracebacks and waiting for threads or queues nobo
 from __future__ import annotations
 
 import asyncio
+import collections
 import logging
 import os
 import sys
@@ -17,10 +18,11 @@ import time
 import traceback
 from typing import Any
 
-from trl.experimental.async_grpo import async_rollout_worker as trl_worker
 
 from agrpo.errors import AgrpoError
 from agrpo.rewards.contract import describe_row, raised_at
+from agrpo.rewards.unscored import UNSCORED_METRIC, UnscoredTally
+from agrpo.trainer.adapter_retention import OPEN_VERSION_METRIC
 from agrpo.trainer.rollout_loop import AgrpoRolloutLoop
 
 log = logging.getLogger(__name__)
@@ -36,8 +38,8 @@ def row_failure(prompt: Any, error: BaseException) -> str:
     where = raised_at(error)
     status = getattr(error, "status", None)
     hint = (
-        " vLLM refuses a prompt that does not fit: check that prompt tokens + trainer.max_completion_length stay "
-        "within inference.max_model_len"
+        " vLLM refuses a prompt that does not fit: check that prompt tokens (with the tool list, in an agent run) + "
+        "trainer.max_completion_length stay within inference.max_model_len"
         if status == 400
         else ""
     )
@@ -51,11 +53,13 @@ def poll_stop_event(rollout_loop: GuardedRolloutLoop, stop_event: Any) -> None:
     """TRL's stop watcher, polling the event instead of sleeping in its Condition: a child that exits while
     registered as a sleeper makes the trainer's `set()` wait forever (CPython #75158)."""
 
+    stop = getattr(rollout_loop, "stop_now", rollout_loop._stop_event.set)  # TRL's own loop: what TRL's watcher does
+
     def watch() -> None:
         while not stop_event.is_set():
             time.sleep(STOP_POLL_S)
         try:
-            rollout_loop._loop.call_soon_threadsafe(rollout_loop.stop_now)
+            rollout_loop._loop.call_soon_threadsafe(stop)
         except RuntimeError:  # the loop already closed: nothing left to stop
             pass
 
@@ -118,7 +122,6 @@ class GuardedRolloutLoop(AgrpoRolloutLoop):
             log.debug("rollout worker failed to start", exc_info=True)
             report(kwargs["exception_info_queue"], kwargs["failed_event"], error)
             exit_now(kwargs["exception_info_queue"], [kwargs["rollout_buffer"], kwargs["metrics_queue"]])
-        trl_worker._spawn_stop_watcher = poll_stop_event  # _child_main starts the watcher right after this
 
     def stop_now(self) -> None:
         """The trainer stopped (training ended): TRL's loops would wait for every request in flight, which took a
@@ -165,16 +168,49 @@ class GuardedRolloutLoop(AgrpoRolloutLoop):
     async def _score_group(self, group: Any) -> Any:
         self._progress.scoring_since = time.time()  # one group is scored at a time (TRL's score loop awaits each)
         try:
-            return await super()._score_group(group)
+            samples = await super()._score_group(group)
         finally:
             self._progress.scoring_since = None
             self._progress.value = time.time()
+        self._count_unscored(group, samples)
+        self._push_metrics({OPEN_VERSION_METRIC: float(self.open_version_floor())})
+        return samples
+
+    def open_version_floor(self) -> int:
+        """The oldest version an open rollout started on (the newest version when none is open): no request below it
+        can start again, so the trainer may delete those versions' files (agrpo/trainer/adapter_retention.py)."""
+        open_versions = [v for v, n in self.__dict__.get("_open_versions", {}).items() if n > 0]
+        return min(open_versions, default=self.model_version)
+
+    def _count_unscored(self, group: Any, samples: list[Any]) -> None:
+        """Completions no reward scored: counted, warned about once, and the run ended when group after group has
+        nothing to train on (agrpo/rewards/unscored.py)."""
+        if not samples:  # a group dropped unscored (a retired adapter version): nothing was scored
+            return
+        tally = self.__dict__.setdefault("_unscored", UnscoredTally(getattr(self, "reward_func_names", ())))
+        rewards, index = [], 0
+        for sequences in group.completions_sequences:  # the samples' order: each completion's rows, in turn
+            if sequences:
+                rewards.append(samples[index].metrics["reward"])
+                index += len(sequences)
+        row = describe_row({"prompts": group.prompts, **group.reward_kwargs})
+        warning = tally.add(rewards, row)  # raises RewardError: TRL's score loop reports it and the run ends
+        if warning:
+            log.warning("%s", warning)
+        left_out = sum(1 for r in rewards if r != r)  # NaN: every term returned None
+        if left_out:
+            self._push_metrics({UNSCORED_METRIC: float(left_out)})
 
     async def _generate_one(self, prompt: Any, *args: Any, **kwargs: Any) -> Any:
+        opened = self.__dict__.setdefault("_open_versions", collections.Counter())
+        version = self.model_version  # its requests use this version or a newer one (each turn asks the current one)
+        opened[version] += 1
         try:
             return await super()._generate_one(prompt, *args, **kwargs)
         except Exception as error:  # CancelledError is not an Exception: cancellation passes through
             raise RowError(row_failure(prompt, error)) from error
+        finally:
+            opened[version] -= 1
 
     def run(self) -> None:
         try:

@@ -16,7 +16,7 @@ retired versions dropped and failures that end the run), both small overrides:
   overstated, so dropped for nothing). Here each sample is labelled with the version its rollout's requests asked
   for (the oldest one, for a conversation of several turns).
 
-The trainer installs it as the worker's loop class (agrpo/trainer/loop_install.py; TRL passes the class to the child
+The trainer gives it to its worker as the loop class (agrpo/trainer/loop_install.py; TRL passes the class to the child
 by reference) and hands it two keyword arguments, `agrpo_control` and `agrpo_max_staleness` (rollout_pacing.py).
 """
 

@@ -10,7 +10,8 @@ changes (each piece names the failure it removes):
 
 - the child never sleeps on a cross-process Condition: its stop watcher polls the event instead, and it reads and
   writes the shared version and heartbeat values without their locks (a process that dies holding one of those locks
-  would block the other side just the same) - agrpo/trainer/guarded_loop.py, installed by loop_install.py;
+  would block the other side just the same) - agrpo/trainer/guarded_loop.py (chosen by loop_install.py), its watcher
+  installed by agrpo/trainer/seam/child_entry.py;
 - the trainer sets the stop event only while the child lives, from a helper thread it waits on for a bounded time,
   and kills a child that failed, died or hung instead of waiting 15 s for it;
 - a failure is reported as one paragraph (`RewardError` names the term, the error and the row; a row that cannot be
@@ -21,22 +22,21 @@ changes (each piece names the failure it removes):
   `heartbeat_stale_after_s` (TRL's setting: `trainer.extra.heartbeat_stale_after_s`, default 300 s), after asking it
   to dump every thread's stack into trainer.log.
 
-`guard_rollout_worker(trainer)` installs all of it on one built AsyncGRPOTrainer (the worker's own methods; nothing
-global in this process). This module does not import TRL at the top: the child unpickles `ChildEntry` before TRL's
-modules, which is what lets it set up the child's logging before TRL (and vLLM, which TRL imports) log anything.
+`guard_rollout_worker(trainer)` guards one built AgrpoAsyncGRPOTrainer's worker: `AgrpoRolloutWorker`'s `start`,
+`check_health` and `stop` (agrpo/trainer/seam/worker.py) call the `RolloutGuard` here; the child's side starts in
+agrpo/trainer/seam/child_entry.py.
 """
 
 from __future__ import annotations
 
-import faulthandler
 import logging
 import os
 import queue
 import signal
 import threading
 import time
-from contextlib import contextmanager
-from typing import Any, Iterator
+from collections.abc import Callable
+from typing import Any
 
 from transformers import TrainerCallback
 
@@ -44,7 +44,6 @@ from agrpo.errors import AgrpoError
 
 log = logging.getLogger(__name__)
 
-TRL_WORKER_MODULE = "trl.experimental.async_grpo.async_rollout_worker"
 # Seconds the trainer waits for its stop signal to reach a living child, then for a failed child to exit.
 STOP_SIGNAL_WAIT_S = 5.0
 KILL_WAIT_S = 5.0
@@ -92,75 +91,18 @@ def with_progress(message: str, step: int, max_steps: int) -> str:
     return f"{sentence} Training stopped at step {step} of {max_steps}."
 
 
-# ---- the child's entry point ------------------------------------------------------------------------------------
-
-
-def _setup_child(run_dir: str, level: str) -> None:
-    """In the rollout child, before TRL is imported: log like the trainer (trainer.log + the console filter), keep
-    TRL's own "Worker process failed" traceback in the file (the trainer shows the failure as one paragraph), and
-    dump every thread's stack into trainer.log on SIGUSR1 (the trainer asks before it kills a hung child)."""
-    from agrpo.trainer.logs import setup_trainer_logging
-
-    log_file = setup_trainer_logging(run_dir, level)
-    for handler in logging.getLogger().handlers:
-        if not isinstance(handler, logging.FileHandler):
-            handler.addFilter(_FileOnly())
-    dump = open(log_file, "a")  # kept open for the life of the process (faulthandler writes to it)
-    faulthandler.register(signal.SIGUSR1, file=dump, all_threads=True)
-
-
-class _FileOnly(logging.Filter):
-    """Keeps TRL's traceback of a failed worker out of the terminal: the trainer reports it as one paragraph."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        return not (record.name == TRL_WORKER_MODULE and "Worker process failed" in record.getMessage())
-
-
-def _child_entry_in_child(run_dir: str, level: str) -> "ChildEntry":
-    _setup_child(run_dir, level)
-    return ChildEntry(run_dir, level)
-
-
-class ChildEntry:
-    """Stands in for TRL's `_child_main` as the rollout child's target. The child unpickles a process's target before
-    its arguments (which import TRL, and TRL imports vLLM), so unpickling this sets the child's logging up first."""
-
-    def __init__(self, run_dir: str, level: str):
-        self.run_dir = run_dir
-        self.level = level
-
-    def __reduce__(self):
-        return (_child_entry_in_child, (self.run_dir, self.level))
-
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        import importlib
-
-        return importlib.import_module(TRL_WORKER_MODULE)._child_main(*args, **kwargs)
-
-
-@contextmanager
-def child_entry(run_dir: str, level: str) -> Iterator[None]:
-    """TRL's `start()` names `_child_main` as the target: swap in `ChildEntry` for the duration of one start."""
-    import importlib
-
-    module = importlib.import_module(TRL_WORKER_MODULE)
-    original = module._child_main
-    module._child_main = ChildEntry(run_dir, level)
-    try:
-        yield
-    finally:
-        module._child_main = original
-
-
 # ---- the trainer's side -----------------------------------------------------------------------------------------
 
 
-class _Guard:
-    """The methods installed on one AsyncRolloutWorker (see the module docstring)."""
+class RolloutGuard:
+    """The trainer's half of the guard for one AgrpoRolloutWorker (see the module docstring); `progress()` is the
+    trainer's (step, max_steps) for the paragraph."""
 
-    def __init__(self, worker: Any, trainer: Any, run_dir: str, level: str, log_file: str | None):
+    def __init__(
+        self, worker: Any, progress: Callable[[], tuple[int, int]], run_dir: str, level: str, log_file: str | None
+    ):
         self.worker = worker
-        self.trainer = trainer
+        self.progress = progress
         self.run_dir = run_dir
         self.level = level
         self.log_file = log_file
@@ -168,8 +110,8 @@ class _Guard:
         self._reported: str | None = None
 
     def fail(self, message: str) -> RolloutFailed:
-        state = self.trainer.state
-        self.failure = with_progress(message, state.global_step, state.max_steps)
+        step, max_steps = self.progress()
+        self.failure = with_progress(message, step, max_steps)
         return RolloutFailed(self.failure)
 
     def reported(self) -> str | None:
@@ -183,15 +125,15 @@ class _Guard:
             self._reported = reported_message(type_name, message, self.log_file)
         return self._reported
 
-    def start(self) -> None:
-        with child_entry(self.run_dir, self.level):
-            try:
-                type(self.worker).start(self.worker)
-            except RuntimeError:  # TRL: "child exited during init"; the child may have said why
-                reported = self.reported()
-                if reported is None:
-                    raise
-                raise self.fail(reported) from None
+    def start(self, trl_start: Callable[[], None]) -> None:
+        """TRL's start; a child that exited during init and said why is reported with its paragraph."""
+        try:
+            trl_start()
+        except RuntimeError:  # TRL: "child exited during init"; the child may have said why
+            reported = self.reported()
+            if reported is None:
+                raise
+            raise self.fail(reported) from None
 
     def check(self, stale_after_s: float | None = None) -> None:
         """Raise RolloutFailed if the child reported a failure or died; with `stale_after_s`, also if its heartbeat
@@ -211,7 +153,10 @@ class _Guard:
                 time.sleep(STACK_DUMP_WAIT_S)
             raise self.fail(hang_message(age, stale_after_s, self.log_file))
 
-    def stop(self) -> None:
+    def signal_stop(self) -> None:
+        """Before TRL's stop: kill a failed or hung child; signal a living one from a helper thread waited on for a
+        bounded time (a child that died meanwhile leaves `set()` blocked: let it be). The worker then runs TRL's
+        stop with the event already handled."""
         worker, process = self.worker, self.worker._process
         if process is None:
             return
@@ -221,19 +166,7 @@ class _Guard:
         elif process.is_alive():
             setter = threading.Thread(target=worker._stop_event_mp.set, daemon=True, name="agrpo-stop-rollouts")
             setter.start()
-            setter.join(STOP_SIGNAL_WAIT_S)  # a child that died meanwhile leaves set() blocked: let it be
-        event, worker._stop_event_mp = worker._stop_event_mp, _AlreadySet()
-        try:
-            type(worker).stop(worker)  # TRL's join / terminate / kill (with agrpo's queue drain around it)
-        finally:
-            worker._stop_event_mp = event
-
-
-class _AlreadySet:
-    """The stop event as TRL's `stop()` sees it once the guard has signalled the child (or found it gone)."""
-
-    def set(self) -> None:
-        pass
+            setter.join(STOP_SIGNAL_WAIT_S)
 
 
 class RolloutWatchdog(TrainerCallback):
@@ -241,7 +174,7 @@ class RolloutWatchdog(TrainerCallback):
     training on samples it had queued before the failure). The step ends first, so a checkpoint due at this step
     is still written; the failure is raised when training ends."""
 
-    def __init__(self, guard: _Guard):
+    def __init__(self, guard: RolloutGuard):
         self.guard = guard
         self.failed: RolloutFailed | None = None
 
@@ -260,15 +193,16 @@ class RolloutWatchdog(TrainerCallback):
 
 
 def guard_rollout_worker(trainer: Any, run_dir: str, level: str = "INFO", log_file: str | None = None) -> None:
-    """Install the guard on a built AsyncGRPOTrainer's rollout worker (main process only; others have none). The
-    child's half, GuardedRolloutLoop, is the worker's loop class by then (agrpo/trainer/loop_install.py)."""
+    """Guard a built AgrpoAsyncGRPOTrainer's rollout worker (main process only; others have none). The child's half,
+    GuardedRolloutLoop, is the worker's loop class by then (agrpo/trainer/loop_install.py)."""
     worker = getattr(trainer, "rollout_worker", None)
     if worker is None:
         return
     from agrpo.trainer.logs import current_log_file
 
-    guard = _Guard(worker, trainer, run_dir, level, log_file or current_log_file())
-    worker.start = guard.start
-    worker.stop = guard.stop
-    worker.check_health = guard.check  # TRL's dataset calls it with heartbeat_stale_after_s while it waits
+    def progress() -> tuple[int, int]:
+        return trainer.state.global_step, trainer.state.max_steps
+
+    guard = RolloutGuard(worker, progress, run_dir, level, log_file or current_log_file())
+    worker.watch(guard)
     trainer.add_callback(RolloutWatchdog(guard))

@@ -1,7 +1,8 @@
 """The I/O around the in-flight budget: feed the paced rollout loop, measure each step, apply the controller.
 
 `attach_pacing` (main process, before `train()`) hands the paced rollout loop (agrpo/trainer/rollout_child.py,
-installed by loop_install.py) its control block, counts what the trainer takes off the rollout queue, and with
+chosen by loop_install.py) its control block and counts what the trainer takes off the rollout queue
+(`AgrpoAsyncGRPOTrainer.pace_with`, agrpo/trainer/seam/trainer.py), and with
 `trainer.max_inflight_tasks=auto` adds `PacingCallback`, which feeds each step's logged figures to the pure
 controller (agrpo/trainer/inflight.py) and writes its budget where the child reads it. TensorBoard gets `rollout/inflight_target` (the budget in force during
 the step) and the child's `rollout/samples_ahead`, `rollout/requests_in_flight`, `rollout/samples_generated_total`.
@@ -17,17 +18,16 @@ from typing import Any
 from transformers import TrainerCallback
 
 from agrpo.trainer.inflight import InflightController, Limits, StepFigures
-from agrpo.trainer.rollout_control import ControlBlock, CountingQueue
+from agrpo.trainer.rollout_control import ControlBlock
 
 log = logging.getLogger(__name__)
 
 TARGET_METRIC = "rollout/inflight_target"
-CONTROL_ATTR = "_agrpo_rollout_control"  # the shared block, on the trainer for the background sync to find
 
 
 def note_published(trainer: Any, version: int) -> None:
     """Tell the rollout child that `version` is published (it starts no rollout that would be stale on arrival)."""
-    block = getattr(trainer, CONTROL_ATTR, None)
+    block = getattr(trainer, "rollout_control", None)  # the trainer's while it paces (None on other ranks)
     if block is not None:
         block.set("published", version)
 
@@ -67,26 +67,16 @@ class PacingCallback(TrainerCallback):
 
 @contextlib.contextmanager
 def attach_pacing(trainer: Any, auto: bool) -> Iterator[InflightController | None]:
-    """Pace a built AsyncGRPOTrainer's paced loop for the duration of `train()` (main process only; other ranks have
-    no rollout worker). Yields the controller (None with a fixed number of requests in flight)."""
-    worker = getattr(trainer, "rollout_worker", None)
-    if worker is None or not hasattr(worker, "_loop_kwargs"):
+    """Pace a built AgrpoAsyncGRPOTrainer's paced loop for the duration of `train()` (main process only; other ranks
+    have no rollout worker). Yields the controller (None with a fixed number of requests in flight)."""
+    if getattr(trainer, "rollout_worker", None) is None:
         yield None
         return
-    from agrpo.trainer.rollout_child import PacingMixin
-
-    if not issubclass(worker._loop_cls, PacingMixin):  # its keyword arguments would fail any other loop in the child
-        raise RuntimeError(
-            f"the rollout worker runs {worker._loop_cls.__qualname__}, which cannot be paced: install the paced loop "
-            "first (agrpo/trainer/loop_install.py)"
-        )
     block = ControlBlock.create()
     controller = None
     callback = None
     try:
-        worker._loop_kwargs.update(agrpo_control=block.path, agrpo_max_staleness=trainer.args.max_staleness)
-        trainer.rollout_queue = CountingQueue(trainer.rollout_queue, block)
-        setattr(trainer, CONTROL_ATTR, block)
+        trainer.pace_with(block)  # refuses a loop that cannot be paced
         if auto:
             controller = InflightController(run_limits(trainer.args, trainer.accelerator.num_processes))
             block.set("budget", controller.target)
@@ -102,5 +92,5 @@ def attach_pacing(trainer: Any, auto: bool) -> Iterator[InflightController | Non
     finally:
         if callback is not None:
             trainer.remove_callback(callback)
-        setattr(trainer, CONTROL_ATTR, None)
+        trainer.pace_with(None)
         block.close()

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import logging
 import re
+import time
 import urllib.request
 from collections.abc import Callable
 from typing import Any
@@ -58,6 +59,7 @@ def proxy_figures(stats: dict[str, Any]) -> dict[str, float]:
     for replica in replicas:
         figures[f"proxy/replica{replica['index']}/routed"] = replica.get("routed", 0)
         figures[f"proxy/replica{replica['index']}/healthy"] = 1.0 if replica.get("healthy") else 0.0
+        figures[f"proxy/replica{replica['index']}/hung"] = 1.0 if replica.get("hung") else 0.0  # not answering
     loads = [replica.get("routed", 0) for replica in replicas]
     if loads and sum(loads):
         figures["proxy/load_imbalance"] = max(loads) / (sum(loads) / len(loads))
@@ -104,37 +106,57 @@ def _get(url: str, timeout_s: float, headers: dict[str, str] | None = None) -> b
         return response.read()
 
 
+QUIET_AFTER_FAILURE_S = 30.0  # a replica whose /metrics did not answer is not asked again for this long
+
+
 class ServingCollector:
-    """Reads the proxy's stats (when the trainer talks to a proxy) and every replica's prefix-cache counters."""
+    """Reads the proxy's stats (when the trainer talks to a proxy) and every replica's prefix-cache counters.
+
+    It runs on the trainer's thread at every log, so it never waits on a replica that cannot answer: one the proxy
+    marked unhealthy is not asked, and one whose `/metrics` failed (a hung replica times out before the proxy marks
+    it) is not asked again for `QUIET_AFTER_FAILURE_S`. A hung replica costs one `timeout_s`, not one per step."""
 
     def __init__(
-        self, base_url: str, via_proxy: bool, timeout_s: float = 2.0, get: Callable[[str, float], bytes] | None = None
+        self,
+        base_url: str,
+        via_proxy: bool,
+        timeout_s: float = 2.0,
+        get: Callable[[str, float], bytes] | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ):
         self.base_url = base_url.rstrip("/")
         self.via_proxy = via_proxy
         self.timeout_s = timeout_s
         self.get = get or (lambda url, timeout: _get(url, timeout))
+        self.clock = clock
         self.last: dict[str, float] = {}
+        self._quiet_until: dict[str, float] = {}  # replica URL -> when to ask it again
 
     def sample(self) -> dict[str, float]:
         figures: dict[str, float] = {}
-        replica_urls = [self.base_url]
+        replicas = [(self.base_url, True)]  # (url, healthy)
         try:
             if self.via_proxy:
                 stats = json.loads(self.get(f"{self.base_url}/proxy/stats", self.timeout_s))
                 figures.update(proxy_figures(stats))
-                replica_urls = [
-                    r["url"].rstrip("/") for r in sorted(stats.get("replicas", []), key=lambda r: r["index"])
+                replicas = [
+                    (r["url"].rstrip("/"), bool(r.get("healthy", True)))
+                    for r in sorted(stats.get("replicas", []), key=lambda r: r["index"])
                 ]
         except Exception as error:  # figures are best effort; training goes on
             log.debug("proxy stats unavailable: %s", error)
         samples: list[tuple[float, float] | None] = []
-        for url in replica_urls:
+        for url, healthy in replicas:
+            now = self.clock()
+            if not healthy or self._quiet_until.get(url, 0.0) > now:
+                samples.append(None)
+                continue
             try:
                 samples.append(prefix_cache(self.get(f"{url}/metrics", self.timeout_s).decode("utf-8", "replace")))
             except Exception as error:  # a replica that is down has no figures this step
                 log.debug("metrics of %s unavailable: %s", url, error)
                 samples.append(None)
+                self._quiet_until[url] = now + QUIET_AFTER_FAILURE_S
         figures.update(hit_rate_figures(samples))
         if figures:
             self.last = figures
@@ -142,12 +164,6 @@ class ServingCollector:
 
 
 def log_serving_figures(trainer: Any, collector: ServingCollector) -> None:
-    """Add the collector's figures to every training log of `trainer` (TensorBoard, log_history, metrics.json)."""
-    log_step = trainer.log
-
-    def log_with_serving(logs: dict[str, float], *args: Any, **kwargs: Any) -> None:
-        if "train_runtime" not in logs:  # the end-of-training summary entry is TRL's own
-            logs.update(collector.sample())
-        return log_step(logs, *args, **kwargs)
-
-    trainer.log = log_with_serving
+    """Add the collector's figures to every training log of an AgrpoAsyncGRPOTrainer (TensorBoard, log_history,
+    metrics.json; its `log` leaves TRL's end-of-training summary alone)."""
+    trainer.add_log_figures(collector.sample)

@@ -1,10 +1,12 @@
 """How `sync.mode=background` plugs into TRL's AsyncGRPOTrainer (the thread and its rules: background_sync.py).
 
 TRL's `_sync_weight` times whatever `_sync_weight_lora(t0)` does and logs it as `perf/weight_sync_s` (plus the
-pause, barrier and transfer phases it returns). `BackgroundSyncRun` replaces `_sync_weight_lora` on one trainer with
-`sync_without_pause`: no pause, a snapshot of the adapter's tensors (agrpo/trainer/adapter_snapshot.py; the thread
-writes the files, with TRL's atomic rename), the load handed to the thread, and a wait only when the trainer would
-otherwise train on nothing usable. So TRL's metric keeps its meaning, the time a sync blocked the trainer, and
+pause, barrier and transfer phases it returns). `AgrpoAsyncGRPOTrainer._sync_weight_lora`
+(agrpo/trainer/seam/trainer.py) calls `sync_without_pause` instead once `BackgroundSyncRun` started the thread: no
+pause, a snapshot of the adapter's tensors (agrpo/trainer/adapter_snapshot.py; the thread writes the files, with TRL's
+atomic rename), the load handed to the thread (through `AgrpoVLLMClient`'s load: the store's visibility, the proxy's
+serve-first answer, the retention policy), and a wait only when the trainer would otherwise train on nothing usable.
+So TRL's metric keeps its meaning, the time a sync blocked the trainer, and
 `sync/publish_to_loaded_s` is hand-over -> served, measured by the thread.
 """
 
@@ -25,31 +27,13 @@ from agrpo.trainer.rollout_pacing import note_published
 
 log = logging.getLogger(__name__)
 
-SERVE_FIRST_QUERY = "serve=first"  # agrpo/proxy/availability.py; a single vLLM server ignores it
-
-
-def serve_first_loader(client: Any) -> Any:
-    """TRL's `VLLMClient.load_lora_adapter`, asking the proxy to answer once one replica serves the adapter."""
-    from trl.experimental.async_grpo import vllm_client
-
-    def load(lora_name: str, lora_path: str, timeout: int = 1800) -> None:
-        response = vllm_client.requests.post(  # the module's `requests`: it carries the admin token when set
-            f"{client.server_url}/v1/load_lora_adapter?{SERVE_FIRST_QUERY}",
-            json={"lora_name": lora_name, "lora_path": lora_path, "load_inplace": False},
-            timeout=timeout,
-        )
-        if response.status_code != 200:
-            raise RuntimeError(f"loading {lora_name} failed: HTTP {response.status_code}, {response.text[:500]}")
-
-    return load
-
 
 def sync_without_pause(
     trainer: Any, sync: BackgroundSync | None, timeout_s: float, t0: float
 ) -> tuple[float, float, float]:
     """Stands in for TRL's `_sync_weight_lora(t0)`; returns its (pause, barrier, transfer) marks. The trainer only
     snapshots the adapter (a collective under FSDP: every rank calls this; `sync` is None on the other ranks); the
-    thread writes, loads and serves it."""
+    thread writes, loads and serves it. The caller then moves `model_version` on (main process)."""
     version = trainer.model_version + 1
     adapter_dir = os.path.join(trainer._lora_dir, f"{trainer._lora_name}-v{version}")
     model = trainer.accelerator.unwrap_model(trainer.model)
@@ -63,7 +47,6 @@ def sync_without_pause(
         sync.publish(version, adapter_dir, snapshot.write)
         waited = sync.wait_until_served(needed, timeout_s)
         trainer._metrics["train"]["sync/wait_for_served_s"].append(waited)
-        trainer.model_version = version  # the policy the trainer holds: staleness is measured against it
     return t_pause, t_barrier, time.time()
 
 
@@ -99,10 +82,9 @@ def wait_until_every_replica_serves(proxy_url: str, name: str, timeout_s: float,
 
 
 class BackgroundSyncRun:
-    """`sync.mode=background` on one trainer. Built before the adapter-retention wrappers are installed (the load it
-    installs must be the innermost), entered around `trainer.train()` inside them: on the way out the last published
-    version is served (behind the proxy, on every healthy replica) before the thread stops, while the retention
-    policy still decides what is deleted."""
+    """`sync.mode=background` on one AgrpoAsyncGRPOTrainer, entered around `trainer.train()` inside the adapter
+    retention: on the way out the last published version is served (behind the proxy, on every healthy replica)
+    before the thread stops, while the retention policy still decides what is deleted."""
 
     def __init__(self, trainer: Any, store: Any, gate: bool, timeout_s: float, via_proxy: bool):
         self.trainer, self.store, self.gate = trainer, store, gate
@@ -110,34 +92,28 @@ class BackgroundSyncRun:
         self.client = getattr(trainer, "vllm_client", None)
         self.sync: BackgroundSync | None = None
         self.callback: SyncMetricsCallback | None = None
-        if self.client is not None:
-            self.client.load_lora_adapter = serve_first_loader(self.client)
-
-    def _load(self, name: str, path: str) -> None:
-        start = time.monotonic()
-        if self.gate:
-            self.store.wait_until_visible(path, self.timeout_s)
-            self.sync.metrics.put(("sync/visible_s", time.monotonic() - start))
-        self.client.load_lora_adapter(name, path)  # looked up now: the wrappers installed around it count
 
     def __enter__(self) -> BackgroundSync | None:
         trainer = self.trainer
         if self.client is None:  # other ranks: they only take part in the collective save
-            trainer._sync_weight_lora = lambda t0: sync_without_pause(trainer, None, self.timeout_s, t0)
+            trainer.sync_in_background(None, self.timeout_s)
             return None
-        from trl.experimental.async_grpo import async_grpo_trainer as module
+        from agrpo.trainer.seam.client import Visibility
 
         client = self.client
         self.sync = BackgroundSync(
             lora_name=trainer._lora_name,
             lora_dir=trainer._lora_dir,
             max_staleness=trainer.args.max_staleness,
-            load=self._load,
+            load=lambda name, path: client.load_lora_adapter(name, path),
             unload=lambda name: client.unload_lora_adapter(name),
-            delete=lambda path: module.shutil.rmtree(path, ignore_errors=True),
+            delete=trainer.delete_published,
             on_served=trainer.rollout_worker.update_model_version,
         )
-        trainer._sync_weight_lora = lambda t0: sync_without_pause(trainer, self.sync, self.timeout_s, t0)
+        record = lambda key, value: self.sync.metrics.put((key, value))  # noqa: E731  (the thread's figures)
+        visibility = Visibility(self.store, self.timeout_s, record) if self.gate else None
+        client.load_through(visibility, serve_first=True)  # one vLLM server ignores the query
+        trainer.sync_in_background(self.sync, self.timeout_s)
         self.callback = SyncMetricsCallback(trainer, self.sync)
         trainer.add_callback(self.callback)
         return self.sync

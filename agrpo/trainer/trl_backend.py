@@ -13,8 +13,9 @@ import logging
 import os
 import time
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 from omegaconf import OmegaConf
 from transformers import TrainerCallback
@@ -29,7 +30,11 @@ from agrpo.trainer.background_sync import BACKGROUND
 from agrpo.trainer.bottleneck import Verdict, diagnose, sample_accounting
 from agrpo.config.schema.trainer import is_auto
 from agrpo.trainer.rollout_pacing import attach_pacing
+from agrpo.config.schema.inference import is_auto_fleet
+from agrpo.fleet.files import fleet_figures
+from agrpo.trainer.fleet_signals import FleetSignals
 from agrpo.trainer.serving_metrics import ServingCollector, log_serving_figures, summary_line
+from agrpo.trainer.summary import final_metrics
 from agrpo.trainer.sync_mode import BackgroundSyncRun
 
 log = logging.getLogger(__name__)
@@ -124,23 +129,6 @@ def broadcast_from_main(accelerator: Any, value: Any) -> Any:
     return holder[0]
 
 
-def final_metrics(log_history: list[dict[str, Any]], window: int = 5, warmup_steps: int = 2) -> dict[str, Any]:
-    """Summary of a run from the trainer's log history: first/last-window mean reward, steps, mean step time
-    (after `warmup_steps`, whose first requests compile and warm the server)."""
-    rewards = [entry["reward"] for entry in log_history if "reward" in entry]
-    summary: dict[str, Any] = {"steps_logged": len(rewards), "rewards": rewards}
-    if rewards:
-        summary["reward_first"] = sum(rewards[:window]) / len(rewards[:window])
-        summary["reward_last"] = sum(rewards[-window:]) / len(rewards[-window:])
-    step_times = [entry["perf/step_s"] for entry in log_history if "perf/step_s" in entry][warmup_steps:]
-    if step_times:
-        summary["step_s_mean"] = sum(step_times) / len(step_times)
-    for entry in log_history:
-        if "train_runtime" in entry:
-            summary["train_runtime_s"] = entry["train_runtime"]
-    return summary
-
-
 class BottleneckCallback(TrainerCallback):
     """Every `every` steps and at the end, log which side of the pipeline is slow (agrpo/trainer/bottleneck.py)."""
 
@@ -181,55 +169,30 @@ def load_tokenizer(model_cfg: Any):
     return tokenizer
 
 
-def install_sync_hook(trainer: Any, store: Any, timeout_s: float, gate: bool = True) -> None:
-    """Before TRL asks the replicas to load a published adapter, wait until the store shows it to them (unless
-    `sync.visibility_gate=false`), and record per version, in TensorBoard: `sync/visible_s` (publish -> visible to the
-    replicas: the bucket's listing) and `sync/publish_to_loaded_s` (publish -> loaded on every replica)."""
+def gate_loads(trainer: Any, store: Any, timeout_s: float, gate: bool = True) -> None:
+    """TRL's blocking sync: before the replicas load a published adapter, wait until the store shows it to them
+    (unless `sync.visibility_gate=false`), and record per version, in TensorBoard: `sync/visible_s` (publish ->
+    visible to the replicas: the bucket's listing) and `sync/publish_to_loaded_s` (publish -> loaded on every
+    replica). `AgrpoVLLMClient.load_lora_adapter` (agrpo/trainer/seam/client.py) does it."""
     client = getattr(trainer, "vllm_client", None)
     if client is None:  # non-main ranks do not talk to vLLM
         return
-    load = client.load_lora_adapter
+    from agrpo.trainer.seam.client import Visibility
 
-    def load_when_visible(lora_name: str, lora_path: str, *args: Any, **kwargs: Any) -> Any:
-        start = time.monotonic()
-        if gate:
-            store.wait_until_visible(lora_path, timeout_s)
-            trainer._metrics["train"]["sync/visible_s"].append(time.monotonic() - start)
-        result = load(lora_name, lora_path, *args, **kwargs)
-        trainer._metrics["train"]["sync/publish_to_loaded_s"].append(time.monotonic() - start)
-        return result
+    def record(key: str, value: float) -> None:
+        trainer._metrics["train"][key].append(value)
 
-    client.load_lora_adapter = load_when_visible
+    client.load_through(Visibility(store, timeout_s, record) if gate else None, loaded_record=record)
 
 
 def choose_sync(trainer: Any, cfg: Any, store: Any, via_proxy: bool) -> Any:
-    """`sync.mode`: background (agrpo/trainer/sync_mode.py) or TRL's blocking sync with agrpo's hook. Returns the
-    context to train in; call it before the adapter-retention wrappers are installed."""
+    """`sync.mode`: background (agrpo/trainer/sync_mode.py) or TRL's blocking sync with agrpo's loads. Returns the
+    context to train in."""
     timeout_s, gate = cfg.inference.startup_timeout_s, cfg.sync.visibility_gate
     if cfg.sync.mode == BACKGROUND:
         return BackgroundSyncRun(trainer, store, gate, timeout_s, via_proxy)
-    install_sync_hook(trainer, store, timeout_s, gate=gate)
+    gate_loads(trainer, store, timeout_s, gate=gate)
     return contextlib.nullcontext()
-
-
-@contextlib.contextmanager
-def fix_loaded_model(fix: Any) -> Iterator[None]:
-    """Apply `fix(model)` to the model AsyncGRPOTrainer loads from its path, right after from_pretrained and before
-    PEFT and FSDP wrap it (TRL takes a path, not a model, so this is the only place to reach it)."""
-    from trl.experimental.async_grpo import async_grpo_trainer as module
-
-    load = module.create_model_from_path
-
-    def load_and_fix(*args: Any, **kwargs: Any) -> Any:
-        model = load(*args, **kwargs)
-        fix(model)
-        return model
-
-    module.create_model_from_path = load_and_fix
-    try:
-        yield
-    finally:
-        module.create_model_from_path = load
 
 
 def save_final_adapter(trainer: Any, final_dir: Path) -> None:
@@ -252,15 +215,15 @@ def is_paced(cfg: Any) -> bool:
 
 
 def build_trainer(cfg: Any, args: Any) -> Any:
-    """AsyncGRPOTrainer on the run's data, rewards and agent, with the rollout loop class its child will run."""
-    from trl.experimental.async_grpo import AsyncGRPOTrainer
-
+    """agrpo's AsyncGRPOTrainer (agrpo/trainer/seam/trainer.py) on the run's data, rewards and agent, with the rollout
+    loop class its child will run."""
     from agrpo.agents.build import agent_enabled, prepare_agent
     from agrpo.config.data_checks import reward_problems
     from agrpo.data import load_train_dataset
     from agrpo.rewards.registry import build_reward_funcs
     from agrpo.trainer.fsdp_compat import running_under_fsdp, untie_embeddings
-    from agrpo.trainer.loop_install import install_rollout_loop  # imports TRL's rollout worker: here, not at the top
+    from agrpo.trainer.loop_install import loop_class
+    from agrpo.trainer.seam.trainer import AgrpoAsyncGRPOTrainer  # imports TRL: here, not at the top
 
     dataset = load_train_dataset(cfg.data, seed=cfg.trainer.seed)
     problems = reward_problems(cfg.reward.funcs, dataset.column_names)  # a Hub dataset is first opened here
@@ -269,18 +232,17 @@ def build_trainer(cfg: Any, args: Any) -> Any:
     rewards = build_reward_funcs(cfg.reward.funcs) if cfg.reward.funcs else []  # an environment may own the reward
     agent_kwargs = prepare_agent(cfg, args)  # tools, environment_factory ({} without an agent)
     untie = cfg.launcher.accelerate.untie_embeddings and running_under_fsdp()
-    with fix_loaded_model(untie_embeddings) if untie else contextlib.nullcontext():
-        trainer = AsyncGRPOTrainer(
-            model=cfg.model.name_or_path,
-            reward_funcs=rewards,
-            args=args,
-            train_dataset=dataset,
-            processing_class=load_tokenizer(cfg.model),
-            peft_config=build_peft_config(cfg.lora),
-            **agent_kwargs,
-        )
-    install_rollout_loop(trainer, agent=agent_enabled(cfg.agent), paced=is_paced(cfg))  # the one loop class
-    return trainer
+    return AgrpoAsyncGRPOTrainer(
+        model=cfg.model.name_or_path,
+        reward_funcs=rewards,
+        args=args,
+        train_dataset=dataset,
+        processing_class=load_tokenizer(cfg.model),
+        peft_config=build_peft_config(cfg.lora),
+        loop_cls=loop_class(agent=agent_enabled(cfg.agent), paced=is_paced(cfg)),  # the one loop class
+        fix_model=untie_embeddings if untie else None,
+        **agent_kwargs,
+    )
 
 
 @dataclass
@@ -303,7 +265,10 @@ def watch_run(trainer: Any, cfg: Any, vllm_url: str, num_replicas: int, banner: 
     syncing = choose_sync(trainer, cfg, get_store(cfg), via_proxy)
     serving = ServingCollector(vllm_url, via_proxy=via_proxy)
     guard_rollout_worker(trainer, trainer.args.output_dir, cfg.logger.level)
-    if trainer.accelerator.is_main_process:
+    if trainer.accelerator.is_main_process:  # each log: the fleet's figures, then the serving figures
+        if is_auto_fleet(cfg.inference):  # the launcher's fleet controller reads the steps (agrpo/fleet/)
+            trainer.add_callback(FleetSignals(trainer.args.output_dir))
+            trainer.add_log_figures(partial(fleet_figures, trainer.args.output_dir))
         log_serving_figures(trainer, serving)
     quiet_trainer(trainer)
     console = ConsoleCallback(cfg, num_replicas, vllm_url, attention=banner)
@@ -326,7 +291,9 @@ def train(trainer: Any, cfg: Any, syncing: Any) -> None:
         log.info("Resuming from %s", resume_from)
     retain_s = cfg.inference.adapter_retention_s
     with (
-        retain_adapter_files(trainer, default_retain_s(args.request_timeout) if retain_s is None else retain_s),
+        retain_adapter_files(
+            trainer, default_retain_s(args.request_timeout) if retain_s is None else retain_s, not uses_proxy(cfg)
+        ),
         attach_pacing(trainer, auto=is_auto(cfg.trainer.max_inflight_tasks))
         if is_paced(cfg)
         else contextlib.nullcontext(),
@@ -371,7 +338,7 @@ def run_training(cfg: Any, vllm_url: str, num_replicas: int) -> dict[str, Any]:
     """Train with TRL's AsyncGRPOTrainer against `vllm_url`; return the summary written to metrics.json."""
     started = time.monotonic()
     from agrpo.trainer.attention import trainer_attention
-    from agrpo.trainer.trl_patches import apply_trl_patches
+    from agrpo.trainer.seam.module_patches import apply_trl_patches
 
     use_gpu = cuda_available()
     attention = trainer_attention(cfg)  # FA3 or SDPA for packed sequences, decided before the model loads

@@ -140,7 +140,8 @@ def reward_zero(completions, **columns):
 
 @pytest.fixture()
 def rollout_loop():
-    """TRL's own `_AsyncRolloutLoop`, built with the given tools / environment_factory (no server is contacted)."""
+    """TRL's own `_AsyncRolloutLoop` (or `cls`, a subclass), built with the given tools / environment_factory and other
+    keyword arguments (no server is contacted)."""
     from datasets import Dataset
     from trl.experimental.async_grpo.async_rollout_worker import _AsyncRolloutLoop
 
@@ -148,9 +149,10 @@ def rollout_loop():
 
     made = []
 
-    def build(**kwargs):
+    def build(cls=_AsyncRolloutLoop, **kwargs):
         ctx = mp.get_context("spawn")
-        loop = _AsyncRolloutLoop(
+        kwargs = {"max_inflight_tasks": 4, **kwargs}
+        loop = cls(
             model_name="tiny",
             dataset=Dataset.from_dict({"prompt": [[{"role": "user", "content": "hi"}]]}),
             reward_funcs=[reward_zero],
@@ -162,7 +164,6 @@ def rollout_loop():
             failed_event=ctx.Event(),
             exception_info_queue=ctx.Queue(),
             metrics_queue=ctx.Queue(),
-            max_inflight_tasks=4,
             **kwargs,
         )
         made.append(loop)

@@ -76,3 +76,65 @@ def test_bad_environment_entries_name_their_key(user_code):
     with pytest.raises(ConfigError, match="agent.environment must be"):
         build_environment([1, 2], timeout_s=None)
     assert build_environment(None, timeout_s=None) is None
+
+
+SLOW_ENV = '''
+import asyncio
+import time
+
+
+class Slow:
+    def reset(self, **row):
+        time.sleep(row.get("sleep", 0))
+
+    def look(self) -> str:
+        """Look around."""
+        return "a long corridor " * 1000
+
+    def get_reward(self) -> float:
+        time.sleep(3600)
+        return 1.0
+
+
+class AsyncReward:
+    def reset(self, **row):
+        self.sleep = row.get("sleep", 0)
+
+    async def get_reward(self) -> float:
+        await asyncio.sleep(self.sleep)
+        return 0.5
+'''
+
+
+def test_a_hung_reset_or_get_reward_stops_at_the_timeout_naming_the_row(user_code):
+    """TRL gives `reset` and `get_reward` no time limit: a hung one stalled the run without a word (issue 32). They
+    run under agent.tool_timeout_s, and the failure names the environment and the row, as a raising one does."""
+    (user_code / "slow_env.py").write_text(SLOW_ENV)
+    env = EnvironmentFactory("slow_env.py:Slow", timeout_s=0.3)()
+    with pytest.raises(EnvironmentFailed, match=r"Slow.reset raised on the row \{sleep=30\}: ToolTimeout: .*0.3 s"):
+        env.reset(sleep=30)
+    env.reset(sleep=0, answer=2)
+    with pytest.raises(EnvironmentFailed, match=r"Slow.get_reward raised after the row \{sleep=0, answer=2\}"):
+        env.get_reward()
+
+
+def test_an_async_get_reward_stays_awaitable_and_is_bounded_too(user_code):
+    import asyncio
+    import inspect
+
+    (user_code / "slow_env.py").write_text(SLOW_ENV)
+    env = EnvironmentFactory("slow_env.py:AsyncReward", timeout_s=0.3)()
+    assert inspect.iscoroutinefunction(env.get_reward)  # TRL awaits it rather than running it in a thread
+    env.reset(sleep=0)
+    assert asyncio.run(env.get_reward()) == 0.5
+    env.reset(sleep=30)
+    with pytest.raises(EnvironmentFailed, match=r"AsyncReward.get_reward raised after the row .*within 0.3 s"):
+        asyncio.run(env.get_reward())
+
+
+def test_an_environments_tool_answer_is_capped(user_code):
+    (user_code / "slow_env.py").write_text(SLOW_ENV)
+    env = EnvironmentFactory("slow_env.py:Slow", max_output_chars=100)()
+    answer = env.look()
+    assert answer.startswith("a long corridor") and answer.endswith("(agent.max_tool_output_chars=100)]")
+    assert "[... 15900 more characters cut by agrpo" in answer

@@ -97,3 +97,20 @@ def test_scoring_uses_every_reward_term_and_the_environments(setup):
     assert result.rewards == [2.0, 1.0, 0.0]
     assert result.correct == [True, False, False]  # eval.correct_term 0: the answer holds the secret
     assert "[tool] " in result.completions[0] and "-> get_secret({})" in result.completions[0]
+
+
+def test_a_failing_reward_in_agent_eval_is_the_paragraph_training_gives(setup, tmp_path, monkeypatch):
+    """Issue 32: agent eval called each reward directly, so a failing one ended `agrpo eval` with a traceback; it
+    is now the RewardError paragraph of training and single-turn eval (agrpo/rewards/contract.py), exit 1."""
+    from agrpo.errors import AgrpoError
+    from agrpo.rewards.contract import RewardError
+
+    cfg, tokenizer, agent, row = setup
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "bad_reward.py").write_text("def final(completions, **columns):\n    return completions[0][9]\n")
+    rewards = build_reward_funcs([{"_target_": "bad_reward.py:final"}])
+    episodes = AgentEpisodes(agent, tokenizer, params={})
+    played = [episodes.play(Scripted(tokenizer, ["apple"]), row, seed=0)]
+    with pytest.raises(RewardError, match=r"reward term 'final' raised IndexError") as raised:
+        episodes.score(0, row, played, rewards, ["final", "SecretWordEnv"], cfg)
+    assert isinstance(raised.value, AgrpoError) and "bad_reward.py" in str(raised.value)

@@ -6,7 +6,11 @@ from __future__ import annotations
 import pytest
 
 from agrpo.agents.metrics import (
+    CALLS_DONE,
     CONTINUATIONS,
+    FAILURES_DONE,
+    MALFORMED,
+    TRUNCATED,
     EPISODES,
     NEW_ADAPTER,
     ON_PREFIX,
@@ -63,10 +67,26 @@ def test_agent_summary_adds_up_the_windows():
     assert figures["agent/continuation_affinity"] == pytest.approx(13 / 14)
     assert figures["agent/continuations_new_adapter"] == 2
     line = summary_line(figures)
-    assert "0.50 tool calls per episode (18.8% failed)" in line
+    assert "0.50 tool calls per episode (18.8% of 16 finished calls failed)" in line
     assert "continuations on the replica holding their prefix 92.9% (14 routed, 2 on a newer adapter)" in line
 
 
 def test_no_episode_no_figures():
     assert agent_summary([{"reward": 0.5}]) == {}
     assert summary_line({}) == ""
+
+
+def test_a_call_still_running_at_the_end_does_not_count_as_a_success():
+    """Issue 32: a tool that hangs on every call, 16 calls, the last one still running when the run ended: TRL's
+    counters say 15 failures of 16 calls (93.8%). agrpo's loop counts calls and failures together when each call
+    ends, so the share is 100% of the 15 that ended, and the line says one was still running."""
+    history = [
+        {EPISODES: 8, "tools/slow/call_total": 8, "tools/slow/failure_total": 7, CALLS_DONE: 7, FAILURES_DONE: 7},
+        {EPISODES: 8, "tools/slow/call_total": 8, "tools/slow/failure_total": 8, CALLS_DONE: 8, FAILURES_DONE: 8},
+        {EPISODES: 0, TRUNCATED: 3, MALFORMED: 2},
+    ]
+    figures = agent_summary(history)
+    assert figures["agent/tool_failure_share"] == 1.0 and figures["agent/tool_calls_done"] == 15
+    line = summary_line(figures)
+    assert "1.00 tool calls per episode (100.0% of 15 finished calls failed; 1 still running at the end)" in line
+    assert "2 replies with a tool call TRL could not parse; 3 tool answers cut at agent.max_tool_output_chars" in line

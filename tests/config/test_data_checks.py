@@ -108,12 +108,39 @@ def test_a_reward_of_ones_own_names_the_column_it_needs(task, tiny_model_dir):
     ]
 
 
-def test_a_prompt_too_long_for_the_model_names_the_row_and_both_keys(task, tiny_model_dir):
-    rows = [{"question": "short?", "answer": 1}] * 20 + [{"question": "long " * 300, "answer": 2}]
-    (task / "train.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
-    found = problems(task, tiny_model_dir, "data.shuffle=false")
-    assert len(found) == 1 and found[0].startswith("row 20's prompt is ")
+@pytest.mark.parametrize("shuffle", ["true", "false"])
+def test_a_prompt_too_long_for_the_model_names_its_line_in_the_file_and_both_keys(task, tiny_model_dir, shuffle):
+    """The file's line, shuffled or not, blank lines between rows (before: "row 11" for what was on line 21)."""
+    rows = [{"question": "short?", "answer": 1}] * 10 + [{"question": "long " * 300, "answer": 2}]
+    (task / "train.jsonl").write_text("".join(json.dumps(row) + "\n\n" for row in rows))
+    found = problems(task, tiny_model_dir, f"data.shuffle={shuffle}")
+    assert len(found) == 1 and found[0].startswith("the prompt at line 21 of train.jsonl is ")
     assert "inference.max_model_len=256 - trainer.max_completion_length=32 = 224" in found[0]
+
+
+def test_a_row_of_data_that_is_not_a_jsonl_file_is_named_by_its_place_before_shuffling(task, tiny_model_dir):
+    from datasets import Dataset
+
+    rows = [{"question": "short?", "answer": 1}] * 10 + [{"question": "long " * 300, "answer": 2}]
+    Dataset.from_list(rows).to_parquet(str(task / "train.parquet"))
+    found = problems(task, tiny_model_dir, "data.path=train.parquet")
+    assert len(found) == 1 and found[0].startswith("the prompt at row 10 (counting from 0, before shuffling) is ")
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ('{"question": "a?", "answer": 1}\n\n{"question": "b?", "ans\n', "line 3 of train.jsonl is not valid JSON ("),
+        ("", "train.jsonl is empty: a JSONL file holds one JSON object per line"),
+        ('{"question": "a?", "answer": 1}\n# a comment\n', "line 2 of train.jsonl is not valid JSON"),
+    ],
+    ids=["truncated", "empty", "comment"],
+)
+def test_a_broken_or_empty_file_is_named_with_its_line(task, tiny_model_dir, text, expected):
+    (task / "train.jsonl").write_text(text)
+    found = problems(task, tiny_model_dir)
+    assert len(found) == 1 and found[0].startswith(f"data.path='train.jsonl': {expected}"), found
+    assert "StopIteration" not in found[0] and "position" not in found[0]
 
 
 def test_a_chat_template_trl_does_not_know_is_refused_before_it_stops_the_rollout_worker(task, tiny_model_dir):
@@ -137,7 +164,7 @@ def test_a_row_the_chat_template_cannot_render_is_named(task, tiny_model_dir):
         task, tiny_model_dir, "data.prompt_template=null", "data.shuffle=false", f"model.chat_template={strict}"
     )
     assert len(found) == 2 and "does not recognise the chat template" in found[0]
-    assert found[1].startswith("row 3 [prompt 'me first'] does not render through the chat template of")
+    assert found[1].startswith("line 4 of train.jsonl [prompt 'me first'] does not render through the chat template of")
     assert "a conversation starts with a user turn" in found[1]
 
 

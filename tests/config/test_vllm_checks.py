@@ -41,6 +41,12 @@ def test_flag_values_reads_both_spellings_and_bare_flags():
          "--max-num-batched-tokens 64, below inference.max_model_len"),
         (["+recipe=smoke", "inference.extra_args=[--max-num-batched-tokens,300,--max-num-seqs,512]"],
          "--max-num-batched-tokens 300 below --max-num-seqs 512"),
+        (["+recipe=smoke", "inference.extra_args=[--max-cpu-loras,0]"], "sets --max-cpu-loras 0, below --max-loras"),
+        # no --max-num-seqs: vLLM's default on the device (128 on CPU, 256 and more on a GPU)
+        (["+recipe=gsm8k", "inference.device=cuda", "inference.extra_args=[--max-num-batched-tokens,200]"],
+         "--max-num-batched-tokens 200 below vLLM's default --max-num-seqs 256 on this device"),
+        (["+recipe=smoke", "inference.device=cpu", "inference.max_model_len=64",
+          "inference.extra_args=[--max-num-batched-tokens,100]"], "below vLLM's default --max-num-seqs 128"),
     ],
 )  # fmt: skip
 def test_each_breakable_vllm_constraint_is_refused_naming_the_key(overrides, expected):

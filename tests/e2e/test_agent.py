@@ -18,9 +18,14 @@ import sys
 
 import pytest
 
+from tests.gpu_count import needs_gpus
 from tests.tensorboard_tags import tensorboard_tags
 
-pytestmark = [pytest.mark.vllm, pytest.mark.e2e]
+pytestmark = [
+    needs_gpus(3),  # two replicas and the trainer, each on its own GPU where there are GPUs
+    pytest.mark.vllm,
+    pytest.mark.e2e,
+]
 
 TOOL_USE = "rewards/SecretWordEnv"  # the environment's reward: 1 when the episode called get_secret
 STEPS = 30  # of the recipe's 60: the tool-use reward is up by ~0.45 by steps 11-15 (recipes/agent_smoke.md); CI time

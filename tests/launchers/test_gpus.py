@@ -52,11 +52,11 @@ def test_plan_without_cuda_visible_devices_is_unchanged():
 
 
 def test_explicit_indices_count_the_visible_gpus():
-    plan = plan_with(["4", "5", "6"], "trainer.gpus=[0,1]", "inference.gpus=[2]", num_gpus=3)
+    plan = plan_with(["4", "5", "6"], "trainer.gpus=[0,1]", "inference.gpus=[2]", "launcher=accelerate", num_gpus=3)
     assert plan.services[0].env["CUDA_VISIBLE_DEVICES"] == "6"
     assert plan.trainer.env["CUDA_VISIBLE_DEVICES"] == "4,5"
 
 
 def test_trainer_only_role_gets_the_visible_gpus_by_their_machine_ids():
-    plan = plan_with(["2", "3"], "role=trainer", "inference.urls=[http://10.0.0.1:8000]")
+    plan = plan_with(["2", "3"], "role=trainer", "inference.urls=[http://10.0.0.1:8000]", "launcher=accelerate")
     assert plan.trainer.env["CUDA_VISIBLE_DEVICES"] == "2,3"

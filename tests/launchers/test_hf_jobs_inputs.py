@@ -138,3 +138,23 @@ def test_the_executor_builds_the_model_and_uploads_its_files_before_any_job(monk
         first_job = next(i for i, r in enumerate(hub.requests) if (r.method, r.path) == ("POST", "/api/jobs/alice"))
         last_upload = max(i for i, r in enumerate(hub.requests) if r.method == "PUT")
         assert last_upload < first_job
+
+
+def test_a_mapping_form_tool_with_bound_options_travels_too(tmp_path, monkeypatch):
+    """Issue 32: `{_target_: my_tools.py:search, limit: 5}`, the form docs/your_agent.md shows for bound options, was
+    left out of the uploads (only `file.py:name` strings were), and the trainer Job failed after the replicas had
+    started billing. Both forms are planned as inputs; the Job's config names the copy and keeps the option."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "my_tools.py").write_text(
+        'def search(query: str, limit: int = 3) -> str:\n    """Search.\n\n    Args:\n        query: What.\n'
+        '        limit: How many.\n    """\n    return query\n'
+    )
+    tools = "agent.tools=[my_tools.py:search, {_target_: my_tools.py:search, limit: 5}]"
+    plan = plan_for("+recipe=agent_smoke", "agent=none", tools, PINNED)
+    code = {item.key: item for item in plan.inputs if "/inputs/code/" in item.job_path}
+    assert set(code) == {"agent.tools.0", "agent.tools.1._target_"}
+    assert code["agent.tools.1._target_"].source == str(tmp_path / "my_tools.py")
+    job = job_config(plan)
+    assert job.agent.tools[0].startswith("/bucket/run1/inputs/code/") and job.agent.tools[0].endswith(":search")
+    assert job.agent.tools[1]._target_ == job.agent.tools[0] and job.agent.tools[1].limit == 5
+    assert f"upload agent.tools.1._target_={tmp_path / 'my_tools.py'} " in plan.render()

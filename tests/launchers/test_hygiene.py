@@ -46,14 +46,14 @@ def stop_launchers_left_running():
                 proc.communicate()
 
 
-def start_run(cwd: Path, *overrides: str) -> subprocess.Popen:
+def start_run(cwd: Path, *overrides: str, multirun: bool = False) -> subprocess.Popen:
     """The launcher as a user's terminal runs it: its own session, SIGINT at its default (a backgrounded pytest
     ignores SIGINT and the child would inherit that)."""
     # Out of the default 8100 range, which other programs on a shared test machine bind without agrpo's locks;
     # runs of one test share it, so two runs at once must still be kept apart by the locks.
     base_port = f"inference.base_port={QUIET_BASE_PORT}"
     proc = subprocess.Popen(
-        [sys.executable, "-m", "agrpo", "+recipe=smoke", base_port, *overrides],
+        [sys.executable, "-m", "agrpo", *(["-m"] if multirun else []), "+recipe=smoke", base_port, *overrides],
         cwd=cwd,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -76,6 +76,13 @@ def wait_for_engine_core(token: str, proc: subprocess.Popen) -> RunProcesses:
         out, err = proc.communicate()
         pytest.fail(f"the replica's engine core never started: {found}\n{err[-3000:]}")
     return run
+
+
+def assert_stopped_cleanly(stderr: str) -> None:
+    """Every process ended on SIGTERM within launcher.stop_timeout_s (none needed SIGKILL: agrpo/processes/managed.py
+    says so when one does), and the trainer left no multiprocessing object to Python's resource tracker."""
+    assert "did not exit within" not in stderr, stderr[-3000:]
+    assert "leaked semaphore" not in stderr, stderr[-3000:]
 
 
 # ---- run directories (pure, and the CLI refusing to mix outputs) ----
@@ -146,16 +153,31 @@ def test_two_runs_started_at_once_get_their_own_run_dirs(tmp_path):
 # ---- the launcher's end, however it comes: nothing of the run is left (real vLLM) ----
 
 
+def wait_for_training(run_dir: Path, proc: subprocess.Popen) -> None:
+    """Until the trainer has logged its first step (its rollout process, queues and events are all up)."""
+    import time
+
+    log = run_dir / "logs" / "trainer.log"
+    for _ in range(1200):  # a bound on a wait that must end, not a timing assertion
+        if proc.poll() is not None or (log.exists() and re.search(r"step +1/", log.read_text(errors="replace"))):
+            break
+        time.sleep(0.5)
+    assert proc.poll() is None, "the run ended before training"
+
+
 @pytest.mark.vllm
-def test_sighup_of_the_launcher_stops_every_process(tmp_path, run_token):
-    """The terminal closes: SIGHUP reaches the launcher only (children have their own sessions)."""
+def test_sighup_of_the_launcher_mid_training_stops_every_process(tmp_path, run_token):
+    """The terminal closes while the trainer trains: SIGHUP reaches the launcher only (children have their own
+    sessions); the trainer gets SIGTERM from it and unwinds (no process needs SIGKILL, no leaked semaphore)."""
     proc = start_run(tmp_path, f"hydra.run.dir={tmp_path / 'run'}")
     run = wait_for_engine_core(run_token, proc)
+    wait_for_training(tmp_path / "run", proc)
     proc.send_signal(signal.SIGHUP)
     _, stderr = proc.communicate(timeout=180)
     assert proc.returncode == 1
     assert "interrupted; every process was stopped (the launcher got SIGHUP)" in stderr
     assert "Traceback" not in stderr
+    assert_stopped_cleanly(stderr)
     assert run.left_behind() == {}
 
 
@@ -186,30 +208,48 @@ def test_ctrl_c_twice_waits_for_the_teardown_and_stops_every_process(tmp_path, r
     assert "SIGINT again: still stopping" in stderr  # the repeat landed during the teardown
     assert "interrupted; every process was stopped" in stderr
     assert "Traceback" not in stderr
+    assert_stopped_cleanly(stderr)
     assert run.left_behind() == {}
 
 
-# ---- two real runs on one machine at the same time ----
+# ---- two real runs on one machine at the same time: one of them a sweep ----
 
 
 @pytest.mark.vllm
 @pytest.mark.e2e
-def test_two_runs_at_once_use_their_own_dirs_ports_and_servers(tmp_path, tiny_model_dir, run_token):
-    """Two single-replica smoke runs of 3 steps, started together from one directory: separate run dirs, ports and
-    replicas (each replica loaded only its own run's adapters), both finish."""
-    overrides = ["trainer.max_steps=3", f"model.name_or_path={tiny_model_dir}", "model.builder=null"]
-    runs = [start_run(tmp_path, *overrides) for _ in range(2)]
+@pytest.mark.timeout(1800)  # three boots and three trainings on 2 cores, two of them at once
+def test_a_run_and_a_sweep_at_once_use_their_own_dirs_ports_and_servers(tmp_path, tiny_model_dir, run_token):
+    """A single-replica smoke run of 3 steps and a two-point multirun of the smoke recipe (`-m lora.r=1,4`, 2 steps a
+    point, each point starting its own replica), started together from one directory: the run and the sweep's first
+    point boot at the same time and keep separate run dirs, ports and replicas (each replica loaded only its own
+    run's adapters); every point writes its metrics, the sweep prints its table, and nothing is left running."""
+    single = start_run(tmp_path, "trainer.max_steps=3", f"model.name_or_path={tiny_model_dir}", "model.builder=null")
+    sweep = start_run(
+        tmp_path, "lora.r=1,4", "trainer.max_steps=2", "trainer.per_device_train_batch_size=8", multirun=True
+    )
     tracked = RunProcesses(run_token)
-    tracked.wait_for(lambda found: ENGINE_CORE in found.values() or any(r.poll() is not None for r in runs), 300)
-    outs = [run.communicate(timeout=900) for run in runs]
-    assert [run.returncode for run in runs] == [0, 0], [err[-3000:] for _, err in outs]
-    run_dirs = sorted((tmp_path / "outputs" / "smoke").iterdir())
-    assert len(run_dirs) == 2
-    urls = {re.search(r"trainer talks to (\S+)", out).group(1) for out, _ in outs}  # the plan, logged
-    assert len(urls) == 2, urls  # two ports
-    for run_dir, other in (run_dirs, run_dirs[::-1]):
-        assert json.loads((run_dir / "metrics.json").read_text())["global_step"] == 3
-        replica_log = (run_dir / "logs" / "vllm-0.log").read_text(errors="replace")
-        assert str(run_dir / ".vllm_lora") in replica_log  # it served this run's adapters...
+    tracked.wait_for(lambda found: ENGINE_CORE in found.values() or sweep.poll() is not None, 300)
+    (single_out, single_err), (sweep_out, sweep_err) = single.communicate(timeout=900), sweep.communicate(timeout=1200)
+    assert single.returncode == 0, single_err[-3000:]
+    assert sweep.returncode == 0, sweep_out[-3000:] + sweep_err[-5000:]
+
+    run_dir = next((tmp_path / "outputs" / "smoke").iterdir())
+    sweep_dirs = list((tmp_path / "outputs" / "multirun" / "smoke").iterdir())
+    assert len(sweep_dirs) == 1
+    points = [sweep_dirs[0] / num for num in ("0", "1")]
+    for point in points:
+        metrics = json.loads((point / "metrics.json").read_text())
+        assert metrics["global_step"] == 2 and metrics["wall_time_s"] > 0
+        assert (point / "logs" / "vllm-0.log").is_file()  # its own replica
+    assert "| 0 | lora.r=1 | ok |" in sweep_out and "| 1 | lora.r=4 | ok |" in sweep_out
+    assert json.loads((run_dir / "metrics.json").read_text())["global_step"] == 3
+
+    # the run and the sweep's first point were up together: two ports (the plan, logged), two replicas
+    single_url = re.search(r"trainer talks to (\S+)", single_out).group(1)
+    first_point_url = re.search(r"trainer talks to (\S+)", sweep_out).group(1)
+    assert single_url != first_point_url
+    for mine, other in ((run_dir, points[0]), (points[0], run_dir)):
+        replica_log = (mine / "logs" / "vllm-0.log").read_text(errors="replace")
+        assert str(mine / ".vllm_lora") in replica_log  # it served this run's adapters...
         assert str(other) not in replica_log  # ...and none of the other run's
     assert tracked.left_behind() == {}

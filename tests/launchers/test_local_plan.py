@@ -81,8 +81,40 @@ def test_gpu_machine_splits_gpus_between_trainer_and_replicas():
     replicas = [s for s in plan.services if s.role == "replica"]
     assert [r.gpus for r in replicas] == [[2], [3]]
     assert [r.env["CUDA_VISIBLE_DEVICES"] for r in replicas] == ["2", "3"]
-    assert plan.trainer.env["CUDA_VISIBLE_DEVICES"] == "0,1"
+    # launcher=local trains in ONE process: one GPU (two would be nn.DataParallel, which splits TRL's packed batch)
+    assert plan.trainer.env["CUDA_VISIBLE_DEVICES"] == "0"
+    assert any("GPU(s) [1] stay idle" in note and "launcher=accelerate" in note for note in plan.notes)
     assert "OMP_NUM_THREADS" not in plan.trainer.env
+
+
+@pytest.mark.parametrize(
+    ("num_gpus", "replicas", "trainer", "replica_gpus", "idle"),
+    [
+        (1, 1, "0", [[0]], None),  # shared: the replica's memory share leaves the trainer room
+        (2, 1, "0", [[1]], None),
+        (4, 1, "0", [[3]], "[1, 2]"),
+        (4, 3, "0", [[1], [2], [3]], None),
+        (8, 2, "0", [[6], [7]], "[1, 2, 3, 4, 5]"),
+        (8, 7, "0", [[1], [2], [3], [4], [5], [6], [7]], None),
+    ],
+)
+def test_every_gpu_count_gives_the_one_trainer_process_one_gpu(num_gpus, replicas, trainer, replica_gpus, idle):
+    plan = plan_for(f"inference.replicas={replicas}", device="cuda", num_gpus=num_gpus, cpu_count=16)
+    assert plan.trainer.env["CUDA_VISIBLE_DEVICES"] == trainer
+    assert [s.gpus for s in plan.services if s.role == "replica"] == replica_gpus
+    idle_notes = [note for note in plan.notes if "stay idle" in note]
+    assert idle_notes == ([] if idle is None else [idle_notes[0]]) and (idle is None or idle in idle_notes[0])
+
+
+def test_several_trainer_gpus_asked_of_one_process_are_refused_naming_accelerate():
+    with pytest.raises(ConfigError, match=r"trainer.gpus=\[0, 1\].*launcher=accelerate"):
+        plan_for("trainer.gpus=[0,1]", "inference.gpus=[3]", device="cuda", num_gpus=4)
+
+
+def test_under_accelerate_the_trainer_keeps_every_gpu_left():
+    plan = plan_for("launcher=accelerate", "inference.replicas=2", device="cuda", num_gpus=8, cpu_count=16)
+    assert plan.trainer.env["CUDA_VISIBLE_DEVICES"] == "0,1,2,3,4,5"
+    assert not any("stay idle" in note for note in plan.notes)
 
 
 def test_dry_run_render_lists_every_process_and_hides_unknown_env_values():
@@ -121,10 +153,20 @@ def test_single_gpu_machine_shares_the_gpu_and_leaves_the_trainer_memory():
     assert dedicated.argv[dedicated.argv.index("--gpu-memory-utilization") + 1] == "0.85"
 
 
-def test_trainer_only_role_on_a_gpu_machine_gives_the_trainer_every_gpu():
-    plan = plan_for("role=trainer", "inference.urls=[http://10.0.0.1:8000]", device="cuda", num_gpus=2)
+def test_a_replica_sharing_the_trainers_gpu_may_not_take_most_of_it():
+    with pytest.raises(ConfigError, match=r"inference.gpu_memory_utilization=0.9 .*GPU \[0\].*at or below 0.6"):
+        plan_for("inference.gpu_memory_utilization=0.9", device="cuda", num_gpus=1)
+    assert plan_for("inference.gpu_memory_utilization=0.5", device="cuda", num_gpus=1).services[0].gpus == [0]
+    assert plan_for("inference.gpu_memory_utilization=0.95", device="cuda", num_gpus=2).services[0].gpus == [1]
+
+
+def test_trainer_only_role_on_a_gpu_machine_gives_an_accelerate_trainer_every_gpu():
+    urls = "inference.urls=[http://10.0.0.1:8000]"
+    plan = plan_for("role=trainer", urls, "launcher=accelerate", device="cuda", num_gpus=2)
     assert plan.services == [] and plan.trainer.gpus == [0, 1]
     assert plan.trainer.env["CUDA_VISIBLE_DEVICES"] == "0,1"
+    one_process = plan_for("role=trainer", urls, device="cuda", num_gpus=2)  # launcher=local: one GPU, one idle
+    assert one_process.trainer.gpus == [0] and any("GPU(s) [1] stay idle" in n for n in one_process.notes)
 
 
 def test_the_proxy_admin_token_goes_to_the_proxy_and_the_trainer_only():

@@ -73,6 +73,24 @@ def test_stop_kills_the_whole_group_including_grandchildren(tmp_path):
     assert not pid_alive(grandchild)
 
 
+def test_a_child_that_ignores_sigterm_is_killed_and_said_so(tmp_path, caplog):
+    """The launcher's stop budget (launcher.stop_timeout_s): SIGKILL after it, with one line naming the process, so a
+    run's end that needed SIGKILL shows (tests/launchers/test_hygiene.py asserts no process needed it)."""
+    script = "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); print('ready', flush=True); time.sleep(120)"
+    proc = ManagedProcess("stubborn", [sys.executable, "-c", script], log_path=tmp_path / "s.log")
+    proc.start()
+    for _ in range(200):
+        if "ready" in (tmp_path / "s.log").read_text():
+            break
+        time.sleep(0.05)
+    with caplog.at_level("WARNING", logger="agrpo.processes.managed"):
+        proc.stop(timeout_s=1)
+    assert proc.popen.returncode == -9
+    assert [r.getMessage() for r in caplog.records] == [
+        "stubborn did not exit within 1 s of SIGTERM (launcher.stop_timeout_s); killed it"
+    ]
+
+
 def test_free_ports_skip_ports_in_use():
     import socket
 

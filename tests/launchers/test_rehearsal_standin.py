@@ -29,6 +29,21 @@ SERVE = (
 )
 
 
+# The stand-in bucket's listing lag and negative-lookup cache: the cache is long beside the lag, so that a check made
+# once the listing shows a file falls inside the cache however slow the machine is.
+LAG_S, NEGATIVE_CACHE_S = 1.0, 10.0
+
+
+def wait_until(predicate, timeout_s=30.0, what="the event"):
+    """Poll `predicate` until it holds (bounded); return the seconds waited."""
+    start = time.monotonic()
+    while not predicate():
+        if time.monotonic() - start >= timeout_s:  # a bounded wait, not a speed check
+            raise AssertionError(f"no {what} within {timeout_s:.0f} s")
+        time.sleep(0.05)
+    return time.monotonic() - start
+
+
 def wait_stage(api, job_id, stages, timeout_s=60):
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
@@ -54,7 +69,7 @@ def wait_serving(url, token, timeout_s=60):
 
 @pytest.fixture
 def stand_in(tmp_path):
-    with rehearsal(NS, lag_s=1.0, negative_cache_s=3.0, root=str(tmp_path / "rehearsal")) as running:
+    with rehearsal(NS, lag_s=LAG_S, negative_cache_s=NEGATIVE_CACHE_S, root=str(tmp_path / "rehearsal")) as running:
         yield running
     assert marked_pids(set(running.stand_in.jobs)) == []  # every Job's processes are gone
 
@@ -108,6 +123,28 @@ def test_two_replicas_on_the_same_port_are_reached_through_the_gateway_with_the_
     assert marked_pids({replicas[0].id}) == [] and marked_pids({replicas[1].id}) != []
 
 
+def test_a_job_reaches_a_replica_job_created_after_it_started(stand_in):
+    """A trainer Job that launches replica Jobs (inference.replicas=auto) resolves their exposed names, as the Hub's DNS
+    would: the stand-in names every new exposed port in the hosts file of each running Job."""
+    api, token = stand_in.api(), stand_in.stand_in.token
+    port = stand_in.gateway_port
+    probe = (
+        "while [ ! -f target ]; do sleep 0.2; done; id=$(cat target); "
+        "for i in $(seq 300); do "
+        f'curl -sf -H "Authorization: Bearer $HF_TOKEN" http://$id--8000.hf.jobs:{port}/late && exit 0; '
+        "sleep 0.2; done; exit 1"
+    )
+    trainer = api.run_job(image="img", command=["bash", "-c", probe], secrets={"HF_TOKEN": token}, namespace=NS)
+    wait_stage(api, trainer.id, ["RUNNING"])
+    late = api.run_job(
+        image="img", command=["python3", "-c", SERVE], secrets={"HF_TOKEN": token}, expose=[8000], namespace=NS
+    )
+    (stand_in.stand_in.root / "jobs" / trainer.id / "home" / "target").write_text(late.id)
+    assert wait_stage(api, trainer.id, ["COMPLETED", "ERROR"], timeout_s=90).status.stage == "COMPLETED"
+    lines = [json.loads(line) for line in api.fetch_job_logs(job_id=trainer.id, namespace=NS) if line.strip()]
+    assert lines == [{"job": late.id, "path": "/late"}]
+
+
 def test_the_bucket_is_mounted_read_only_or_read_write_and_listed_after_the_lag(stand_in, tmp_path):
     from huggingface_hub import Volume
 
@@ -134,10 +171,12 @@ def test_the_bucket_is_mounted_read_only_or_read_write_and_listed_after_the_lag(
     assert (bucket / "run/adapter").read_text() == "v1\n" and not (bucket / "run/other").exists()
     assert not (tmp_path / "mnt").exists() or not any((tmp_path / "mnt").iterdir())  # the mount was the Job's own
     (bucket / "run/late").write_text("x")  # as a trainer writes through its mount
-    listed = {f.path for f in api.list_bucket_tree(f"{NS}/b", recursive=True)}
-    assert "run/config.yaml" in listed and "run/late" not in listed
-    time.sleep(1.1)
-    assert "run/late" in {f.path for f in api.list_bucket_tree(f"{NS}/b", recursive=True)}
+
+    def listed():
+        return {f.path for f in api.list_bucket_tree(f"{NS}/b", recursive=True)}
+
+    assert "run/config.yaml" in listed() and "run/late" not in listed()  # within the lag: not listed yet
+    wait_until(lambda: "run/late" in listed(), what="listing of run/late")  # then it is
 
 
 def test_a_load_asked_too_early_is_refused_until_the_negative_cache_expires(stand_in, tmp_path):
@@ -163,18 +202,28 @@ def test_a_load_asked_too_early_is_refused_until_the_negative_cache_expires(stan
         )
 
     bucket = stand_in.stand_in.bucket_dir(f"{NS}/b")
+
+    def write_adapter(version):
+        """The adapter's config (what a load looks up) and a file beside it that nothing looks up: once that one is
+        listed, the listing lag is over for both, and only a cached miss can still hide the config."""
+        (bucket / f"run/{version}").mkdir(parents=True)
+        for name in ("adapter_config.json", "beside"):
+            (bucket / f"run/{version}/{name}").write_text("{}")
+
+    def listed(path):
+        return path in {f.path for f in api.list_bucket_tree(f"{NS}/b", recursive=True)}
+
+    early_at = time.monotonic()
     early = load("v1")  # asked before the adapter exists: vLLM's 404, and the miss is cached
     assert early.status_code == 404 and "No adapter found" in early.text
-    (bucket / "run/v1").mkdir(parents=True)
-    (bucket / "run/v1/adapter_config.json").write_text("{}")
-    time.sleep(1.2)  # past the listing lag, inside the 3 s negative cache
-    assert load("v1").status_code == 404
-    time.sleep(2.0)
-    assert load("v1").status_code == 200
-    (bucket / "run/v2").mkdir()
-    (bucket / "run/v2/adapter_config.json").write_text("{}")
-    time.sleep(1.2)  # waited for the lag first, as agrpo's visibility gate does: loads at once
-    assert load("v2").status_code == 200
+    write_adapter("v1")
+    wait_until(lambda: listed("run/v1/beside"), what="listing of v1")  # past the listing lag...
+    assert load("v1").status_code == 404  # ...but the miss is still cached
+    wait_until(lambda: load("v1").status_code == 200, timeout_s=NEGATIVE_CACHE_S + 30, what="load of v1")
+    assert time.monotonic() - early_at >= NEGATIVE_CACHE_S  # not before the cache expired
+    write_adapter("v2")
+    wait_until(lambda: listed("run/v2/beside"), what="listing of v2")  # waited for the lag, as the visibility gate does
+    assert load("v2").status_code == 200  # no miss was cached: it loads at once
 
 
 @needs_run_job_attempts
@@ -197,7 +246,8 @@ def test_timeout_preemption_and_requeue_end_jobs_as_the_service_does(stand_in):
         namespace=NS,
     )
     wait_stage(api, resumed.id, ["RUNNING"])
-    time.sleep(1.0)
+    home = stand_in.stand_in.root / "jobs" / resumed.id / "home"  # the Job's working directory
+    wait_until(lambda: (home / marker).exists(), what="the first attempt's marker")
     stand_in.stand_in.preempt(resumed.id)
     final = wait_stage(api, resumed.id, ["COMPLETED"], timeout_s=90)
     assert stand_in.stand_in.jobs[resumed.id].history[:4] == ["SCHEDULING", "RUNNING", "ERROR", "SCHEDULING"]

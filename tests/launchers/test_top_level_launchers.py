@@ -5,6 +5,7 @@ lists three made-up nodes); there is no Docker either, so the Dockerfile is chec
 install line under `bash -n`) and the plan that uses its image is built.
 """
 
+import importlib.util
 import os
 import re
 import subprocess
@@ -15,6 +16,7 @@ import pytest
 
 from agrpo.config.compose import compose_run_config
 from agrpo.config.schema import HFJobsConfig
+from agrpo.inference.replica_guard import REPLICA_KEY_ENV
 from agrpo.launchers.hf_jobs.planner import build_jobs_plan
 
 REPO = Path(__file__).resolve().parents[2]
@@ -58,7 +60,8 @@ def test_scripts_hold_no_hyperparameter_and_pass_their_arguments_on():
         text = script.read_text()
         commands = [line for line in text.splitlines() if not line.startswith("#")]
         assert '"$@"' in text
-        # inference.urls is the one key a script sets: the addresses of the replicas it started
+        # inference.urls (the addresses of the replicas it started) and proxy.token_env (their key) are the only keys
+        # a script sets
         assert not re.search(
             r"\b(lora|trainer|model|data|reward)\.\w+=|inference\.(?!urls=)\w+=", "\n".join(commands)
         ), script
@@ -85,12 +88,18 @@ def test_one_node_script_runs_python_m_agrpo_with_the_arguments(tmp_path):
     assert "[replica] vllm-0" in done.stdout and "[replica] vllm-1" in done.stdout and "[proxy] proxy" in done.stdout
 
 
-def test_multi_node_script_serves_a_replica_per_other_node_and_gives_the_trainer_their_urls(tmp_path, fake_slurm):
+@pytest.mark.parametrize("given_key", ["key-from-the-user-0123456789", None])
+def test_multi_node_script_serves_a_keyed_replica_per_other_node_and_gives_the_trainer_their_urls(
+    tmp_path, fake_slurm, given_key
+):
     env = env_with(
         PATH=f"{fake_slurm}{os.pathsep}{os.environ['PATH']}",
         SLURM_JOB_NODELIST="node-[a-c]",
         AGRPO_LAUNCHERS=str(LAUNCHERS),
     )
+    env.pop("AGRPO_REPLICA_API_KEY", None)
+    if given_key:
+        env["AGRPO_REPLICA_API_KEY"] = given_key  # else the script makes one
     done = subprocess.run(
         [
             "bash",
@@ -109,15 +118,19 @@ def test_multi_node_script_serves_a_replica_per_other_node_and_gives_the_trainer
     assert done.returncode == 0, done.stderr[-2000:]
     replicas = [line for line in done.stdout.splitlines() if line.startswith("replica on ")]
     assert len(replicas) == 2
-    for line in replicas:
+    for line, node in zip(replicas, ("node-b", "node-c")):
         assert (
-            "-m vllm.entrypoints.openai.api_server --model Qwen/Qwen2.5-0.5B-Instruct --host 0.0.0.0 --port 8000"
+            f"-m vllm.entrypoints.openai.api_server --model Qwen/Qwen2.5-0.5B-Instruct --host {node} --port 8000"
             in line
-        )
+        )  # bound to the address the trainer uses, not 0.0.0.0
         assert "--max-model-len 2048" in line  # the arguments reached the replica's config
+        assert "VLLM_API_KEY=<set>" in line and "--middleware agrpo.inference.replica_guard.ReplicaGuard" in line
     plan = done.stdout[done.stdout.index("agrpo plan (local)") :]
     assert "[replica]" not in plan  # the trainer node starts no replica
     assert "--upstream http://node-b:8000 --upstream http://node-c:8000" in plan
+    assert "--token-env AGRPO_REPLICA_API_KEY" in plan  # the proxy sends the replicas' key
+    if given_key:
+        assert given_key not in done.stdout + done.stderr
 
 
 def test_multi_node_script_refuses_a_single_node(tmp_path, fake_slurm):
@@ -132,6 +145,41 @@ def test_multi_node_script_refuses_a_single_node(tmp_path, fake_slurm):
         cwd=tmp_path,
     )
     assert done.returncode == 2 and "use slurm_one_node.sbatch" in done.stderr
+
+
+def serve_replica_module():
+    spec = importlib.util.spec_from_file_location("serve_replica", LAUNCHERS / "serve_replica.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_serve_replica_needs_a_key_and_an_address_others_can_reach():
+    serve = serve_replica_module()
+    assert serve.REPLICA_KEY_ENV == REPLICA_KEY_ENV
+    assert serve.key_problem("k") is None
+    assert "proxy.token_env=AGRPO_REPLICA_API_KEY" in serve.key_problem("  ")
+    assert serve.bind_problem("node-b", ["10.1.2.3"]) is None
+    assert serve.bind_problem("0.0.0.0", ["0.0.0.0"]) is None
+    assert serve.bind_problem("127.0.0.1", ["127.0.0.1"]) is None  # loopback when asked for as such
+    assert serve.bind_problem("node-b", []) is None  # unresolvable here: vLLM says so itself
+    problem = serve.bind_problem("node-b", ["127.0.1.1"])
+    assert "127.0.1.1" in problem and "AGRPO_REPLICA_HOST" in problem
+
+
+def test_serve_replica_without_a_key_refuses_in_one_paragraph(tmp_path):
+    env = env_with()
+    env.pop("AGRPO_REPLICA_API_KEY", None)
+    done = subprocess.run(
+        [sys.executable, str(LAUNCHERS / "serve_replica.py"), "+recipe=gsm8k", "launcher.dry_run=true"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
+    )
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    assert "no API key" in done.stderr and done.stdout == ""
 
 
 def test_serve_replica_names_a_bad_override_in_one_line(tmp_path):

@@ -34,6 +34,7 @@ class FakeReplica:
     completion_padding: int = 0  # bytes of padding in every completion answer (large answers)
     cancelled: int = 0  # completions abandoned because the client (the proxy) went away
     stream_gate: asyncio.Event | None = None  # when set: a stream waits for it after its first event
+    thawed: asyncio.Event | None = None  # while it is not set, the replica is frozen (freeze/thaw: SIGSTOP/SIGCONT)
     url: str = ""
     _runner: web.AppRunner | None = None
 
@@ -56,6 +57,20 @@ class FakeReplica:
             await self._runner.cleanup()
             self._runner = None
 
+    def freeze(self) -> None:
+        """Like SIGSTOP: requests are received (the kernel accepts them) but none is answered, /health included."""
+        self.thawed = asyncio.Event()
+
+    def thaw(self) -> None:
+        """Like SIGCONT: what was received is processed now. A load lands even if the proxy gave up on it (as in
+        vLLM), other requests whose client left are abandoned."""
+        if self.thawed is not None:
+            self.thawed.set()
+
+    async def _frozen(self) -> None:
+        if self.thawed is not None:
+            await self.thawed.wait()
+
     def requests(self, path: str) -> list:
         return [s for s in self.seen if s[1].split("?")[0] == path]
 
@@ -64,6 +79,8 @@ class FakeReplica:
         path = request.path
         self.seen.append((request.method, request.raw_path, body, dict(request.headers)))
         self.peers.append(request.transport.get_extra_info("peername"))
+        if path != "/v1/load_lora_adapter":  # a load waits inside its shield: it lands after a thaw
+            await self._frozen()
         if path in self.hang_paths:
             await asyncio.sleep(3600)
         if path in self.redirects:
@@ -110,6 +127,7 @@ class FakeReplica:
         return web.json_response({"error": {"message": "Not Found"}}, status=404)
 
     async def _load(self, data: dict) -> web.Response:
+        await self._frozen()
         if self.load_delay_s:
             await asyncio.sleep(self.load_delay_s)
         if self.missing_adapter_answers > 0:

@@ -41,7 +41,7 @@ class Scripted:
     async def __aenter__(self):
         self.server = await asyncio.start_server(self.handle, "127.0.0.1", 0)
         port = self.server.sockets[0].getsockname()[1]
-        self.replica = SimpleNamespace(url=f"http://127.0.0.1:{port}", authorization=None)
+        self.replica = SimpleNamespace(url=f"http://127.0.0.1:{port}", authorization=None, exchanges=set())
         return self
 
     async def __aexit__(self, *exc):
@@ -121,6 +121,32 @@ def test_head_requests_expect_no_body():
             assert (await exchange(pool, up.replica, b"", method="HEAD"))[::2] == (200, b"")
             assert (await exchange(pool, up.replica))[::2] == (200, b"ok")
             assert up.connections == 1
+            pool.close()
+
+    run(scenario())
+
+
+def test_a_dropped_exchange_raises_at_once_and_is_not_retried_on_a_fresh_connection():
+    """The control plane drops the routed requests of a replica that stopped answering (agrpo/proxy/health.py): the
+    one waiting gets UpstreamClosed (the routed path then tries another replica), even on a reused connection that
+    got no byte back, which would otherwise be retried once on a fresh connection to the same replica."""
+    ok = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"
+
+    async def scenario():
+        async with Scripted([ok, b""]) as up:  # the second request is never answered
+            pool = Pool(connect_timeout_s=5)
+            assert (await exchange(pool, up.replica))[0] == 200
+            ex = Exchange(pool, up.replica, 3600)
+            waiting = asyncio.create_task(ex.send("POST", "/v1/completions", b"", b"{}"))
+            while len(up.requests) < 2:
+                await asyncio.sleep(0.01)
+            assert up.replica.exchanges == {ex}
+            for dropped in list(up.replica.exchanges):
+                dropped.drop("replica 0 stopped answering")
+            with pytest.raises(UpstreamClosed, match="stopped answering"):
+                await asyncio.wait_for(waiting, 30)  # a bound on a hang, not a measurement
+            ex.finish()
+            assert up.replica.exchanges == set() and up.connections == 1
             pool.close()
 
     run(scenario())

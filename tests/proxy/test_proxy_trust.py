@@ -71,9 +71,13 @@ def test_admin_calls_need_the_token_and_routed_traffic_stays_open(monkeypatch):
                 assert len(proxy.replicas) == 2 and extra.seen == []
                 # open: routed traffic, reads, stats
                 assert (await post(session, proxy.url + "/v1/completions", completion([1, 2])))[0] == 200
-                for path in ("/v1/models", "/health", "/metrics", "/proxy/stats", "/server_info"):
+                for path in ("/v1/models", "/health", "/metrics", "/proxy/stats"):
                     async with session.get(proxy.url + path) as response:
                         assert response.status == 200, path
+                async with session.get(proxy.url + "/server_info") as response:  # vLLM's dev endpoints: the token
+                    assert response.status == 401
+                async with session.get(proxy.url + "/server_info", headers=GOOD) as response:
+                    assert response.status == 200
                 # with the token: every admin call works, and the token is never forwarded
                 assert (await post(session, proxy.url + "/v1/load_lora_adapter", LOAD, headers=GOOD))[0] == 200
                 assert (await post(session, proxy.url + "/pause?mode=keep", headers=GOOD))[0] == 200

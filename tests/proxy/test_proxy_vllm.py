@@ -6,6 +6,7 @@ import os
 import re
 import shutil
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -71,9 +72,10 @@ def test_two_real_replicas_load_generate_and_unload(vllm_server, second_replica,
         assert all("proxy-ghost" not in served_models(url) for url in replicas)
         # the adapter shows up on the "mount" while the proxy retries: loaded everywhere
         final = adapter_dir.parent / ADAPTER
-        threading.Timer(1.5, os.rename, (adapter_dir, final)).start()
         load = {"lora_name": ADAPTER, "lora_path": str(final), "load_inplace": False}
         log_offset = Path(second_replica.log_path).stat().st_size
+        # published once the keyed replica has said 404 (not on the "mount" yet), not after a guessed delay
+        threading.Thread(target=publish_after_a_404, args=(second_replica, log_offset, adapter_dir, final)).start()
         answer = requests.post(proxy.url + "/v1/load_lora_adapter", json=load, timeout=300, headers=admin)
         assert answer.status_code == 200, answer.text
         assert all(ADAPTER in served_models(url) for url in replicas)
@@ -116,7 +118,10 @@ def test_two_real_replicas_load_generate_and_unload(vllm_server, second_replica,
         assert text.rstrip().endswith("data: [DONE]") and "event: error" not in text
         assert text.count("data: {") >= 1
 
-        info = requests.get(proxy.url + "/server_info", params={"config_format": "json"}, timeout=60).json()
+        for path in ("/server_info", "/openapi.json", "/docs", "/get_world_size"):  # the token, even to read
+            assert requests.get(proxy.url + path, timeout=60).status_code == 401, path
+        info = requests.get(proxy.url + "/server_info", params={"config_format": "json"}, headers=admin, timeout=60)
+        info = info.json()
         assert info["vllm_config"]["parallel_config"]["data_parallel_size"] == 1
         assert (
             requests.post(proxy.url + "/pause", params={"mode": "keep"}, headers=admin, timeout=120).status_code == 200
@@ -150,6 +155,17 @@ def test_two_real_replicas_load_generate_and_unload(vllm_server, second_replica,
         proxy.stop()
         for url in replicas:  # never leave our adapter on the shared server
             requests.post(url + "/v1/unload_lora_adapter", json={"lora_name": ADAPTER}, timeout=60)
+
+
+def publish_after_a_404(replica, log_offset: int, staging: Path, final: Path, deadline_s: float = 60.0) -> None:
+    """Rename the adapter into place once `replica` has refused a load of it (or after `deadline_s`, when the
+    assertion on the replica's answers then fails by itself)."""
+    give_up = time.monotonic() + deadline_s
+    while time.monotonic() < give_up:
+        if '"POST /v1/load_lora_adapter HTTP/1.1" 404' in read_from(replica, log_offset):
+            break
+        time.sleep(0.05)
+    os.rename(staging, final)
 
 
 def read_from(process, offset: int) -> str:

@@ -138,3 +138,55 @@ def test_two_terms_are_drawn_dashed_and_the_band_stays_in_reach(tmp_path):
     lows = band.get_paths()[0].vertices[:, 1]
     assert lows.min() == pytest.approx(0.0)  # 0.05 - 0.5 would draw the band below what the reward can reach
     assert read_terms(tmp_path) == ({}, None)  # no config.yaml: no per-term labels, no clipping
+
+
+AGENT = Path(__file__).parent / "data" / "agent_log_history.json"  # 30 steps of agent_smoke (two replicas)
+
+
+def drawn_figure(monkeypatch, runs, png):
+    """Draw `runs` and keep the figure, to read what each panel holds."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from agrpo.plot import plot_histories
+
+    captured = {}
+    monkeypatch.setattr(plt, "close", lambda fig: captured.setdefault("fig", fig))
+    plot_histories(runs, png)
+    return captured["fig"]
+
+
+def test_an_agent_run_gets_the_tool_use_panels(tmp_path, monkeypatch):
+    history = json.loads(AGENT.read_text())
+    history[4]["agent/tool_failures_done_total"] = 3.0  # step 5: 3 of its 11 finished calls failed
+    run = tmp_path / "agent"
+    run.mkdir()
+    (run / "log_history.json").write_text(json.dumps(history))
+    png = plot_run_dir(run)
+    import matplotlib.image
+
+    assert matplotlib.image.imread(png).shape[:2] == (1155, 1210)  # three rows of panels instead of two
+    assert BLUE in colours(png)
+    fig = drawn_figure(monkeypatch, [("agent", history)], tmp_path / "agent.png")
+    titles = [ax.get_title() for ax in fig.axes]
+    assert titles[4:] == ["tool use: calls per episode", "tool use: failed share of finished calls"]
+    [calls] = fig.axes[4].get_lines()
+    assert list(calls.get_xdata()[:3]) == [1, 2, 3] and list(calls.get_ydata()[:3]) == [0.09375, 0.25, 0.1875]
+    [failed] = fig.axes[5].get_lines()
+    assert 7 not in list(failed.get_xdata())  # step 7 finished no call: no share to draw
+    shares = dict(zip(failed.get_xdata(), failed.get_ydata()))
+    assert shares[5] == pytest.approx(3 / 11) and shares[4] == 0.0
+
+
+def test_failure_share_falls_back_to_trl_without_agrpo_counts():
+    from agrpo.plot import failure_share
+
+    history = [{"step": 1, "tools/failure_frequency": 0.5}, {"step": 2, "tools/failure_frequency": 0.0}]
+    assert failure_share(history) == ([1, 2], [0.5, 0.0])
+
+
+def test_a_run_without_tools_keeps_four_panels(tmp_path, monkeypatch):
+    fig = drawn_figure(monkeypatch, [("smoke", json.loads(DATA.read_text()))], tmp_path / "smoke.png")
+    assert len(fig.axes) == 4 and not any("tool" in ax.get_title() for ax in fig.axes)

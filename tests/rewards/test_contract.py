@@ -45,6 +45,23 @@ def test_completion_text_makes_the_same_reward_work_on_messages_and_strings():
     assert starts_politely(["Sure.", "no"]) == [1.0, 0.0]
 
 
+def test_an_episodes_turns_are_read_apart():
+    """Issue 32: the assistant turns of an agent's episode were joined with nothing between them, so a numeric
+    reward read "...is 3" then "42" as 342. A turn that only called a tool (no text) adds nothing."""
+    from agrpo.rewards import completion_text
+    from agrpo.rewards.generic import numeric_match
+
+    episode = [
+        {"role": "assistant", "content": "", "tool_calls": [{"function": {"name": "convert", "arguments": {}}}]},
+        {"role": "tool", "name": "convert", "content": "11.1"},
+        {"role": "assistant", "content": "Let me see, the count is 3"},
+        {"role": "assistant", "content": "42"},
+    ]
+    assert completion_text(episode) == "Let me see, the count is 3\n\n42"
+    assert completion_text([{"role": "assistant", "content": "Sure."}]) == "Sure."
+    assert numeric_match([episode], answer=[342]) == [0.0]
+
+
 @pytest.mark.parametrize(
     ("scores", "message"),
     [
@@ -65,6 +82,25 @@ def test_numbers_of_every_kind_and_none_are_scores():
     assert call_reward(lambda **_: [True, None], "t", ROW) == [1.0, None]
     assert call_reward(lambda **_: np.array([0.25, 1]), "t", ROW) == [0.25, 1.0]
     assert call_reward(lambda **_: (x for x in [np.bool_(True), 2]), "t", ROW) == [1.0, 2.0]
+
+
+@pytest.mark.parametrize(
+    ("scores", "shown", "how_many"),
+    [
+        ([float("nan"), 1.0], "nan", "1 of 2"),
+        ([float("inf"), float("-inf")], "-inf, inf", "2 of 2"),
+    ],
+)
+def test_nan_and_infinity_end_the_run_naming_the_term_the_value_and_how_many(scores, shown, how_many):
+    import numpy as np
+
+    for answer in (scores, np.array(scores)):  # a numpy reward's NaN is the same mistake
+        with pytest.raises(RewardError) as raised:
+            WeightedReward(lambda **_: answer, 1.0, name="ratio")(**ROW)
+        text = str(raised.value)
+        assert text.startswith(f"reward term 'ratio' returned {shown} for {how_many} completions")
+        assert "the row [prompt 'What is 3 + 4?', answer=7" in text
+        assert "return None to leave a completion out" in text
 
 
 def test_an_error_in_agrpos_own_reward_points_at_it():

@@ -29,7 +29,7 @@ def test_completion_text_reads_assistant_turns_only():
         {"role": "tool", "content": "IGNORED"},
         {"role": "assistant", "content": "b"},
     ]
-    assert completion_text(chat) == "ab"
+    assert completion_text(chat) == "a\n\nb"  # turns apart (issue 32): "3" then "42" is not 342
     with pytest.raises(TypeError):
         completion_text(3)
 

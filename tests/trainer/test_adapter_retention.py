@@ -4,7 +4,15 @@ import os
 
 import pytest
 
-from agrpo.trainer.adapter_retention import AdapterRetention, _RetainingShutil, default_retain_s
+from agrpo.trainer.seam.module_patches import RetainingShutil
+
+from agrpo.trainer.adapter_retention import (
+    FINISHED_MARGIN_S,
+    OPEN_VERSION_METRIC,
+    AdapterRetention,
+    OpenVersionsCallback,
+    default_retain_s,
+)
 
 
 class Clock:
@@ -94,7 +102,7 @@ def test_the_shutil_stand_in_defers_only_published_versions(tmp_path):
         (lora_dir / name / "adapter_config.json").write_text("{}")
     retention = AdapterRetention(str(lora_dir), "trl-policy", retain_s=3600.0)
     retention.loaded(2)
-    stand_in = _RetainingShutil(retention)
+    stand_in = RetainingShutil(retention)
     stand_in.rmtree(str(lora_dir / "trl-policy-v1"), ignore_errors=True)
     stand_in.rmtree(str(lora_dir / ".trl-policy-v3.tmp"), ignore_errors=True)
     assert (lora_dir / "trl-policy-v1" / "adapter_config.json").is_file()  # kept: still readable by an engine
@@ -104,3 +112,102 @@ def test_the_shutil_stand_in_defers_only_published_versions(tmp_path):
 
 def test_default_retention_outlives_the_client_request_timeout():
     assert default_retain_s(600) > 600
+
+
+def test_a_version_below_the_workers_open_floor_goes_a_margin_after_the_floor_was_seen(policy):
+    """Direct to one replica: the rollout worker's floor (the oldest version an open rollout started on) bounds what
+    is kept by what can still be in flight, not by the 630 s worst case (44 versions by step 55 of the smoke run)."""
+    retention, clock, deleted = policy
+    for version in range(1, 6):
+        retention.loaded(version)
+    for version in (1, 2, 3):
+        retention.unloaded(version)
+        assert retention.request_delete(path(retention, f"trl-policy-v{version}"))
+    assert retention.none_open_below(3) == [] and deleted == []  # seen now: the abort margin has not passed
+    clock.now += FINISHED_MARGIN_S
+    assert retention.collect() == [1, 2]  # v3 still has a rollout open on it
+    retention.none_open_below(2)  # a stale (lower) report changes nothing
+    clock.now += FINISHED_MARGIN_S
+    assert retention.collect() == []
+    retention.none_open_below(5)
+    clock.now += FINISHED_MARGIN_S
+    assert retention.collect() == [3] and deleted == [path(retention, f"trl-policy-v{v}") for v in (1, 2, 3)]
+
+
+def test_without_a_floor_the_time_bound_stays(policy):
+    retention, clock, deleted = policy
+    retention.loaded(3)
+    retention.unloaded(1)
+    retention.request_delete(path(retention, "trl-policy-v1"))
+    clock.now += 59.0
+    assert retention.collect() == []
+    clock.now += 1.0
+    assert retention.collect() == [1]
+
+
+def test_the_callback_hands_the_logged_floor_to_the_policy(policy):
+    retention, clock, _ = policy
+    callback = OpenVersionsCallback(retention)
+    callback.on_log(None, None, None, logs={"loss": 0.1})
+    assert retention.floors == []
+    callback.on_log(None, None, None, logs={OPEN_VERSION_METRIC: 4.0})
+    assert retention.floors == [(clock.now, 4)]
+
+
+def test_the_worker_reports_the_oldest_version_an_open_rollout_started_on():
+    import asyncio
+    from types import SimpleNamespace
+
+    from trl.experimental.async_grpo.async_rollout_worker import _AsyncRolloutLoop
+
+    from agrpo.trainer.guarded_loop import GuardedRolloutLoop
+
+    loop = GuardedRolloutLoop.__new__(GuardedRolloutLoop)
+    loop._model_version_value = SimpleNamespace(value=3)
+    release = asyncio.Event()
+
+    async def generate(self, prompt, *args, **kwargs):
+        await release.wait()
+        return "done"
+
+    async def scenario():
+        original = _AsyncRolloutLoop._generate_one
+        _AsyncRolloutLoop._generate_one = generate
+        try:
+            first = asyncio.create_task(loop._generate_one("p"))
+            await asyncio.sleep(0)
+            loop._model_version_value.value = 5  # v5 loaded while the first rollout is open
+            second = asyncio.create_task(loop._generate_one("p"))
+            await asyncio.sleep(0)
+            assert loop.open_version_floor() == 3
+            release.set()
+            await asyncio.gather(first, second)
+            assert loop.open_version_floor() == 5  # none open: every older version is free
+        finally:
+            _AsyncRolloutLoop._generate_one = original
+
+    asyncio.run(scenario())
+
+
+def test_the_sync_thread_and_the_log_step_collecting_at_once_take_each_folder_once(tmp_path):
+    """The trainer's log step (the worker's floor) and the sync (TRL's delete request, on the sync thread in
+    background mode) both collect; once, both took the same due version and the second crashed the run (KeyError)."""
+    import threading
+
+    deleted = []
+    retention = AdapterRetention(str(tmp_path), "trl-policy", retain_s=0.0, delete=deleted.append)
+    retention.loaded(10_000)
+    barrier = threading.Barrier(2)
+
+    def ask(versions):
+        barrier.wait()
+        for version in versions:
+            retention.request_delete(path(retention, f"trl-policy-v{version}"))
+            retention.none_open_below(version)
+
+    threads = [threading.Thread(target=ask, args=(range(start, 4000, 2),)) for start in (0, 1)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert sorted(deleted) == sorted(set(deleted)) and len(deleted) == 4000

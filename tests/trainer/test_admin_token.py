@@ -4,7 +4,7 @@ import json
 import threading
 from http.server import BaseHTTPRequestHandler, HTTPServer
 
-from agrpo.trainer.trl_patches import _BearerRequests
+from agrpo.trainer.seam.module_patches import _BearerRequests
 
 
 class Recorder(BaseHTTPRequestHandler):

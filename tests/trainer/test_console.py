@@ -22,6 +22,7 @@ from agrpo.trainer.console import (
     banner_lines,
     eval_overrides,
     quiet_trainer,
+    replica_lines,
     reward_lines,
     run_summary,
     serve_command,
@@ -45,6 +46,24 @@ def test_step_line_with_missing_metrics_shows_dashes_and_no_stale_drop_is_zero()
     assert "0.0" not in step_line({}, 1, 60).split("step")[1]  # nothing invented
     assert step_line({}, 1, 60) == "step  1/60  reward - ± -  kl -  len -  - s/step  stale -  sync - s"
     assert "stale 0%" in step_line(by_step(60), 60, 60)  # step 60 dropped nothing
+
+
+def test_one_line_when_a_replica_hangs_and_one_when_it_is_back_none_for_one_that_died():
+    hung: dict[int, int] = {}
+    fine = {"proxy/replica0/healthy": 1.0, "proxy/replica0/hung": 0.0, "proxy/replica1/healthy": 1.0}
+    assert replica_lines(hung, {**fine, "proxy/replica1/hung": 0.0}, 10) == []
+    stopped = {**fine, "proxy/replica1/healthy": 0.0, "proxy/replica1/hung": 1.0}
+    [(level, line)] = replica_lines(hung, stopped, 11)
+    assert level == logging.WARNING and line.startswith("replica 1 is hung (not answering its health probe)")
+    assert line.endswith("training goes on without it")
+    assert replica_lines(hung, stopped, 12) == [] and hung == {1: 11}  # said once
+    [(level, line)] = replica_lines(hung, {**fine, "proxy/replica1/hung": 0.0}, 30)
+    assert level == logging.INFO
+    assert line == "replica 1 answers again (hung since step 11): re-admitted with the current adapter"
+    assert hung == {}
+    died = {**fine, "proxy/replica1/healthy": 0.0, "proxy/replica1/hung": 0.0}  # refused: the launcher says it
+    assert replica_lines(hung, died, 31) == [] and replica_lines(hung, fine | {"proxy/replica1/hung": 0.0}, 32) == []
+    assert replica_lines(hung, by_step(3), 3) == []  # a one-replica run has no proxy figures
 
 
 def test_run_summary_of_the_real_run():
@@ -116,6 +135,13 @@ def test_two_terms_are_shown_unweighted_and_as_they_add_up():
     ]
 
 
+def vllm_missing() -> str | None:
+    import importlib.util
+
+    return None if importlib.util.find_spec("vllm") else "vLLM is not installed (its own parser checks the line)"
+
+
+@pytest.mark.requires(vllm_missing())
 def test_the_serve_line_is_the_runs_own_replica_command_with_the_adapter(tmp_path):
     from agrpo.config.compose import compose_run_config
     from agrpo.config.resolve import resolve
@@ -129,7 +155,6 @@ def test_the_serve_line_is_the_runs_own_replica_command_with_the_adapter(tmp_pat
         + " ".join(launch.argv)
         + " --lora-modules smoke=/runs/smoke/1/final_adapter"
     )
-    pytest.importorskip("vllm")
     import shlex
 
     from vllm.entrypoints.launchers.cli_args import make_arg_parser
@@ -217,6 +242,21 @@ def test_callback_prints_banner_a_line_every_n_steps_and_the_summary(caplog):
     assert lines[0].startswith("agrpo: training") and lines[-len(printed) :] == printed
     assert len(lines) < 60  # well under one line per step, banner and summary included
     assert "agrpo: done, 60 steps, final adapter in /runs/smoke/1/final_adapter (48 s of training)" in printed
+
+
+def test_callback_says_once_that_a_replica_hung_and_once_that_it_is_back(caplog):
+    def health(entry):
+        if "reward" not in entry:
+            return entry
+        hung = 20 <= entry["step"] < 30  # the proxy marked replica 1 hung at step 20, re-admitted it by step 30
+        return {**entry, "proxy/replica1/healthy": float(not hung), "proxy/replica1/hung": float(hung)}
+
+    callback = ConsoleCallback(config(console_every=0, progress_bar=False), num_replicas=2)
+    with caplog.at_level(logging.INFO, logger="agrpo.console"):
+        drive(callback, [health(entry) for entry in HISTORY], 60)
+    lines = [r.getMessage() for r in caplog.records if r.name == "agrpo.console" and "replica 1" in r.getMessage()]
+    assert [line.split(" (")[0] for line in lines] == ["replica 1 is hung", "replica 1 answers again"]
+    assert "(hung since step 20)" in lines[1]
 
 
 def test_the_summary_counts_the_samples_metrics_json_counts(caplog):

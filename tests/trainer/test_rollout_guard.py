@@ -1,4 +1,5 @@
-"""The rollout guard (agrpo/trainer/rollout_guard.py) on TRL's real AsyncRolloutWorker and real spawned processes,
+"""The rollout guard (agrpo/trainer/rollout_guard.py) on agrpo's real AgrpoRolloutWorker (TRL's AsyncRolloutWorker,
+subclassed in agrpo/trainer/seam/worker.py) and real spawned processes,
 without vLLM: the root cause of the hang (a child that dies while asleep on the stop event makes `set()` wait
 forever), that the guard's stop returns anyway, and how failures, deaths and stale heartbeats are reported.
 The end-to-end runs with real rewards are in tests/e2e/test_failing_reward.py."""
@@ -15,8 +16,8 @@ from rollout_children import asleep_on_event_then_exit, exit_with, wait_for_stop
 
 from agrpo.trainer.rollout_guard import (
     RolloutFailed,
+    RolloutGuard,
     RolloutWatchdog,
-    _Guard,
     died_message,
     hang_message,
     reported_message,
@@ -28,20 +29,24 @@ BOUNDED_S = 60  # a bound on waits that must end, never a timing assertion
 
 @pytest.fixture()
 def worker():
-    from agrpo.trainer.cpu_compat import apply_cpu_workarounds
+    from agrpo.trainer.seam.cpu_compat import apply_cpu_workarounds
 
     apply_cpu_workarounds()  # TRL refuses to build the worker without an importable vllm unless patched
     from accelerate.state import PartialState
-    from trl.experimental.async_grpo.async_rollout_worker import AsyncRolloutWorker
+
+    from agrpo.trainer.seam.worker import AgrpoRolloutWorker
 
     PartialState()  # TRL's worker logs through accelerate, which wants it
 
-    return AsyncRolloutWorker(queue_maxsize=4)  # the loop's arguments are only used when it starts
+    return AgrpoRolloutWorker(queue_maxsize=4)  # the loop's arguments are only used when it starts
 
 
-def guard_for(worker, step: int = 3, max_steps: int = 10) -> _Guard:
-    trainer = SimpleNamespace(state=SimpleNamespace(global_step=step, max_steps=max_steps))
-    return _Guard(worker, trainer, run_dir="unused", level="INFO", log_file="/run/logs/trainer.log")
+def guard_for(worker, step: int = 3, max_steps: int = 10) -> RolloutGuard:
+    """The worker's guard (`worker.guard`: its `stop` and `check_health` go through it), with the trainer at `step`;
+    the child is started by the tests themselves (`start_child`), not through the guard's entry."""
+    guard = RolloutGuard(worker, lambda: (step, max_steps), run_dir="unused", level="INFO", log_file="/run/logs/t.log")
+    worker.guard = guard
+    return guard
 
 
 def start_child(worker, target, *args):
@@ -78,7 +83,8 @@ def test_guarded_stop_returns_when_the_child_died_asleep_on_the_stop_event(worke
     child = start_child(worker, asleep_on_event_then_exit, worker._stop_event_mp, ready)
     assert ready.wait(BOUNDED_S)
     child.join(BOUNDED_S)
-    assert ends(guard_for(worker).stop)
+    guard_for(worker)
+    assert ends(worker.stop)
     assert worker._process is None
 
 
@@ -86,7 +92,8 @@ def test_guarded_stop_signals_a_living_child_which_then_exits_by_itself(worker):
     ready = worker._mp_ctx.Event()
     child = start_child(worker, wait_for_stop, worker._stop_event_mp, ready)
     assert ready.wait(BOUNDED_S)
-    assert ends(guard_for(worker).stop)
+    guard_for(worker)
+    assert ends(worker.stop)
     assert child.exitcode == 0  # it saw the event; TRL's stop did not have to terminate it
 
 
@@ -98,8 +105,8 @@ def test_a_reported_failure_is_the_childs_paragraph_with_the_step(worker):
     with pytest.raises(RolloutFailed) as raised:
         guard.check()
     assert str(raised.value) == paragraph + " Training stopped at step 4 of 30."
-    with pytest.raises(RolloutFailed):  # asked again (the next step, the next wait): the same paragraph
-        guard.check(stale_after_s=300)
+    with pytest.raises(RolloutFailed):  # asked again (the next wait, through TRL's check_health): the same paragraph
+        worker.check_health(stale_after_s=300)
     assert guard.failure == str(raised.value)
 
 
@@ -154,20 +161,19 @@ def test_only_a_guarded_loop_class_may_replace_trls(worker):
     from trl.experimental.async_grpo.async_rollout_worker import _AsyncRolloutLoop
 
     from agrpo.trainer.guarded_loop import GuardedRolloutLoop
-    from agrpo.trainer.loop_install import install_loop
-
     from agrpo.trainer.rollout_loop import AgrpoRolloutLoop
 
-    worker._loop_cls = AgrpoRolloutLoop  # agrpo's plain loop (token, retired versions): the guarded one derives from it
-    install_loop(worker, GuardedRolloutLoop)
-    assert worker._loop_cls is GuardedRolloutLoop and issubclass(GuardedRolloutLoop, AgrpoRolloutLoop)
+    assert worker._loop_cls is AgrpoRolloutLoop  # agrpo's plain loop (token, retired versions): the worker's default
+    assert worker.run_loop(GuardedRolloutLoop) is GuardedRolloutLoop and issubclass(
+        GuardedRolloutLoop, AgrpoRolloutLoop
+    )
 
     class Other(_AsyncRolloutLoop):
         pass
 
     worker._loop_cls = Other
     with pytest.raises(RuntimeError, match="derive it from agrpo.trainer.guarded_loop.GuardedRolloutLoop"):
-        install_loop(worker, GuardedRolloutLoop)
+        worker.run_loop(GuardedRolloutLoop)
 
 
 def test_the_heartbeat_stops_at_the_start_of_a_scoring_that_has_not_returned():

@@ -32,7 +32,7 @@ PROXY_STATS = {
     "rejected": 0,
     "replicas": [
         {"index": 0, "url": "http://127.0.0.1:8100", "healthy": True, "routed": 1867},
-        {"index": 1, "url": "http://127.0.0.1:8101", "healthy": False, "routed": 662},
+        {"index": 1, "url": "http://127.0.0.1:8101", "healthy": False, "hung": True, "routed": 662},
     ],
 }
 
@@ -49,6 +49,7 @@ def test_proxy_figures_shares_health_and_imbalance():
     assert figures["proxy/cold_share"] == pytest.approx(329 / 2506)
     assert figures["proxy/healthy_replicas"] == 1
     assert figures["proxy/replica1/healthy"] == 0.0
+    assert (figures["proxy/replica0/hung"], figures["proxy/replica1/hung"]) == (0.0, 1.0)  # 1: not answering
     assert figures["proxy/replica0/routed"] == 1867
     assert figures["proxy/load_imbalance"] == pytest.approx(1867 / ((1867 + 662) / 2))
 
@@ -88,3 +89,30 @@ def test_collector_without_proxy_reads_the_one_replica():
     figures = ServingCollector("http://127.0.0.1:8100", via_proxy=False, get=get).sample()
     assert got == ["http://127.0.0.1:8100/metrics"]
     assert "proxy/routed" not in figures and figures["serving/prefix_cache_hit_rate"] > 0.7
+
+
+def test_collector_asks_no_unhealthy_replica_and_a_silent_one_only_every_30_s():
+    """It runs at every logged step on the trainer's thread: a hung replica (its /metrics times out before the proxy
+    marks it unhealthy) must cost one timeout, not one per step."""
+    stats = {"replicas": [{"index": 0, "url": "http://r0", "healthy": True}, {"index": 1, "url": "http://r1"}]}
+    pages = {"http://proxy:1/proxy/stats": json.dumps(stats).encode(), "http://r0/metrics": VLLM_METRICS.encode()}
+    asked, now = [], [0.0]
+
+    def get(url, timeout):
+        asked.append(url)
+        if url not in pages:
+            raise TimeoutError("timed out")  # replica 1 is hung, still marked healthy
+        return pages[url]
+
+    collector = ServingCollector("http://proxy:1", via_proxy=True, get=get, clock=lambda: now[0])
+    for now[0] in (0.0, 1.0, 29.0):
+        assert collector.sample()["serving/replica0/prefix_cache_hit_rate"] > 0.7
+    assert asked.count("http://r1/metrics") == 1 and asked.count("http://r0/metrics") == 3
+    now[0] = 31.0
+    collector.sample()
+    assert asked.count("http://r1/metrics") == 2
+    stats["replicas"][1]["healthy"] = False  # the proxy marked it: not asked at all
+    pages["http://proxy:1/proxy/stats"] = json.dumps(stats).encode()
+    now[0] = 100.0
+    collector.sample()
+    assert asked.count("http://r1/metrics") == 2

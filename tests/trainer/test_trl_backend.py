@@ -5,7 +5,8 @@ import pytest
 from agrpo.config.compose import compose_run_config
 from agrpo.errors import ConfigError
 from agrpo.config.resolve import VLLM_LORA_RANKS
-from agrpo.trainer.trl_backend import build_grpo_args, build_peft_config, final_metrics
+from agrpo.trainer.summary import final_metrics
+from agrpo.trainer.trl_backend import build_grpo_args, build_peft_config
 
 
 def cfg_for(*overrides, tmp="/tmp/agrpo-args"):
@@ -75,6 +76,17 @@ def test_final_metrics_windows():
     assert summary["reward_first"] == pytest.approx(0.15)
     assert summary["reward_last"] == pytest.approx(0.65)
     assert summary["train_runtime_s"] == 12.5 and summary["steps_logged"] == 7
+
+
+def test_final_metrics_with_steps_no_reward_scored():
+    """TRL logs `reward` as None for a step in which every reward returned None: the summary must not crash (it
+    did, with a TypeError, at the end of such a run) and says how many steps and completions went unscored."""
+    history = [{"reward": None}, {"reward": 0.5, "rollout/unscored_total": 3.0}, {"reward": float("nan")}]
+    history += [{"reward": 1.0, "rollout/unscored_total": 1.0}]
+    summary = final_metrics(history, window=5)
+    assert summary["rewards"] == [0.5, 1.0] and summary["reward_first"] == pytest.approx(0.75)
+    assert summary["steps_logged"] == 4 and summary["steps_unscored"] == 2 and summary["unscored_completions"] == 4
+    assert "reward_first" not in final_metrics([{"reward": None}])
 
 
 def test_chat_template_by_trl_name_or_file(tmp_path, tiny_model_dir):

@@ -3,19 +3,103 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional
+from typing import Any, Optional
 
 from omegaconf import MISSING
 
 from agrpo.config.schema.choices import Device, LogLevel, ServedDtype, SyncMode
-from agrpo.config.schema.knobs import knob
+from agrpo.config.schema.knobs import group, knob
+
+AUTO_FLEET = "auto"  # inference.replicas's one word besides a number
+
+
+def is_auto_fleet(inference: Any) -> bool:
+    """Whether inference.replicas asks for a fleet that sizes itself (agrpo/fleet/)."""
+    return str(inference.replicas).strip().lower() == AUTO_FLEET
+
+
+def fleet_bounds(inference: Any) -> tuple[int, int]:
+    """(fewest, most) replicas the run may have: min_replicas..max_replicas with `auto`, else the fixed number twice.
+    Call it on a validated config (validation refuses a replicas value that is neither a number nor auto)."""
+    if is_auto_fleet(inference):
+        return int(inference.min_replicas), int(inference.max_replicas)
+    return int(inference.replicas), int(inference.replicas)
+
+
+def starting_replicas(inference: Any) -> int:
+    """Replicas the launcher starts before the trainer: the fixed number, or min_replicas with `auto`."""
+    return fleet_bounds(inference)[0]
+
+
+@dataclass
+class FleetConfig:
+    """inference.replicas=auto: when the run adds or releases a replica (agrpo/fleet/policy.py, docs/elastic.md)."""
+
+    window_steps: int = knob(
+        5,
+        doc="Training steps the signals are averaged over, and that a change is judged on once it took effect "
+        "(steps/s and the trainer's wait for rollouts before against after).",
+    )
+    cooldown_s: float = knob(
+        30.0, doc="Seconds after a change took effect (replica admitted or stopped) before another is considered."
+    )
+    add_wait_share: float = knob(
+        0.05,
+        doc="Add a replica when the trainer waits for rollouts at least this share of each step (generation-bound). "
+        "Low, so that the trainer's GPUs seldom idle: an addition that does not raise steps/s is undone "
+        "(benchmarks/fleet_simulation.py: 0.05 ran within 6% of the largest fixed fleet's time, 0.25 took 30% longer).",
+    )
+    release_wait_share: float = knob(
+        0.02,
+        doc="Release one when the trainer waits less than this share of each step (the gap to add_wait_share is "
+        "the hysteresis: a fleet between the two holds).",
+    )
+    max_stale_share: float = knob(
+        0.10,
+        doc="No replica is added while more than this share of the generated samples is dropped as stale: more "
+        "generation would raise the waste (lower the in-flight budget or raise trainer.max_staleness instead).",
+    )
+    min_gain: float = knob(
+        0.05,
+        doc="An added replica is kept only if steps/s rose by this share (a fall of the trainer's wait alone may "
+        "be a trainer slowed by a replica on its cores); a release is undone if steps/s fell by more than this share.",
+    )
+    backoff_s: float = knob(
+        300.0,
+        doc="After a change was undone, seconds before the same change is tried again (a machine where another "
+        "replica only steals the trainer's cores learns not to add).",
+    )
+    poll_s: float = knob(2.0, doc="Seconds between two readings of the signals by the launcher's fleet controller.")
+    drain_timeout_s: float = knob(
+        120.0,
+        doc="A released replica takes no new requests; its in-flight ones may finish for this long before its "
+        "process is stopped.",
+    )
+    max_replacements: int = knob(
+        3,
+        doc="launcher=hf_jobs: replica Jobs the trainer Job launches in place of lost ones (preempted, failed) while "
+        "the fleet is below min_replicas, over the whole run; then it goes on with the replicas left.",
+    )
+    replica_price_per_hour: float = knob(
+        0.0,
+        doc="Local runs: $ per replica-hour for the end-of-run cost lines ($ per 1,000 samples, the largest fixed "
+        "fleet's cost); 0: replica-seconds only. Jobs runs price the replica flavor instead.",
+    )
 
 
 @dataclass
 class InferenceConfig:
     """vLLM replicas: how many, with which engine flags, on which devices."""
 
-    replicas: int = knob(1, doc="vLLM replicas to start (several go behind agrpo's proxy).")
+    replicas: Any = knob(
+        1,
+        doc="vLLM replicas to start (several go behind agrpo's proxy). auto: start min_replicas and let the run add "
+        "or release replicas between min_replicas and max_replicas from its own signals (launcher=local; "
+        "inference.fleet, docs/elastic.md).",
+    )
+    min_replicas: int = knob(1, doc="replicas=auto: the fewest replicas, started before the trainer.")
+    max_replicas: int = knob(2, doc="replicas=auto: the most replicas the run may grow to.")
+    fleet: FleetConfig = group(FleetConfig)
     urls: list[str] = knob(
         factory=list,
         doc="Already-running servers to use instead of starting replicas (e.g. HF Jobs replicas). Empty: start our own.",
@@ -68,7 +152,8 @@ class InferenceConfig:
         None,
         doc="Seconds a published adapter's files outlive its unload (a request still queued inside an engine may "
         "reload it from disk; a missing folder kills that engine). None: TRL's request_timeout + 30 s, the longest "
-        "such a request can live (trainer/adapter_retention.py).",
+        "such a request can live. Without a proxy (one replica) a version goes sooner: 5 s after the rollout worker "
+        "has no request left on it (trainer/adapter_retention.py).",
     )
     restart_on_failure: bool = knob(
         True,

@@ -116,6 +116,10 @@ def loose(hint: Any) -> Any:
     return composable(inner) if inner is not None else hint
 
 
+COMPOSED_HOME = "agrpo.config.schema.composed"  # the module pickle imports to find a composable copy
+COMPOSED: dict[str, type] = {}  # "ComposableTrainerConfig" -> the copy, as `composable` built it
+
+
 @functools.cache
 def composable(schema: type) -> type:
     """`schema` as Hydra composes it: each choice field (also in nested groups) typed `str`, defaults as text."""
@@ -133,23 +137,13 @@ def composable(schema: type) -> type:
             default = field.default.value if isinstance(field.default, Enum) else field.default
             spec = dataclasses.field(default=default, metadata=field.metadata)
         fields.append((field.name, hint, spec))
-    # Its own name in messages (Hydra's "object_type=TrainerConfig"); pickle finds it here, by its qualified name.
+    # Its own name in messages (Hydra's "object_type=TrainerConfig"); pickle finds it by its qualified name in
+    # COMPOSED_HOME (agrpo/config/schema/composed.py), which builds the copies in a process that has none yet.
     home = f"Composable{schema.__name__}"
-    namespace = {"__doc__": schema.__doc__, "__module__": __name__, "__qualname__": home}
+    namespace = {"__doc__": schema.__doc__, "__module__": COMPOSED_HOME, "__qualname__": home}
     copy = dataclasses.make_dataclass(schema.__name__, fields, namespace=namespace)
-    globals()[home] = copy
+    COMPOSED[home] = copy
     return copy
-
-
-def __getattr__(name: str) -> Any:
-    """A composable class asked for before this process built it (unpickling a composed config elsewhere)."""
-    if name.startswith("Composable"):
-        from agrpo.config.schema import RunConfig
-
-        composable(RunConfig)
-        if name in globals():
-            return globals()[name]
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def as_members(values: dict[str, Any], schema: type) -> dict[str, Any]:

@@ -100,6 +100,12 @@ class HFJobsConfig:
         doc="Start replicas with the image's `vllm serve` CLI; false: `<python> -m <inference.server_module>` (images "
         "without the `vllm` command).",
     )
+    estimated_step_s: float = knob(
+        30.0,
+        doc="Seconds a training step is expected to take, for the dry run's cost range of the whole run "
+        "(trainer.max_steps x this, an estimate; 30: the blog's h200x2 trainer, benchmarks/fleet_simulation.py). "
+        "Set your own from a run's perf/step_s.",
+    )
     install_attempts: int = knob(
         3,
         doc="pip attempts for the trainer Job's install (an index or the network may fail once; each retry waits "

@@ -8,7 +8,7 @@ from typing import Any, Optional
 from omegaconf import MISSING
 
 from agrpo.config.schema.choices import ModelDtype
-from agrpo.config.schema.knobs import knob
+from agrpo.config.schema.knobs import group, knob
 
 ALL_LINEAR = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 
@@ -112,6 +112,48 @@ class RewardConfig:
 
 
 @dataclass
+class WarmstartConfig:
+    """A warm start for a model that does not write tool calls yet (the small CPU models): before the run, a minute
+    of supervised steps on episodes built from the run's own tools and a sample of its rows, rendered with its chat
+    template, teaches the call format for these tools; GRPO then learns when and how to call. Built once per content
+    (base model, tools, rows, settings) under cache_dir/models/warmstart-*, used as the run's model
+    (agrpo/agents/warmstart.py, docs/your_agent.md)."""
+
+    enabled: bool = knob(False, doc="Warm-start model.name_or_path on this run's tools before training.")
+    tool: Optional[str] = knob(
+        None,
+        doc="The tool the examples call, by name (a function of agent.tools, or an environment's method). None: the "
+        "run's only tool.",
+    )
+    arguments: dict[str, str] = knob(
+        factory=dict,
+        doc="Where each argument of the example calls comes from: {tool argument: data column}, read from the row "
+        "(so the values are the row's real ones). An argument not named here takes the column of its own name; a "
+        "required argument with neither is refused.",
+    )
+    answer: str = knob(
+        "{output}",
+        doc="The final answer of an example after the tool replied: a format string over the tool's answer "
+        "(`{output}`) and the row's columns. Examples that do not call answer another row's answer instead (a guess).",
+    )
+    call_share: float = knob(
+        0.15,
+        doc="The share of examples whose decision to call is trained: the warm model calls in about that share of "
+        "episodes, and GRPO has the rest to learn. The format, the arguments and the answer after a call are "
+        "trained in every calling example.",
+    )
+    rows: int = knob(64, doc="Data rows the examples are built from (the first ones; each is one example).")
+    steps: int = knob(200, doc="Supervised steps (1-2 minutes of one CPU core for the tiny model).")
+    batch_size: int = knob(8, doc="Examples per supervised step.")
+    learning_rate: float = knob(3e-3, doc="AdamW learning rate of the supervised steps (the whole model trains).")
+    base_model: Optional[str] = knob(
+        None,
+        doc="Set by agrpo once the warm start is planned: the model it started from (model.name_or_path then names "
+        "the warm-started folder). Leave unset.",
+    )
+
+
+@dataclass
 class AgentConfig:
     """Multi-turn agent rollouts: tools the policy may call and environments that answer (docs/your_agent.md). They
     run in the trainer's rollout worker (TRL's `tools` / `environment_factory`), never on the replicas."""
@@ -130,11 +172,21 @@ class AgentConfig:
     )
     max_tool_calling_iterations: Optional[int] = knob(
         4,
-        doc="Tool-calling turns per episode (TRL's max_tool_calling_iterations); a finite default, so a policy that "
-        "never stops calling cannot run a rollout into the context limit. null: no limit.",
+        doc="Tool-calling turns per episode (TRL's max_tool_calling_iterations). With it finite, validation checks "
+        "that the longest episode fits inference.max_model_len: the prompt with its tool list, one "
+        "trainer.max_completion_length per model turn and agent.max_tool_output_chars per tool round. null: no "
+        "limit (an episode that outgrows the context ends at the turn vLLM refuses).",
     )
     tool_timeout_s: Optional[float] = knob(
         30.0,
         doc="Seconds one tool call (or an environment's tool method) may take; past it the turn ends with a timeout "
-        "error the model sees and TRL counts a failure, so a hung tool never stalls training. null: no limit.",
+        "error the model sees and TRL counts a failure, so a hung tool never stalls training. Also bounds an "
+        "environment's `reset` and `get_reward`, which stop the run when they run past it. null: no limit.",
     )
+    max_tool_output_chars: Optional[int] = knob(
+        2000,
+        doc="Characters of one tool answer the model sees: a longer answer is cut there and ends with a marker "
+        "saying how long it was (counted as tools/truncated_total). It bounds what each tool round adds to the "
+        "context (validation counts it at ~4 characters per token). null: no cap.",
+    )
+    warmstart: WarmstartConfig = group(WarmstartConfig)

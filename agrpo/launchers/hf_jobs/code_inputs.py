@@ -28,7 +28,10 @@ def code_targets(cfg: Any) -> Iterator[tuple[str, str]]:
     """(config key holding a `_target_`, the target) for every tool, environment factory and reward term."""
     agent = OmegaConf.to_container(cfg.agent, resolve=True)
     for index, entry in enumerate(agent.get("tools") or []):
-        yield (f"agent.tools.{index}", entry) if isinstance(entry, str) else (f"agent.tools.{index}._target_", entry)
+        if isinstance(entry, dict):  # the mapping form, with options bound: its `_target_` is the code
+            yield f"agent.tools.{index}._target_", entry.get("_target_")
+        else:
+            yield f"agent.tools.{index}", entry
     environment = agent.get("environment")
     if isinstance(environment, dict) and "_target_" in environment:
         yield "agent.environment._target_", environment["_target_"]

@@ -145,3 +145,46 @@ def cost_lines(costs: list[JobCost], prices: Prices, samples: int | None = None,
         usd = "price unknown" if c.usd is None else f"${c.usd:.2f}"
         lines.append(f"    {c.role:<8} {c.name:<28} {c.flavor:<12} {c.stage:<10} {duration(c.running_s):>7}  {usd}")
     return lines
+
+
+@dataclass
+class RunEstimate:
+    """The dry run's cost range for the whole run (pure): the fleet's range x an estimated duration (trainer.max_steps
+    x launcher.hf_jobs.estimated_step_s), from agrpo's price table. An estimate: the run's own step time decides."""
+
+    steps: int
+    step_s: float
+    min_replicas: int
+    max_replicas: int
+    replica_per_hour: float | None  # None: the flavor is not in the table
+    trainer_per_hour: float | None
+    trainer_timeout_s: float
+
+    def hours(self) -> float:
+        return self.steps * self.step_s / 3600
+
+    def per_hour(self, replicas: int) -> float:
+        return (self.trainer_per_hour or 0.0) + replicas * (self.replica_per_hour or 0.0)
+
+    def usd_range(self) -> tuple[float, float]:
+        return self.per_hour(self.min_replicas) * self.hours(), self.per_hour(self.max_replicas) * self.hours()
+
+    def cap_usd(self) -> float:
+        """The most the run can cost: the trainer Job at its timeout with the largest fleet serving all along."""
+        return self.per_hour(self.max_replicas) * self.trainer_timeout_s / 3600
+
+    def render(self) -> str:
+        low, high = self.usd_range()
+        fleet = str(self.min_replicas)
+        if self.max_replicas != self.min_replicas:
+            fleet += f"..{self.max_replicas}"
+        spread = f"${low:.2f}" if low == high else f"${low:.2f}..${high:.2f}"
+        line = (
+            f"estimated cost of the whole run: {spread} for {fleet} replica Job(s) + 1 trainer Job over ~"
+            f"{duration(self.hours() * 3600)} (trainer.max_steps={self.steps} x launcher.hf_jobs.estimated_step_s="
+            f"{self.step_s:g} s; an estimate: the run's own step time decides); at most ${self.cap_usd():.2f} "
+            f"(launcher.hf_jobs.trainer_timeout_s={self.trainer_timeout_s:g} with {self.max_replicas} replica(s))"
+        )
+        if self.replica_per_hour is None or self.trainer_per_hour is None:
+            line += "; a flavor without a price counts $0"
+        return line

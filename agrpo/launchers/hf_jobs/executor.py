@@ -19,7 +19,15 @@ from typing import Any
 
 from agrpo.errors import LaunchError
 from agrpo.hub_compat import supported_kwargs
-from agrpo.launchers.hf_jobs.client import TERMINAL_STAGES, cancel_jobs, hf_token, log_tail, secret_values, stage_of
+from agrpo.launchers.hf_jobs.client import (
+    TERMINAL_STAGES,
+    cancel_jobs,
+    hf_token,
+    log_tail,
+    run_jobs,
+    secret_values,
+    stage_of,
+)
 from agrpo.launchers.hf_jobs.inputs import upload_pairs
 from agrpo.launchers.hf_jobs.package import build_wheel, copy_source, wheel_build_dir
 from agrpo.launchers.hf_jobs.plan import TOKEN_SECRET, JobSpec, JobsPlan, WheelBuild
@@ -135,7 +143,7 @@ class JobsRun:
                 log.info("building %s from %s", plan.wheel.filename, plan.wheel.package_root)
                 wheel = make_wheel(plan.wheel, out_dir)
                 files.append((str(wheel), plan.wheel.path_in_bucket))
-            files.append((plan.config.text.encode(), plan.config.path_in_bucket))
+            files += plan.files()  # the run config (and, inference.replicas=auto, the fleet record)
             try:
                 self.api.create_bucket(plan.bucket, private=True, exist_ok=True)
                 self.api.batch_bucket_files(plan.bucket, add=files)
@@ -245,9 +253,22 @@ class JobsRun:
             raise LaunchError(f"interrupted; every Job of run {plan.run_id} was cancelled") from None
         finally:
             if not detached:
-                cancelled = cancel_jobs(self.api, plan.namespace, self.launched)
+                every = self.launch_jobs()
+                cancelled = cancel_jobs(self.api, plan.namespace, every)
                 if cancelled:
                     log.info("cancelled %d Job(s) of run %s", len(cancelled), plan.run_id)
-                if self.launched:  # what the Jobs cost (and, after a success, what to do next)
-                    for line in end_report(plan, self.api, self.launched, stage, self.replay):
+                if every:  # what the Jobs cost (and, after a success, what to do next)
+                    for line in end_report(plan, self.api, every, stage, self.replay):
                         self.say(line)
+
+    def launch_jobs(self) -> list[str]:
+        """Every Job of this launch: those created here, and (inference.replicas=auto) the replica Jobs the trainer
+        Job launched, found by the launch label. Never raises: it runs on the way out."""
+        if not self.launched or self.plan.fleet is None:
+            return list(self.launched)
+        try:
+            listed = run_jobs(self.api, self.plan.namespace, self.plan.run_id, launch_id=self.plan.launch_id)
+        except Exception as error:  # the trainer Job cancels its own replica Jobs; this is the second net
+            log.warning("could not list the Jobs of launch %s: %s", self.plan.launch_id, error)
+            return list(self.launched)
+        return list(dict.fromkeys([*self.launched, *(job.id for job in listed)]))

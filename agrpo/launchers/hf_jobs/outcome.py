@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from agrpo.fleet.cost import FleetBill, fleet_cost_lines
 from agrpo.launchers.hf_jobs.client import TERMINAL_STAGES, stage_of
 from agrpo.launchers.hf_jobs.cost import job_costs, read_prices, samples_trained
 from agrpo.launchers.hf_jobs.plan import JobsPlan
@@ -22,6 +23,7 @@ from agrpo.launchers.hf_jobs.terminal import end_lines, run_prefix
 log = logging.getLogger(__name__)
 SETTLE_TIMEOUT_S = 60.0  # a cancelled replica stops within seconds; its billed time is final once it is over
 RESULT_FILES = ("metrics.json", "log_history.json")
+FLEET_STATE = "fleet/state.json"  # inference.replicas=auto: the trainer Job's fleet controller's last figures
 
 
 def settle(api: Any, namespace: str, job_ids: list[str], poll_s: float, timeout_s: float = SETTLE_TIMEOUT_S) -> list:
@@ -34,15 +36,17 @@ def settle(api: Any, namespace: str, job_ids: list[str], poll_s: float, timeout_
         time.sleep(max(0.2, min(poll_s, 2.0)))
 
 
-def run_files(api: Any, bucket: str, prefix: str) -> dict[str, Any]:
-    """metrics.json and log_history.json of the run's folder, parsed; those missing are left out."""
+def run_files(api: Any, bucket: str, prefix: str, names: tuple[str, ...] = RESULT_FILES) -> dict[str, Any]:
+    """The run folder's `names` (metrics.json and log_history.json), parsed; those missing are left out."""
     found = {}
     with tempfile.TemporaryDirectory(prefix="agrpo-results-") as folder:
+        for name in names:
+            (Path(folder) / name).parent.mkdir(parents=True, exist_ok=True)
         try:
-            api.download_bucket_files(bucket, [(f"{prefix}/{name}", f"{folder}/{name}") for name in RESULT_FILES])
+            api.download_bucket_files(bucket, [(f"{prefix}/{name}", f"{folder}/{name}") for name in names])
         except Exception as error:  # the trainer failed before writing them, or the bucket cannot be read
             log.info("could not read the run's metrics from bucket %s: %s", bucket, error)
-        for name in RESULT_FILES:
+        for name in names:
             path = Path(folder) / name
             try:
                 found[name] = json.loads(path.read_text())
@@ -60,13 +64,37 @@ def steps_and_samples(plan: JobsPlan, files: dict[str, Any]) -> tuple[int | None
     return steps, samples
 
 
+def fleet_lines(plan: JobsPlan, state: dict[str, Any] | None, prices: Any, samples: int | None) -> list[str]:
+    """inference.replicas=auto: replica-seconds by fleet size and what they cost at the replica flavor's price,
+    beside the largest fixed fleet for the same run (agrpo/fleet/cost.py), from the trainer Job's fleet/state.json."""
+    if not state:
+        return ["  fleet        no figures (the trainer Job wrote no fleet/state.json)"]
+    flavor = plan.fleet.replica.flavor
+    bill = FleetBill(
+        {int(size): float(seconds) for size, seconds in state.get("seconds_by_size", {}).items()},
+        int(state.get("max_replicas", plan.fleet.max_replicas)),
+        state.get("samples") or samples or None,  # the samples the fleet's seconds were counted over
+        prices.of(flavor),
+        f"{flavor}, {prices.source}",
+    )
+    head = f"  fleet        {plan.fleet.min_replicas}..{plan.fleet.max_replicas} replica Jobs (auto)"
+    if state.get("lost"):
+        head += f"; {state['lost']} lost, {state.get('replaced', 0)} replaced"
+    return [head, *fleet_cost_lines(bill)]
+
+
 def end_report(plan: JobsPlan, api: Any, job_ids: list[str], stage: str, replay: list[str]) -> list[str]:
     """The end-of-run lines (terminal.end_lines), best effort: a line saying why when the figures cannot be read."""
     try:
         infos = settle(api, plan.namespace, job_ids, plan.watch.poll_interval_s)
         prices = read_prices(api)
-        files = run_files(api, plan.bucket, run_prefix(plan)) if stage == "COMPLETED" else {}
-        steps, samples = steps_and_samples(plan, files)
-        return end_lines(plan, stage, job_costs(infos, prices), prices, steps, samples, replay)
+        names = RESULT_FILES + ((FLEET_STATE,) if plan.fleet is not None else ())
+        files = run_files(api, plan.bucket, run_prefix(plan), names) if stage == "COMPLETED" or plan.fleet else {}
+        steps, samples = steps_and_samples(plan, files) if stage == "COMPLETED" else (None, None)
+        lines = end_lines(plan, stage, job_costs(infos, prices), prices, steps, samples, replay)
+        if plan.fleet is not None:
+            at = next((i for i, line in enumerate(lines) if line.startswith("next (on this machine)")), len(lines))
+            lines[at:at] = fleet_lines(plan, files.get(FLEET_STATE), prices, samples)
+        return lines
     except Exception as error:  # the Hub is unreachable at the very end: say so, the run itself is over
         return [f"agrpo: HF Jobs run {plan.run_id}: its cost could not be read ({type(error).__name__}: {error})"]

@@ -225,9 +225,20 @@ class JobsPlan:
     # What the trainer Job starts inside (agrpo/launchers/hf_jobs/trainer.py: the local plan with role=trainer):
     # agrpo's proxy in front of the replica Jobs, then the trainer. Ports, GPUs and threads are the Job's own.
     in_job: list[ProcessSpec] = field(default_factory=list)
+    # inference.replicas=auto: the replica Job template the trainer Job launches from (fleet.py: JobsFleet), and the
+    # whole run's cost range (cost.py: RunEstimate). Any: plan.py does not import them (they import JobSpec).
+    fleet: Any = None
+    estimate: Any = None
 
     def jobs(self) -> list[JobSpec]:
         return [*self.replicas, self.trainer]
+
+    def files(self) -> list[tuple[bytes, str]]:
+        """The small records the executor uploads beside the wheel and inputs: the run config, the fleet record."""
+        files = [(self.config.text.encode(), self.config.path_in_bucket)]
+        if self.fleet is not None:
+            files.append((self.fleet.to_json().encode(), self.fleet.path_in_bucket))
+        return files
 
     def cost_per_hour(self) -> tuple[float, list[str]]:
         """(estimated USD per hour of every Job together, flavors missing from the price table)."""
@@ -243,12 +254,20 @@ class JobsPlan:
     def render(self) -> str:
         total, unknown = self.cost_per_hour()
         cost = f"estimated cost: ${total:.2f}/hour for {len(self.replicas)} replica Job(s) + 1 trainer Job"
+        if self.fleet is not None:
+            low, high = self.fleet.per_hour_range(self.trainer.flavor)
+            cost = (
+                f"estimated cost: ${low:.2f}..${high:.2f}/hour for {self.fleet.min_replicas}..{self.fleet.max_replicas}"
+                " replica Job(s) + 1 trainer Job"
+            )
         cost += f" (no price known for {unknown})" if unknown else ""
         parts = [
             f"agrpo plan (hf_jobs), run id {self.run_id}, launch {self.launch_id}, namespace {self.namespace}",
             f"bucket {self.bucket}; run dir {self.run_dir} (adapters, checkpoints, TensorBoard, final adapter)",
             f"{cost} (an estimate from agrpo's price table; HfApi().list_jobs_hardware() has current prices)",
         ]
+        if self.estimate is not None:
+            parts.append(self.estimate.render())
         if self.wheel and self.wheel.from_installed:
             parts.append(
                 f"prepare: pack the agrpo installed in {self.wheel.package_root} (no source tree) into "
@@ -282,6 +301,8 @@ class JobsPlan:
             parts.append("inside the trainer Job (its own ports, GPUs and threads, chosen there):")
             parts += [f"  [{spec.role}] {spec.name}\n    cmd: {shlex.join(spec.argv)}" for spec in self.in_job]
         parts += [job.render() for job in self.jobs()]
+        if self.fleet is not None:
+            parts += self.fleet.render(self.bucket)
         return "\n".join(parts)
 
 

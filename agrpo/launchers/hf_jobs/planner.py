@@ -27,6 +27,8 @@ from agrpo.errors import ConfigError
 from agrpo.inference.vllm_server import build_replica_launch
 from agrpo.config.hf_jobs_checks import hf_jobs_problems, walk
 from agrpo.launchers.hf_jobs.after import after_run, cpu_flavor_note, launch_context, launch_record
+from agrpo.config.schema.inference import fleet_bounds, is_auto_fleet
+from agrpo.launchers.hf_jobs.fleet import jobs_fleet, run_estimate
 from agrpo.launchers.hf_jobs.inputs import config_for_jobs, local_inputs
 from agrpo.launchers.hf_jobs.package import package_root, wheel_filename
 from agrpo.launchers.hf_jobs.plan import (
@@ -309,9 +311,8 @@ def build_jobs_plan(cfg: Any, launch_id: str | None = None) -> JobsPlan:
     inputs = local_inputs(cfg, run_dir, run_dir_in_bucket)
     local_dir, overrides = launch_context()
     after = after_run(cfg, run_id, inputs, local_dir, overrides)
-    cpu_note = cpu_flavor_note(
-        cfg, [str(jobs.replica_flavor)] * int(cfg.inference.replicas) + [str(jobs.trainer_flavor)]
-    )
+    fewest, most = fleet_bounds(cfg.inference)  # a fixed number twice, or min_replicas..max_replicas with auto
+    cpu_note = cpu_flavor_note(cfg, [str(jobs.replica_flavor)] * fewest + [str(jobs.trainer_flavor)])
     cfg = config_for_jobs(cfg, inputs)  # from here on, the Jobs' view: local inputs replaced by their bucket copies
     config_text = job_config_text(cfg, namespace, bucket)
     secrets = list(dict.fromkeys([TOKEN_SECRET, *jobs.secrets]))
@@ -319,7 +320,11 @@ def build_jobs_plan(cfg: Any, launch_id: str | None = None) -> JobsPlan:
     for text in (config_text, record.text if record else ""):
         refuse_secret_values(text, secrets)
     config = ConfigUpload(f"{run_dir_in_bucket}/{CONFIG_FILE}", config_text)
-    replicas = [replica_job(cfg, i, bucket, run_id, launch_id) for i in range(cfg.inference.replicas)]
+    replicas = [replica_job(cfg, i, bucket, run_id, launch_id) for i in range(fewest)]
+    fleet = None
+    if is_auto_fleet(cfg.inference):
+        template = replica_job(cfg, fewest, bucket, run_id, launch_id)
+        fleet = jobs_fleet(cfg, template, run_id, run_dir, run_dir_in_bucket)
     trainer = trainer_job(
         cfg,
         bucket,
@@ -344,5 +349,7 @@ def build_jobs_plan(cfg: Any, launch_id: str | None = None) -> JobsPlan:
         rehearse=rehearse_spec(cfg),
         launch_record=record,
         after=after,
-        in_job=in_job_processes(config_text, int(cfg.inference.replicas)),
+        in_job=in_job_processes(config_text, fewest),
+        fleet=fleet,
+        estimate=run_estimate(cfg, fewest, most),
     )

@@ -18,6 +18,7 @@ import os
 import sys
 from typing import Any
 
+from agrpo.config.schema.inference import is_auto_fleet
 from agrpo.errors import AgrpoError, LaunchError
 from agrpo.launchers.hf_jobs.client import cancel_jobs, cancel_run, make_api, run_jobs, stage_of
 from agrpo.launchers.hf_jobs.plan import LAUNCH_ID_ENV
@@ -110,6 +111,35 @@ def run_trainer_job(cfg: Any, local_plan: Any, execute_local: Any, api: Any = No
             )
 
 
+def expected_replicas(inference: Any, found: int) -> bool:
+    """Whether the trainer can start on `found` running replica Jobs: the fixed number; with inference.replicas=auto
+    any number up to max_replicas but none (a requeued attempt finds those its predecessor added; below min_replicas
+    the fleet replaces the missing ones)."""
+    if not is_auto_fleet(inference):
+        return found == int(inference.replicas)
+    return 1 <= found <= int(inference.max_replicas)
+
+
+def fleet_range(inference: Any) -> str:
+    if not is_auto_fleet(inference):
+        return ""
+    return f" (1..inference.max_replicas={inference.max_replicas} to start on)"
+
+
+def with_jobs_fleet(build_plan: Any, api: Any) -> Any:
+    """The in-Job plan builder, plus (inference.replicas=auto) the fleet of replica Jobs its controller sizes."""
+
+    def build(cfg: Any) -> Any:
+        plan = build_plan(cfg)
+        if is_auto_fleet(cfg.inference):
+            from agrpo.launchers.hf_jobs.fleet_jobs import jobs_fleet_plan
+
+            plan.fleet = jobs_fleet_plan(cfg, api)
+        return plan
+
+    return build
+
+
 def replica_urls(cfg: Any, api: Any, launch_id: str) -> list[str]:
     """The exposed URLs of this launch's running replica Jobs (the launcher waited until they served)."""
     jobs = cfg.launcher.hf_jobs
@@ -122,11 +152,12 @@ def replica_urls(cfg: Any, api: Any, launch_id: str) -> list[str]:
             f"{jobs.namespace} ({type(error).__name__}: {first})"
         ) from None
     found = [job for job in listed if stage_of(job) == "RUNNING"]
-    if len(found) != cfg.inference.replicas:
+    if not expected_replicas(cfg.inference, len(found)):
         cancel_jobs(api, jobs.namespace, [job.id for job in found])  # no run without all of them: stop the billing
         raise LaunchError(
             f"the trainer Job found {len(found)} running replica Job(s) of run {jobs.run_id} (launch "
-            f"{launch_id}) where inference.replicas={cfg.inference.replicas}: they ended or were "
+            f"{launch_id}) where inference.replicas={cfg.inference.replicas}{fleet_range(cfg.inference)}: they "
+            "ended or were "
             "cancelled (those found are cancelled too); launch the run again (same "
             "launcher.hf_jobs.run_id to resume)"
         )
@@ -160,7 +191,7 @@ def main(argv: list[str] | None = None) -> int:
         cfg = load_job_config(args.config, api)
         keep_job_log(str(cfg.sync.output_dir))
         inner = get_launcher(cfg.launcher.hf_jobs.trainer_launcher)
-        run_trainer_job(cfg, inner.build_plan, inner.execute, api=api)
+        run_trainer_job(cfg, with_jobs_fleet(inner.build_plan, api), inner.execute, api=api)
     except AgrpoError as error:
         print(f"agrpo trainer Job: error: {error}", file=sys.stderr)
         return error.exit_code

@@ -1,13 +1,15 @@
-"""agrpo's TRL patches: each patched TRL attribute still exists (fails if TRL moves it), forcing them patches every
-one, the SDPA packed attention computes what FlashAttention's varlen kernel computes, and the rollout worker's
-child exits by itself when stopped."""
+"""agrpo's patches of TRL's module functions (agrpo/trainer/seam/module_patches.py): each patched TRL attribute still
+exists (fails if TRL moves it), forcing them patches every one, the SDPA packed attention computes what
+FlashAttention's varlen kernel computes; and agrpo's rollout worker (seam/worker.py) lets its child exit by itself
+when stopped."""
 
 import importlib
 
 import pytest
 import torch
 
-from agrpo.trainer import attention, trl_patches
+from agrpo.trainer import attention
+from agrpo.trainer.seam import module_patches
 
 
 @pytest.mark.parametrize(
@@ -35,13 +37,15 @@ def test_trl_still_calls_cuda_for_flops():
 
 
 def test_apply_forced_patches_every_attribute():
-    applied = trl_patches.apply_trl_patches("sdpa", force_cpu=True)
-    assert {"flops", "sdpa_attention", "vllm_guard", "drain_on_stop", "rollout_loop"} <= set(applied)
+    applied = module_patches.apply_trl_patches("sdpa", force_cpu=True)
+    assert {"flops", "sdpa_attention", "vllm_guard"} <= set(applied)
     from trl.experimental.async_grpo import async_grpo_trainer, async_rollout_worker, packing
 
     from agrpo.trainer.rollout_loop import AgrpoRolloutLoop
+    from agrpo.trainer.seam.worker import AgrpoRolloutWorker
 
-    assert async_rollout_worker.AsyncRolloutWorker._loop_cls is AgrpoRolloutLoop  # the spawned child imports it
+    assert async_rollout_worker.AsyncRolloutWorker._loop_cls is async_rollout_worker._AsyncRolloutLoop  # TRL's own
+    assert AgrpoRolloutWorker._loop_cls is AgrpoRolloutLoop  # agrpo's worker's default: the spawned child imports it
 
     assert async_grpo_trainer.get_peak_flops_per_device(None, "float32") is None
     assert async_rollout_worker.is_vllm_available() is True
@@ -97,11 +101,11 @@ def test_stopping_the_rollout_worker_lets_the_child_exit_by_itself():
     from accelerate import PartialState
 
     PartialState()  # TRL logs through accelerate's logger
-    trl_patches.apply_trl_patches()
-    from trl.experimental.async_grpo.async_rollout_worker import AsyncRolloutWorker
+    from agrpo.trainer.seam.worker import AgrpoRolloutWorker
 
     ctx = mp.get_context("fork")
-    worker = AsyncRolloutWorker.__new__(AsyncRolloutWorker)
+    worker = AgrpoRolloutWorker.__new__(AgrpoRolloutWorker)  # no guard: TRL's stop, with the drain around it
+    worker.guard = None
     worker.rollout_buffer, worker.metrics_queue, worker._stop_event_mp = ctx.Queue(), ctx.Queue(), ctx.Event()
     worker._process = ctx.Process(target=_fill_queue_then_wait, args=(worker.rollout_buffer, worker._stop_event_mp))
     worker._process.start()

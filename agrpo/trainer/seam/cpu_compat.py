@@ -1,6 +1,6 @@
-"""Workarounds that let TRL 1.16's AsyncGRPOTrainer run on a machine without CUDA (applied by trl_patches.py).
+"""Workarounds that let TRL 1.16's AsyncGRPOTrainer run without CUDA (applied by module_patches.py).
 
-Each is applied only when it is needed and touches one named attribute of TRL, checked first (trl_patches.require):
+Each is applied only when it is needed and touches one named attribute of TRL, listed in agrpo/trl_compat.py (`require`):
 1. FLOPs accounting: `trl.trainer.utils.get_peak_flops_per_device` calls `torch.cuda.get_device_name`
    unconditionally. On CPU there is no peak to compare against, so MFU is disabled (returns None), as TRL itself does
    for unknown devices.
@@ -17,7 +17,7 @@ import logging
 
 import torch
 
-from agrpo.trainer.trl_patches import require
+from agrpo.trl_compat import require
 
 log = logging.getLogger(__name__)
 _applied: list[str] = []

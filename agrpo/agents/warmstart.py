@@ -1,0 +1,307 @@
+"""`agent.warmstart`: a model that writes tool calls for THIS run's tools, made before the run from its tools and rows.
+
+GRPO can only reinforce calls the model already writes, and the small CPU models (the tiny model, SmolLM2) never write
+one. With `agent.warmstart.enabled`, `plan_warmstart` (called by agrpo/config/prepare.py once the config is
+validated) takes a sample of the training rows and the run's tools, writes them with the settings and the base model
+as a spec (`<folder>.spec.json`), and points `model.name_or_path` at a folder named by the spec's hash, with this
+module's `build_warm_model` as `model.builder`. The builder (run before any process starts, like every model
+builder) calls the tool for real on each row, with the row's own argument values, and trains the base model for
+`agent.warmstart.steps` supervised steps on the episodes of agrpo/agents/warmstart_examples.py. The folder is reused
+while the base model, the tools (their schemas and source), the rows and the settings are the same.
+
+A byte-level toy tokenizer (the tiny model's, under 1,000 tokens) gets single tokens for what a real tokenizer's
+merges would shorten: the tool list of the system turn, the call's JSON pieces, the tool and argument names, and
+recurring short strings among the argument values and the tools' answers (unit names, words).
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import inspect
+import json
+import random
+from pathlib import Path
+from typing import Any
+
+from omegaconf import OmegaConf
+
+from agrpo.agents import warmstart_examples as ex
+from agrpo.errors import ConfigError
+
+VERSION = 3  # of the examples and the training: a change that makes another model bumps it (a new cache entry)
+MARKER = "agrpo_warmstart.json"  # written last: a folder without it is an interrupted build
+BUILDER = "agrpo.agents.warmstart.build_warm_model"
+TOY_VOCAB = 1000  # below it, a tokenizer is a byte-level toy: tool text gets single tokens
+TOOL_TAGS = ("<tool_call>", "</tool_call>", "<tool_response>", "</tool_response>")
+CALL_PIECES = ('{"name": "', '", "arguments": {', "}}")
+
+
+def _plain(value: Any) -> Any:
+    return OmegaConf.to_container(value, resolve=True) if OmegaConf.is_config(value) else value
+
+
+def tool_functions(agent: Any, row: dict[str, Any] | None = None) -> dict[str, Any]:
+    """{name: callable} of every tool an episode of `row` is offered: standalone tools, then (with one environment)
+    a fresh instance's methods, reset with the row (guarded: timeouts and the output cap apply)."""
+    from agrpo.agents.environments import tool_methods
+
+    tools = {tool.name: tool.method for tool in agent.tools}
+    factories = agent.factories()
+    if len(factories) > 1:
+        raise ConfigError("agent.warmstart supports one environment; this run has several (agent.environment)")
+    for factory in factories.values():
+        instance = factory()
+        if row is not None:
+            instance.reset(**row)
+        cls = agent.environment_classes()[None]
+        tools.update({name: getattr(instance, name) for name in tool_methods(cls)})
+    return tools
+
+
+def source_hash(function: Any) -> str:
+    """A hash of the file that defines a tool (its helpers and tables count too), else of its repr."""
+    target = getattr(getattr(function, "__self__", None), "func", None) or getattr(function, "__func__", function)
+    try:
+        text = Path(inspect.getsourcefile(inspect.unwrap(target)) or "").read_text()
+    except (OSError, TypeError):
+        text = repr(target)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def spec_of(cfg: Any, rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """What the warm-started model is a function of (pure but for reading the tools' schemas and source)."""
+    from agrpo.agents.build import Agent
+    from agrpo.agents.prompt_budget import _schema
+
+    agent = Agent.from_config(cfg.agent)
+    functions = tool_functions(agent)
+    settings = {k: v for k, v in _plain(cfg.agent.warmstart).items() if k not in ("enabled", "base_model")}
+    name = settings["tool"] or (next(iter(functions)) if len(functions) == 1 else None)
+    if name not in functions:
+        raise ConfigError(
+            f"agent.warmstart.tool={settings['tool']!r}: the run's tools are {sorted(functions)}; name the one the "
+            "warm-start examples call"
+        )
+    settings["tool"] = name
+    agent_entry = {k: v for k, v in _plain(cfg.agent).items() if k != "warmstart"}
+    return {
+        "version": VERSION,
+        "base": {k: _plain(cfg.model[k]) for k in ("name_or_path", "builder", "chat_template", "trust_remote_code")},
+        "agent": agent_entry,
+        "tools": {n: [_schema(f), source_hash(f)] for n, f in functions.items()},
+        "rows": rows,
+        "settings": settings,
+        "seed": int(cfg.trainer.seed),
+    }
+
+
+def spec_hash(spec: dict[str, Any]) -> str:
+    return hashlib.sha256(json.dumps(spec, sort_keys=True, default=str).encode()).hexdigest()[:12]
+
+
+def sample_rows(cfg: Any, count: int) -> list[dict[str, Any]]:
+    """The first `count` training rows (as JSON), loaded as the data checks load them."""
+    from agrpo.data.loading import ORIGIN_COLUMN
+    from agrpo.data.sample import SampleUnavailable, load_sample
+
+    try:
+        dataset = load_sample(cfg.data, seed=cfg.trainer.seed, keep_origin=False)
+    except SampleUnavailable as why:
+        raise ConfigError(f"agent.warmstart needs rows of the training data here, and {why}") from None
+    rows = [dict(row) for row in dataset.select(range(min(count, len(dataset))))]
+    return json.loads(json.dumps([{k: v for k, v in r.items() if k != ORIGIN_COLUMN} for r in rows], default=str))
+
+
+def plan_warmstart(cfg: Any) -> Any:
+    """`cfg` with the warm-started folder as its model (and its spec written beside it), or `cfg` unchanged when
+    the warm start is off or already planned (a Job's uploaded config)."""
+    warm = cfg.agent.warmstart
+    if not warm.enabled or warm.base_model:
+        return cfg
+    spec = spec_of(cfg, sample_rows(cfg, int(warm.rows)))
+    folder = Path(str(cfg.cache_dir)).expanduser() / "models" / f"warmstart-{spec_hash(spec)}"
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    spec_file = folder.with_name(folder.name + ".spec.json")
+    if not spec_file.is_file():
+        spec_file.write_text(json.dumps(spec, sort_keys=True, indent=1, default=str))
+    cfg = copy.deepcopy(cfg)
+    cfg.agent.warmstart.base_model = str(cfg.model.name_or_path)
+    cfg.model.name_or_path = str(folder)
+    cfg.model.builder = BUILDER
+    return cfg
+
+
+# ---- the builder: model.builder of a warm-started run (before any process starts) ---------------------------------
+
+
+def read_spec(folder: Path) -> dict[str, Any]:
+    spec_file = folder.with_name(folder.name + ".spec.json")
+    try:
+        return json.loads(spec_file.read_text())
+    except (OSError, ValueError):
+        raise ConfigError(
+            f"model.name_or_path={str(folder)!r} is built by the warm start from {spec_file}, which is missing or "
+            "unreadable: run with agent.warmstart.enabled=true and the base model as model.name_or_path"
+        ) from None
+
+
+def played(spec: dict[str, Any]) -> tuple[list[ex.Episode], list[Any], dict[str, Any]]:
+    """(the episodes, the values worth a token of their own, the tools' JSON schemas): every row's call made for
+    real, with the row's argument values."""
+    from agrpo.agents.build import Agent
+
+    settings, rows = spec["settings"], spec["rows"]
+    agent = Agent.from_config(OmegaConf.create(spec["agent"]))
+    name = settings["tool"]
+    parameters, required = ex.tool_parameters(tool_functions(agent)[name])
+    unknown = [f for f in ex.answer_fields(settings["answer"]) if f != "output" and f not in rows[0]]
+    if unknown:
+        raise ConfigError(f"agent.warmstart.answer={settings['answer']!r} reads {unknown}, which the rows lack")
+    calls, outputs, answers, values = [], [], [], []
+    for row in rows:
+        try:
+            arguments = ex.call_arguments(parameters, required, row, settings["arguments"])
+        except ValueError as error:
+            raise ConfigError(f"agent.warmstart, tool {name}: {error}") from None
+        function = tool_functions(agent, row)[name]
+        try:
+            output = function(**arguments)
+        except Exception as error:  # a tool that fails on the data's own arguments cannot teach its use
+            raise ConfigError(
+                f"agent.warmstart: tool {name}({arguments}) raised {type(error).__name__}: {error} on a data row; "
+                "check agent.warmstart.arguments (which column feeds which argument)"
+            ) from None
+        output = output if isinstance(output, str) else json.dumps(output)
+        calls.append({"name": name, "arguments": arguments})
+        outputs.append(output)
+        answers.append(ex.final_answer(settings["answer"], output, row))
+        values += [*arguments.values(), output]
+    episodes = ex.episodes([r["prompt"] for r in rows], calls, outputs, answers, settings["call_share"], spec["seed"])
+    from agrpo.agents.prompt_budget import _schema
+
+    # rendered from the live tools, in TRL's order and key order (the spec file's copy has its keys sorted)
+    schemas = [_schema(function) for function in tool_functions(agent).values()]
+    return episodes, values, schemas
+
+
+def base_model(spec: dict[str, Any]) -> tuple[Any, Any]:
+    """(model, tokenizer) of the base, built or fetched as model.builder would, with the run's chat template."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from agrpo.models.resolve import prepare_model
+
+    base = spec["base"]
+    path = prepare_model(OmegaConf.create({"name_or_path": base["name_or_path"], "builder": base["builder"]}))
+    remote = bool(base.get("trust_remote_code"))
+    tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=remote)
+    if base.get("chat_template"):
+        from agrpo.models.chat_template import resolve_chat_template
+
+        tokenizer.chat_template = resolve_chat_template(base["chat_template"])
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32, trust_remote_code=remote)
+    if tokenizer.pad_token_id is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    return model, tokenizer
+
+
+def toy_tokens(tokenizer: Any, schemas: list[dict], values: list[Any]) -> list[str]:
+    """Single tokens for a byte-level toy tokenizer: the system turn's tool list, the call's pieces, the tool and
+    argument names, recurring short values (none for a real tokenizer)."""
+    if len(tokenizer) >= TOY_VOCAB:
+        return []
+    text = tokenizer.apply_chat_template([{"role": "user", "content": "-"}], tools=schemas, tokenize=False)
+    opening = "<|im_start|>system\n"
+    block = []
+    if opening in text and "<|im_end|>" in text[text.index(opening) :]:
+        start = text.index(opening) + len(opening)
+        block = [text[start : text.index("<|im_end|>", start)]]
+    names = [s["function"]["name"] for s in schemas]
+    names += [f'"{p}": ' for s in schemas for p in s["function"].get("parameters", {}).get("properties", {})]
+    return block + [*TOOL_TAGS, *CALL_PIECES, *names, *ex.recurring_strings(values)]
+
+
+def example_rows(tokenizer: Any, episodes: list[ex.Episode], schemas: list[dict]) -> list[tuple]:
+    from agrpo.agents.prompt_budget import TrainingRenderer
+
+    template = TrainingRenderer(tokenizer).chat_template  # TRL's training template where the model's own drifts
+
+    def render(messages: list[dict], generation: bool) -> list[int]:
+        return tokenizer.apply_chat_template(
+            messages, tools=schemas, add_generation_prompt=generation, return_dict=False, chat_template=template
+        )
+
+    def encode(text: str) -> list[int]:
+        return tokenizer.encode(text, add_special_tokens=False)
+
+    return [ex.tokens(render, encode, tokenizer.eos_token_id, episode) for episode in episodes]
+
+
+def batches(rows: list[tuple], steps: int, batch_size: int, tokens: tuple[int, int, int], seed: int):
+    """`steps` batches of snippets (the calls' arguments, the replies copied into the answer), then `steps` rounds of a batch of whole episodes followed by
+    snippets of its calling episodes (their calls, their replies and answers): 3 batches per step in all."""
+    from agrpo.agents.tool_warmstart import padded
+
+    pad, eos, vocab = tokens
+    rng = random.Random(seed)
+    calling = [row for row in rows if row[2] < len(row[0]) - 2]
+    for _ in range(steps):
+        some = rng.sample(calling, min(batch_size, len(calling)))
+        yield padded(ex.answer_snippets(some, rng, 4, vocab) + ex.call_snippets(some, eos, rng, 4, vocab), pad)
+    order: list[tuple] = []
+    for _ in range(steps):
+        batch = []
+        while len(batch) < batch_size:
+            if not order:
+                order = rng.sample(rows, len(rows))  # each epoch in a new order
+            batch.append(order.pop())
+        yield padded(batch, pad)
+        snippets = ex.answer_snippets(batch, rng, 2, vocab) + ex.call_snippets(batch, eos, rng, 4, vocab)
+        yield padded(snippets or batch, pad)
+
+
+def train(model: Any, rows: list[tuple], settings: dict[str, Any], tokens: tuple[int, int, int], seed: int) -> None:
+    """The supervised steps, in place, on one thread (the CPU is often shared)."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    torch.manual_seed(seed)
+    steps, lr = int(settings["steps"]), float(settings["learning_rate"])
+    optimizer = torch.optim.AdamW(model.parameters(), lr=lr)
+    schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda done: max(0.05, 1 - done / (3 * steps)))
+    model.train()
+    try:
+        for input_ids, attention_mask, labels in batches(rows, steps, int(settings["batch_size"]), tokens, seed):
+            model(input_ids=input_ids, attention_mask=attention_mask, labels=labels).loss.backward()
+            optimizer.step()
+            schedule.step()
+            optimizer.zero_grad()
+    finally:
+        torch.set_num_threads(threads)
+    model.eval()
+
+
+def build_warm_model(output_dir: str) -> str:
+    """model.builder of a warm-started run: the folder `plan_warmstart` named, built from its spec (or reused)."""
+    import torch
+
+    from agrpo.models.folder import folder_matches, save_model_folder
+
+    folder = Path(output_dir).expanduser().resolve()
+    spec = read_spec(folder)
+    marker = {"spec": spec_hash(spec)}
+    if folder_matches(folder, MARKER, marker):
+        return str(folder)
+    episodes, values, schemas = played(spec)
+    model, tokenizer = base_model(spec)
+    added = toy_tokens(tokenizer, schemas, values)
+    if added:
+        tokenizer.add_tokens(added)
+        torch.manual_seed(spec["seed"])
+        model.resize_token_embeddings(len(tokenizer), mean_resizing=False)
+    rows = example_rows(tokenizer, episodes, schemas)
+    tokens = (tokenizer.pad_token_id, tokenizer.eos_token_id, len(tokenizer))
+    train(model, rows, spec["settings"], tokens, spec["seed"])
+    return str(save_model_folder(model, tokenizer, folder, MARKER, marker))

@@ -1,0 +1,86 @@
+"""The policy's signals from what the run writes and serves (pure): the trainer's step entries (files.py) and each
+replica's vLLM `/metrics`."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from typing import Any
+
+from agrpo.fleet.policy import Signals
+
+STEP_S, WAIT_S = "perf/step_s", "perf/rollout_wait_s"  # TRL's step time and its wait for rollouts in it
+DROPPED_STALE, TRAINED = "sample/dropped_stale_total", "batch/samples_per_step"
+INFLIGHT_TARGET = "rollout/inflight_target"  # logged while trainer.max_inflight_tasks=auto sizes the budget
+STEP_KEYS = (STEP_S, WAIT_S, DROPPED_STALE, TRAINED, INFLIGHT_TARGET)  # what the trainer writes per step
+
+WAITING, RUNNING = "vllm:num_requests_waiting", "vllm:num_requests_running"
+KV_USE = ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc")  # vLLM V1's name, then the older one
+KV_BUSY = 0.5  # a KV cache over half full counts as a busy replica
+
+_PROM_LINE = re.compile(r"^(?P<name>[a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{[^}]*\})?\s+(?P<value>\S+)")
+
+
+def prometheus_values(text: str) -> dict[str, float]:
+    """Each metric's value summed over its series (labels ignored), from Prometheus text."""
+    totals: dict[str, float] = {}
+    for line in text.splitlines():
+        match = _PROM_LINE.match(line)
+        if match:
+            try:
+                value = float(match.group("value"))
+            except ValueError:
+                continue
+            totals[match.group("name")] = totals.get(match.group("name"), 0.0) + value
+    return totals
+
+
+def replica_load(metrics_text: str) -> tuple[float, float, float]:
+    """(requests waiting, requests running, KV-cache use 0..1) of one replica."""
+    values = prometheus_values(metrics_text)
+    kv = next((values[name] for name in KV_USE if name in values), 0.0)
+    return values.get(WAITING, 0.0), values.get(RUNNING, 0.0), kv
+
+
+def busy_share(loads: Sequence[tuple[float, float, float] | None]) -> float | None:
+    """Share of the replicas that answered with a request queued or a KV cache over KV_BUSY full."""
+    known = [load for load in loads if load is not None]
+    if not known:
+        return None
+    return sum(1 for waiting, _, kv in known if waiting > 0 or kv > KV_BUSY) / len(known)
+
+
+def serving_replicas(stats: dict[str, Any]) -> int:
+    """Healthy replicas behind the proxy, from its /proxy/stats answer."""
+    return sum(1 for replica in stats.get("replicas", []) if replica.get("healthy"))
+
+
+def _total(entries: Sequence[dict[str, Any]], key: str) -> float:
+    return sum(float(entry.get(key) or 0.0) for entry in entries)
+
+
+def window_signals(
+    entries: Sequence[dict[str, Any]],
+    now: float,
+    replicas: int,
+    inflight_ceiling: float | None = None,
+    busy: float | None = None,
+    changing: bool = False,
+) -> Signals:
+    """The Signals of a window of step entries (those logged since the last change took effect)."""
+    timed = [entry for entry in entries if entry.get(STEP_S)]
+    step_time = _total(timed, STEP_S)
+    dropped, trained = _total(entries, DROPPED_STALE), _total(entries, TRAINED)
+    targets = [float(entry[INFLIGHT_TARGET]) for entry in entries if entry.get(INFLIGHT_TARGET) is not None]
+    return Signals(
+        now=now,
+        replicas=replicas,
+        steps=len(timed),
+        steps_per_s=len(timed) / step_time if step_time > 0 else None,
+        wait_share=min(_total(timed, WAIT_S) / step_time, 1.0) if step_time > 0 else None,
+        stale_share=dropped / (dropped + trained) if dropped + trained > 0 else None,
+        inflight_target=targets[-1] if targets else None,
+        inflight_ceiling=inflight_ceiling if targets else None,
+        busy_share=busy,
+        changing=changing,
+    )

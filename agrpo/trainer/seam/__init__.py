@@ -1,0 +1,17 @@
+"""agrpo's seam with TRL 1.16's AsyncGRPOTrainer: every change of TRL's behaviour is an overridden method of one of
+agrpo's subclasses, each with a docstring saying what TRL does and why agrpo differs (docs/architecture.md has the
+whole table):
+
+- trainer.py: `AgrpoAsyncGRPOTrainer(AsyncGRPOTrainer)`: the client and worker below, the background sync, log figures,
+  pacing, adapter retention.
+- worker.py: `AgrpoRolloutWorker(AsyncRolloutWorker)`: the run's loop class, the guard, the drain on stop.
+- client.py: `AgrpoVLLMClient(VLLMClient)`: adapter loads that wait for the store, serve first and feed retention.
+- the rollout child's loops (TRL's `_AsyncRolloutLoop`, spawned by reference, so module-level classes the child
+  imports): agrpo/trainer/rollout_loop.py, guarded_loop.py, rollout_child.py, agent_loop.py (loop_install.py picks).
+- module_patches.py: the few functions of TRL's modules replaced because TRL offers nothing to override (CPU
+  workarounds, packed attention, the admin token on TRL's HTTP calls, the model fix at load, the deferred rmtree).
+
+The logic each override calls stays in its own module (rollout_guard.py, rollout_pacing.py, adapter_retention.py,
+sync_mode.py, background_sync.py). Every private TRL name used is listed in agrpo/trl_compat.py and checked when a run
+is prepared. Nothing here is imported by `agrpo.trainer.seam` itself: importing TRL is the caller's choice.
+"""

@@ -1,0 +1,126 @@
+"""The data check sees the prompt training sends (agrpo/agents/prompt_budget.py through agrpo/config/data_checks.py).
+
+Issue 32: a user's own tool task passed the dry run (its rows rendered without the tool list: 181 tokens) and failed
+nine minutes into the real run (rendered with it: 1,042 tokens > max_model_len 1,024). Here the same kind of task, a
+tool file and a JSONL of the user's, with the real tiny tokenizer (byte-level, so the tool list is long), is refused
+before anything starts, with the keys to change; and the budget of the longest episode is checked too.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from agrpo.agents.prompt_budget import CHARS_PER_TOKEN, Budget
+from agrpo.config.compose import compose_run_config
+from agrpo.config.data_checks import opened_data_problems
+
+RECIPE = """
+defaults:
+  - override /model: tiny
+  - override /data: jsonl
+  - override /agent: none
+run_name: converter
+data:
+  path: train.jsonl
+  prompt_template: "Convert {amount} blorps to zinks."
+agent:
+  tools: [convert.py:blorps_to_zinks]
+reward:
+  funcs:
+    - _target_: agrpo.rewards.generic.numeric_match
+      column: answer
+trainer:
+  max_completion_length: 32
+inference:
+  max_model_len: 1024
+"""
+
+CONVERT = '''
+def blorps_to_zinks(amount: float) -> float:
+    """Convert blorps, a made-up unit, to zinks.
+
+    Args:
+        amount: How many blorps.
+    """
+    return amount * 3.7
+'''
+
+
+@pytest.fixture()
+def own_tool_task(tmp_path, monkeypatch, tiny_model_dir):
+    monkeypatch.chdir(tmp_path)
+    rows = [{"amount": i, "answer": round(i * 3.7, 2)} for i in range(40)]
+    (tmp_path / "train.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
+    (tmp_path / "convert.py").write_text(CONVERT)
+    (tmp_path / "converter.yaml").write_text(RECIPE)
+    return tmp_path
+
+
+def problems(task, tiny_model_dir, *overrides: str) -> list[str]:
+    from agrpo.cli import expand_recipe_paths
+
+    argv = ["+recipe=converter.yaml", f"model.name_or_path={tiny_model_dir}", *overrides]
+    return opened_data_problems(compose_run_config(expand_recipe_paths(argv), output_dir=str(task / "run")))
+
+
+def prompt_tokens(found: str) -> int:
+    import re
+
+    return int(re.search(r"prompt (?:at .+? )?is (\d+) tokens", found)[1])
+
+
+def test_rows_are_measured_with_the_tool_list_as_training_renders_them(own_tool_task, tiny_model_dir):
+    alone = problems(own_tool_task, tiny_model_dir, "agent.tools=[]", "inference.max_model_len=64")
+    assert len(alone) == 1 and "trainer.max_completion_length=32 = 32" in alone[0]  # the plain check: no tools
+    found = problems(own_tool_task, tiny_model_dir, "inference.max_model_len=600")
+    assert len(found) == 1, found
+    with_tools = prompt_tokens(found[0])
+    assert with_tools > 4 * prompt_tokens(alone[0])  # the tool list is most of the prompt
+    assert "with the list of 1 tool [prompt 'Convert " in found[0]
+    assert f"with trainer.max_completion_length=32 that is {with_tools + 32} tokens" in found[0]
+    assert "vLLM would refuse the first turn of every episode of this row" in found[0]
+    for key in ("inference.max_model_len", "trainer.max_completion_length"):
+        assert f"{key}" in found[0].split("Raise ")[1]
+
+
+def test_the_longest_episode_must_fit_too_naming_every_key(own_tool_task, tiny_model_dir):
+    fits = "inference.max_model_len=2048"  # the first turn fits; four tool answers of 2000 characters do not
+    found = problems(own_tool_task, tiny_model_dir, fits, "agent.max_tool_calling_iterations=4")
+    assert len(found) == 1 and found[0].startswith("an episode can need "), found
+    assert "5 model turns x trainer.max_completion_length=32 and 4 tool rounds" in found[0]
+    assert "(500 tokens of agent.max_tool_output_chars=2000 at ~4 characters per token + " in found[0]
+    for key in ("max_model_len", "max_tool_calling_iterations", "max_tool_output_chars", "max_completion_length"):
+        assert key in found[0].split("Raise ")[1]
+    # A cap that fits: the same task passes.
+    assert problems(own_tool_task, tiny_model_dir, fits, "agent.max_tool_output_chars=200") == []
+    assert (
+        problems(own_tool_task, tiny_model_dir, fits, "agent.max_tool_calling_iterations=null") == []
+    )  # no bound: no check
+
+
+def budget(**changes) -> Budget:
+    values = dict(
+        prompt=300,
+        row=7,
+        row_text="prompt hi",
+        tools=2,
+        completion=100,
+        rounds=2,
+        round_overhead=10,
+        tool_output_chars=400,
+        max_model_len=1024,
+    )
+    return Budget(**{**values, **changes})
+
+
+def test_the_budget_of_an_episode():
+    assert budget().tool_output == 400 // CHARS_PER_TOKEN
+    assert budget().episode == 300 + 3 * 100 + 2 * (10 + 100)  # 820
+    assert budget().problem() is None
+    assert budget(max_model_len=819).problem().startswith("an episode can need 820 tokens, more than ")
+    assert budget(tool_output_chars=None).episode is None and budget(rounds=None).problem() is None
+    first = budget(max_model_len=399).problem()
+    assert first.startswith("row 7's prompt is 300 tokens with the list of 2 tools [prompt hi]; ")
+    assert "that is 400 tokens, more than inference.max_model_len=399" in first

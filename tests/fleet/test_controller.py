@@ -1,0 +1,179 @@
+"""The fleet controller's steps with stand-ins for the processes and the HTTP (the real ones run in
+tests/e2e/test_elastic.py): it adds on generation-bound steps, hands the newcomer to the proxy only once healthy,
+judges the change on the steps after it, drains before it stops a replica, and counts replica-seconds."""
+
+from __future__ import annotations
+
+import json
+
+from agrpo.fleet import files
+from agrpo.fleet.controller import FleetController
+from agrpo.fleet.policy import Knobs
+
+
+class Clock:
+    def __init__(self):
+        self.t = 0.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+class Spare:
+    def __init__(self, name: str, port: int):
+        self.name, self.health_url, self.log_path = name, f"http://127.0.0.1:{port}/health", "vllm.log"
+        self.running = False
+
+    def start(self):
+        self.running = True
+
+    def alive(self):
+        return self.running
+
+    def stop(self):
+        self.running = False
+
+
+class Proxy:
+    """/proxy/stats, the replicas' /metrics and the admin routes, recorded."""
+
+    def __init__(self):
+        self.replicas = [{"index": 0, "url": "http://127.0.0.1:8100", "healthy": True}]
+        self.requests: list[tuple[str, str]] = []
+        self.running_on_1 = 0.0
+
+    def get(self, url: str) -> bytes:
+        if url.endswith("/proxy/stats"):
+            return json.dumps({"replicas": self.replicas}).encode()
+        running = self.running_on_1 if ":8101" in url else 1.0
+        return f"vllm:num_requests_running {running}\nvllm:num_requests_waiting 0\n".encode()
+
+    def send(self, method: str, url: str, body: dict, token: str) -> bytes:
+        assert token == "admin" and url.endswith("/proxy/replicas")
+        self.requests.append((method, body["url"]))
+        if method == "POST":
+            self.replicas.append({"index": 1, "url": body["url"], "healthy": True})
+            return json.dumps({"healthy": True}).encode()
+        self.replicas = [r for r in self.replicas if r["url"] != body["url"]]
+        return b"{}"
+
+
+def steps(run_dir, count: int, step_s: float, wait_s: float) -> None:
+    for _ in range(count):
+        files.append_step(run_dir, {"perf/step_s": step_s, "perf/rollout_wait_s": wait_s})
+
+
+def test_add_judge_release_and_count(tmp_path):
+    clock, proxy, lines = Clock(), Proxy(), []
+    spare, supervised, started = Spare("vllm-1", 8101), [], []
+    ready = {"yes": False}
+    fleet = FleetController(
+        run_dir=str(tmp_path),
+        proxy_url="http://proxy",
+        admin_token="admin",
+        spares=[spare],
+        supervised=supervised,
+        started=started,
+        knobs=Knobs(min_replicas=1, max_replicas=2, window_steps=5, cooldown_s=10, backoff_s=100),
+        poll_s=1.0,
+        drain_timeout_s=30.0,
+        say=lines.append,
+        clock=clock,
+        get=proxy.get,
+        send=proxy.send,
+        healthy=lambda url: ready["yes"],
+    )
+    steps(tmp_path, 5, step_s=2.0, wait_s=1.5)  # the trainer waits 75% of each step
+    clock.t = 10.0
+    fleet.poll()
+    assert spare.running and started == [spare] and proxy.requests == []
+    assert lines[-1].startswith("agrpo fleet: 1 -> 2 replicas (vllm-1 starting): generation-bound")
+    clock.t = 40.0
+    fleet.poll()  # started, not healthy yet: not handed to the proxy
+    assert proxy.requests == [] and fleet.replicas == 1
+    ready["yes"] = True
+    clock.t = 50.0
+    fleet.poll()
+    assert proxy.requests == [("POST", "http://127.0.0.1:8101")]
+    assert fleet.replicas == 2 and supervised == [spare]
+    assert lines[-1] == "agrpo fleet: 2 replica(s) serving: vllm-1 admitted after 40 s"
+    # replica-seconds count the newcomer from its start (it costs while it boots): 10 s x 1 + 40 s x 2
+    assert files.fleet_figures(tmp_path) == {"fleet/replicas": 2.0, "fleet/replica_seconds": 90.0}
+
+    steps(tmp_path, 5, step_s=1.0, wait_s=0.02)  # twice the steps/s, hardly any wait
+    clock.t = 52.0
+    fleet.poll()
+    assert "kept the add: steps/s 0.50 -> 1.00" in lines[-1]
+    clock.t = 70.0  # past the cool-down: the same window now says the replicas idle
+    fleet.poll()
+    assert lines[-1].startswith("agrpo fleet: 2 -> 1 replicas (vllm-1 draining): replicas idle")
+    assert proxy.requests[-1] == ("DELETE", "http://127.0.0.1:8101") and supervised == []
+    proxy.running_on_1 = 2.0  # requests still in flight on it: it is not stopped yet
+    clock.t = 72.0
+    fleet.poll()
+    assert spare.running and fleet.replicas == 2
+    proxy.running_on_1 = 0.0
+    clock.t = 74.0
+    fleet.poll()
+    assert not spare.running and fleet.replicas == 1
+    assert lines[-1] == "agrpo fleet: 1 replica(s) serving: vllm-1 drained and stopped after 4 s"
+    clock.t = 80.0
+    assert fleet.finish().splitlines() == [
+        "agrpo fleet: 144 replica-seconds (1 replica(s) 16 s, 2 replica(s) 64 s); 2 change(s), 1 replica(s) at the end",
+        "  used         144 replica-seconds (1 replica(s) 16 s, 2 replica(s) 64 s)",
+        "  fixed max    2 replica(s) for the same 80 s: 160 replica-seconds; auto used 90% of it",
+    ]
+
+
+def test_a_spare_that_dies_while_starting_is_given_up_and_not_retried_at_once(tmp_path):
+    clock, proxy, lines = Clock(), Proxy(), []
+    spare = Spare("vllm-1", 8101)
+    fleet = FleetController(
+        str(tmp_path),
+        "http://proxy",
+        "admin",
+        [spare],
+        [],
+        [],
+        Knobs(backoff_s=100),
+        poll_s=1.0,
+        say=lines.append,
+        clock=clock,
+        get=proxy.get,
+        send=proxy.send,
+        healthy=lambda url: False,
+    )
+    steps(tmp_path, 5, step_s=2.0, wait_s=1.5)
+    clock.t = 5.0
+    fleet.poll()
+    spare.running = False  # it exited before becoming healthy
+    clock.t = 7.0
+    fleet.poll()
+    assert "vllm-1 did not start" in lines[-1] and fleet.replicas == 1 and proxy.requests == []
+    clock.t = 9.0
+    fleet.poll()
+    assert not spare.running  # backing off: not started again
+
+
+def test_a_requeued_or_resumed_run_goes_on_from_the_earlier_attempts_figures_and_not_its_steps(tmp_path):
+    """The trainer Job's next attempt (or a resumed local run) starts a new controller in the same run dir: the
+    replica-seconds and samples add to the earlier attempt's; its step entries are not in the new first window."""
+    files.write_state(
+        tmp_path, {"replicas": 2, "replica_seconds": 200.0, "seconds_by_size": {"2": 100.0}, "samples": 64}
+    )
+    steps(tmp_path, 5, step_s=2.0, wait_s=1.5)  # the earlier attempt's generation-bound steps
+    clock, proxy, lines = Clock(), Proxy(), []
+    fleet = FleetController(
+        str(tmp_path), "http://proxy", "admin", [Spare("vllm-1", 8101)], [], [], Knobs(), poll_s=1.0,
+        say=lines.append, clock=clock, get=proxy.get, send=proxy.send, healthy=lambda url: False,
+    )  # fmt: skip
+    clock.t = 5.0
+    fleet.poll()
+    assert fleet.pending is None and fleet.window == []  # nothing to decide on yet
+    files.append_step(tmp_path, {"perf/step_s": 1.0, "perf/rollout_wait_s": 0.0, "batch/samples_per_step": 16})
+    clock.t = 10.0
+    fleet.poll()
+    assert fleet.samples == 80 and fleet.seconds_by_size == {2: 100.0, 1: 10.0}
+    assert fleet.finish().splitlines()[1] == (
+        "  used         210 replica-seconds (1 replica(s) 10 s, 2 replica(s) 100 s) for 80 samples trained"
+    )

@@ -1,0 +1,88 @@
+"""inference.replicas=auto in the config, its validation, the resolved proxy choice and the local plan (pure)."""
+
+from __future__ import annotations
+
+import pytest
+
+from agrpo.config.compose import compose_run_config
+from agrpo.config.resolve import replica_count, uses_proxy
+from agrpo.config.schema.inference import fleet_bounds, is_auto_fleet
+from agrpo.config.validate import find_problems
+from agrpo.launchers.local import build_local_plan
+
+AUTO = ["inference.replicas=auto", "inference.min_replicas=1", "inference.max_replicas=2"]
+
+
+def compose(*overrides):
+    return compose_run_config(["+recipe=smoke", *overrides], output_dir="/runs/r1")
+
+
+def test_a_number_keeps_todays_meaning():
+    cfg = compose("inference.replicas=3")
+    assert not is_auto_fleet(cfg.inference) and fleet_bounds(cfg.inference) == (3, 3)
+    assert find_problems(cfg) == []
+
+
+def test_auto_starts_min_replicas_behind_the_proxy():
+    cfg = compose(*AUTO)
+    assert is_auto_fleet(cfg.inference) and fleet_bounds(cfg.inference) == (1, 2)
+    assert find_problems(cfg) == []
+    assert replica_count(cfg) == 1 and uses_proxy(cfg)  # one replica, but the fleet changes through the proxy
+
+
+@pytest.mark.parametrize(
+    "overrides, fragment",
+    [
+        (["inference.replicas=many"], "inference.replicas='many' must be a number >= 1 or auto"),
+        (["inference.replicas=0"], "inference.replicas must be >= 1"),
+        ([*AUTO, "inference.min_replicas=3"], "inference.min_replicas=3 exceeds inference.max_replicas=2"),
+        ([*AUTO, "inference.min_replicas=0"], "inference.min_replicas must be >= 1"),
+        ([*AUTO, "inference.urls=[http://h:1]"], "cannot size servers given in inference.urls"),
+        ([*AUTO, "inference.use_proxy=false"], "drop inference.use_proxy=false"),
+        ([*AUTO, "inference.fleet.release_wait_share=0.5"], "inference.fleet.release_wait_share=0.5 must be below"),
+        ([*AUTO, "inference.fleet.window_steps=1"], "inference.fleet.window_steps must be >= 2"),
+        ([*AUTO, "inference.fleet.poll_s=0"], "inference.fleet.poll_s must be > 0"),
+    ],
+)
+def test_bad_fleets_name_their_key(overrides, fragment):
+    problems = find_problems(compose(*overrides))
+    assert any(fragment in problem for problem in problems), problems
+
+
+def test_auto_elsewhere_than_launcher_local_or_hf_jobs_is_refused():
+    problems = find_problems(compose(*AUTO, "launcher=accelerate"))
+    assert any("inference.replicas=auto is built for launcher=local and launcher=hf_jobs" in p for p in problems)
+
+
+def test_the_trainer_jobs_config_may_carry_its_replica_jobs_urls():
+    """Inside the trainer Job (role=trainer, launcher=hf_jobs) the urls are the replica Jobs it found; elsewhere a
+    fleet that sizes itself refuses given urls and role=trainer."""
+    job = [*AUTO, "launcher=hf_jobs", "role=trainer", "inference.urls=[https://a--8000.hf.jobs]"]
+    problems = find_problems(compose(*job))
+    assert not any("inference.replicas=auto" in p or "inference.urls" in p for p in problems), problems
+    local = find_problems(compose(*AUTO, "role=trainer", "inference.urls=[http://h:1]"))
+    assert any("needs role=all" in p for p in local) and any("cannot size servers" in p for p in local)
+
+
+def test_the_plan_starts_min_and_holds_the_spares_on_their_own_cores():
+    cfg = compose(*AUTO)
+    plan = build_local_plan(cfg, "/runs/r1", [8100, 8101, 8102], "cpu", 0, range(2), python="py", replica_key="k")
+    assert [s.name for s in plan.services] == ["vllm-0", "proxy"]
+    assert "--upstream http://127.0.0.1:8100" in " ".join(plan.services[1].argv)
+    assert "8101" not in " ".join(plan.services[1].argv)  # the spare is handed to the proxy when it is healthy
+    assert plan.trainer.argv[-1] == "1"
+    assert plan.trainer.env["AGRPO_TRAINER_CPUS"] == "1"  # the trainer has the core the one replica leaves
+    fleet = plan.fleet
+    assert (fleet.min_replicas, fleet.max_replicas) == (1, 2)
+    assert [s.name for s in fleet.spares] == ["vllm-1"] and fleet.spares[0].port == 8101
+    assert fleet.spares[0].env["VLLM_CPU_OMP_THREADS_BIND"] == "1"
+    assert fleet.spares[0].env["VLLM_API_KEY"] == plan.services[0].env["VLLM_API_KEY"]  # keyed like the others
+    assert fleet.policy["window_steps"] == 5 and fleet.inflight_ceiling == 16
+    text = plan.render()
+    assert "[fleet] auto: 1..2 replicas; starts 1" in text and "vllm-1 (on demand)" in text
+
+
+def test_a_fixed_fleet_has_no_fleet_plan():
+    cfg = compose("inference.replicas=2")
+    plan = build_local_plan(cfg, "/runs/r1", [8100, 8101, 8102], "cpu", 0, range(2), python="py")
+    assert plan.fleet is None and "[fleet]" not in plan.render()

@@ -1,0 +1,245 @@
+"""agrpo's seam with TRL (agrpo/trainer/seam/): every change of TRL's behaviour is an override of agrpo's subclasses.
+
+- No agrpo file outside the seam replaces an attribute of a TRL object (read from source with ast: an assignment or
+  `setattr` whose attribute is one TRL's trainer, worker, client or loop defines).
+- `AgrpoVLLMClient`'s load is one call chain in a fixed order (the store's visibility, the load, the retention policy,
+  the timing), against a real HTTP server on loopback standing in for vLLM (it records what it was asked).
+- `AgrpoRolloutWorker.replacing` rebuilds TRL's worker with TRL's own arguments, as a TRL worker (TRL's checkpoint
+  and resume code test `isinstance(..., AsyncRolloutWorker)`).
+- `AgrpoAsyncGRPOTrainer`'s overrides dispatch as documented. Its constructor needs a vLLM server (TRL probes it), so
+  these are built with `__new__` and TRL's own method stands in for what it would send to the server; the whole
+  trainer runs in tests/e2e/test_pipeline.py and test_agent.py.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import threading
+from http.server import BaseHTTPRequestHandler, HTTPServer
+from pathlib import Path
+
+import pytest
+
+from agrpo import trl_compat
+from agrpo.trainer.adapter_retention import AdapterRetention
+
+AGRPO = Path(__file__).resolve().parents[2] / "agrpo"
+SEAM = {"trainer/seam"}  # the package, and the rollout child's loops (module-level classes the child imports)
+SEAM_FILES = {f"trainer/{name}.py" for name in ("rollout_loop", "guarded_loop", "rollout_child", "agent_loop")}
+# Replacements outside the seam that remain, each with why (none today); the list only shrinks.
+KNOWN_OUTSIDE: dict[tuple[str, str], str] = {}
+TRL_CLASSES = (
+    (trl_compat.T, "AsyncGRPOTrainer"),
+    (trl_compat.W, "AsyncRolloutWorker"),
+    (trl_compat.W, "_AsyncRolloutLoop"),
+    (trl_compat.C, "VLLMClient"),
+)
+
+
+def trl_member_names() -> set[str]:
+    """Every method TRL's trainer, worker, loop and client define (their own source), and every name of TRL that
+    agrpo/trl_compat.py lists (module functions, private attributes agrpo reads)."""
+    root = trl_compat.trl_root()
+    names = {entry.path.rpartition(".")[2] for entry in trl_compat.TRL_NAMES} - {"__init__"}
+    for module, cls in TRL_CLASSES:
+        node, _ = trl_compat._class(root, module, cls)
+        names |= {d.name for d in node.body if isinstance(d, (ast.FunctionDef, ast.AsyncFunctionDef))}
+    return {name for name in names if not name.startswith("__")}
+
+
+def root_name(node: ast.expr) -> str | None:
+    while isinstance(node, ast.Attribute):
+        node = node.value
+    return node.id if isinstance(node, ast.Name) else None
+
+
+def replaced_attributes(tree: ast.Module, names: set[str]) -> list[tuple[str, int]]:
+    """(attribute, line) for `x.attr = ...` and `setattr(x, "attr", ...)`; not `self.attr` (an object's own state)
+    nor `cfg....attr` (agrpo's run config, whose keys may share a name with TRL's methods: `trainer.resume`)."""
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign)):
+            for target in node.targets if isinstance(node, ast.Assign) else [node.target]:
+                for item in target.elts if isinstance(target, ast.Tuple) else [target]:
+                    if isinstance(item, ast.Attribute) and item.attr in names:
+                        if isinstance(item.value, ast.Name) and item.value.id == "self" or root_name(item) == "cfg":
+                            continue
+                        found.append((item.attr, node.lineno))
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "setattr":
+            name = node.args[1] if len(node.args) > 1 else None
+            if isinstance(name, ast.Constant) and name.value in names:
+                found.append((name.value, node.lineno))
+    return found
+
+
+def test_no_attribute_of_a_trl_object_is_replaced_outside_the_seam():
+    names = trl_member_names()
+    assert {"load_lora_adapter", "_sync_weight_lora", "start", "_loop_cls", "log", "shutil"} <= names
+    outside = []
+    for path in sorted(AGRPO.rglob("*.py")):
+        rel = path.relative_to(AGRPO).as_posix()
+        if rel.rpartition("/")[0] in SEAM or rel in SEAM_FILES or rel == "trl_compat.py":
+            continue
+        tree = ast.parse(path.read_text(), str(path))
+        outside += [(rel, name, line) for name, line in replaced_attributes(tree, names)]
+    unexplained = [
+        f"agrpo/{rel}:{line} replaces {name}" for rel, name, line in outside if (rel, name) not in KNOWN_OUTSIDE
+    ]
+    assert not unexplained, "TRL's behaviour changed outside agrpo/trainer/seam/: " + "; ".join(unexplained)
+    assert {(rel, name) for rel, name, _ in outside} == set(KNOWN_OUTSIDE), "a known replacement is gone: drop its line"
+
+
+def test_the_rule_finds_a_replaced_method():
+    source = (
+        "client.load_lora_adapter = f\nsetattr(trainer, '_sync_weight_lora', f)\nself.log = f\ncfg.trainer.resume = 1\n"
+    )
+    tree = ast.parse(source)
+    assert replaced_attributes(tree, trl_member_names()) == [("load_lora_adapter", 1), ("_sync_weight_lora", 2)]
+
+
+# ---- the client's call chain ----------------------------------------------------------------------------------
+
+
+class VllmStandIn(BaseHTTPRequestHandler):
+    """Answers vLLM's adapter endpoints with 200 and records (path, body, Authorization) in `events`."""
+
+    events: list = []
+
+    def do_POST(self):  # http.server's naming
+        body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))) or b"{}")
+        VllmStandIn.events.append(("post", self.path, body.get("lora_name")))
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.end_headers()
+        self.wfile.write(b"{}")
+
+    def log_message(self, *args):
+        pass
+
+
+class Store:
+    def wait_until_visible(self, path: str, timeout_s: float) -> None:
+        VllmStandIn.events.append(("visible", path, timeout_s))
+
+
+class Retention(AdapterRetention):
+    def loaded(self, version: int) -> None:
+        VllmStandIn.events.append(("loaded", version))
+        super().loaded(version)
+
+    def unloaded(self, version: int) -> None:
+        VllmStandIn.events.append(("unloaded", version))
+        super().unloaded(version)
+
+
+@pytest.fixture()
+def server_url():
+    VllmStandIn.events = []
+    server = HTTPServer(("127.0.0.1", 0), VllmStandIn)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{server.server_port}"
+    server.shutdown()
+
+
+@pytest.mark.parametrize("serve_first", [False, True])
+def test_a_load_waits_for_the_store_then_loads_then_tells_retention(server_url, tmp_path, serve_first):
+    from agrpo.trainer.seam.client import AgrpoVLLMClient, Visibility
+
+    client = AgrpoVLLMClient(server_url)
+    recorded = []
+    visibility = Visibility(Store(), 7.0, lambda key, value: recorded.append(key))
+    loaded_record = None if serve_first else (lambda key, value: recorded.append(key))
+    client.load_through(visibility, serve_first=serve_first, loaded_record=loaded_record)
+    client.retain_with(Retention(str(tmp_path), "trl-policy", retain_s=60.0))
+    path = str(tmp_path / "trl-policy-v3")
+    client.load_lora_adapter("trl-policy-v3", path)
+    client.unload_lora_adapter("trl-policy-v1")
+    load_path = "/v1/load_lora_adapter" + ("?serve=first" if serve_first else "")
+    assert VllmStandIn.events == [
+        ("visible", path, 7.0),
+        ("post", load_path, "trl-policy-v3"),
+        ("loaded", 3),
+        ("unloaded", 1),
+        ("post", "/v1/unload_lora_adapter", "trl-policy-v1"),
+    ]
+    # the blocking sync records both; the background thread measures publish -> served itself
+    assert recorded == ["sync/visible_s"] + ([] if serve_first else ["sync/publish_to_loaded_s"])
+
+
+def test_without_the_gate_or_retention_a_load_is_trls(server_url):
+    from agrpo.trainer.seam.client import AgrpoVLLMClient
+
+    client = AgrpoVLLMClient(server_url)
+    client.load_lora_adapter("trl-policy-v1", "/nowhere/trl-policy-v1")
+    assert VllmStandIn.events == [("post", "/v1/load_lora_adapter", "trl-policy-v1")]
+
+
+# ---- the worker --------------------------------------------------------------------------------------------------
+
+
+@pytest.fixture()
+def trl_worker():
+    from accelerate.state import PartialState
+    from trl.experimental.async_grpo.async_rollout_worker import AsyncRolloutWorker
+
+    from agrpo.trainer.seam.cpu_compat import apply_cpu_workarounds
+
+    apply_cpu_workarounds()  # TRL refuses to build the worker without an importable vllm unless patched
+    PartialState()
+    return AsyncRolloutWorker(queue_maxsize=5, model_name="m", lora_name="trl-policy", max_tokens=9)
+
+
+def test_the_worker_is_rebuilt_with_trls_arguments(trl_worker):
+    from trl.experimental.async_grpo.async_rollout_worker import AsyncRolloutWorker
+
+    from agrpo.trainer.rollout_loop import AgrpoRolloutLoop
+    from agrpo.trainer.seam.worker import AgrpoRolloutWorker
+
+    worker = AgrpoRolloutWorker.replacing(trl_worker)
+    assert isinstance(worker, AsyncRolloutWorker) and worker.rollout_buffer is not trl_worker.rollout_buffer
+    assert worker._loop_kwargs == trl_worker._loop_kwargs  # queue_maxsize and dataset_start_index included
+    assert worker.rollout_buffer._maxsize == 5 and worker._loop_cls is AgrpoRolloutLoop and worker.guard is None
+
+
+# ---- the trainer's overrides -------------------------------------------------------------------------------------
+
+
+@pytest.fixture()
+def bare_trainer(monkeypatch):
+    """An AgrpoAsyncGRPOTrainer without TRL's constructor; TRL's own `log` and `_sync_weight_lora` record calls."""
+    from trl.experimental.async_grpo import AsyncGRPOTrainer
+
+    from agrpo.trainer.seam.trainer import AgrpoAsyncGRPOTrainer
+
+    calls = []
+    monkeypatch.setattr(AsyncGRPOTrainer, "log", lambda self, logs, start_time=None: calls.append(("log", dict(logs))))
+    monkeypatch.setattr(AsyncGRPOTrainer, "_sync_weight_lora", lambda self, t0: calls.append(("trl_sync", t0)))
+    trainer = AgrpoAsyncGRPOTrainer.__new__(AgrpoAsyncGRPOTrainer)
+    trainer._log_figures, trainer._background, trainer.calls = [], None, calls
+    return trainer
+
+
+def test_every_training_log_carries_the_figures_but_not_trls_summary(bare_trainer):
+    bare_trainer.add_log_figures(lambda: {"fleet/replicas": 2.0})
+    bare_trainer.add_log_figures(lambda: {"serving/prefix_hit_rate": 0.5})
+    bare_trainer.log({"loss": 1.0})
+    bare_trainer.log({"train_runtime": 9.0})
+    assert bare_trainer.calls == [
+        ("log", {"loss": 1.0, "fleet/replicas": 2.0, "serving/prefix_hit_rate": 0.5}),
+        ("log", {"train_runtime": 9.0}),
+    ]
+
+
+def test_the_sync_is_trls_until_the_background_sync_starts(bare_trainer, monkeypatch):
+    from agrpo.trainer import sync_mode
+
+    monkeypatch.setattr(sync_mode, "sync_without_pause", lambda trainer, sync, timeout_s, t0: (t0, t0, t0))
+    bare_trainer.model_version = 4
+    bare_trainer._sync_weight_lora(1.0)
+    assert bare_trainer.calls == [("trl_sync", 1.0)]
+    bare_trainer.sync_in_background(None, 30.0)  # a rank without the thread: the snapshot only
+    assert bare_trainer._sync_weight_lora(2.0) == (2.0, 2.0, 2.0) and bare_trainer.model_version == 4
+    bare_trainer.sync_in_background(object(), 30.0)
+    assert bare_trainer._sync_weight_lora(3.0) == (3.0, 3.0, 3.0) and bare_trainer.model_version == 5
+    assert bare_trainer.calls == [("trl_sync", 1.0)]

@@ -1,0 +1,236 @@
+"""agrpo/trl_compat.py: the list of TRL's private names agrpo relies on is whole, holds in the installed TRL, and a TRL
+that lacks or changed one of them stops `python -m agrpo` before anything starts (exit 2, one paragraph, no traceback).
+
+Which private names are TRL's, read from source (ast, nothing imported): a name starting with `_` (not a dunder) that
+TRL's own source defines (a def, class, assignment, attribute assignment or import anywhere under the installed `trl`
+package), used in agrpo code that works with TRL (every file of agrpo/trainer/, and any other agrpo file that imports
+trl) as an attribute (`worker._loop_cls`, `trl_worker._spawn_stop_watcher = ...`), a method defined in a class (an
+override: `async def _score_group`), a name imported from trl (`from trl... import _AsyncRolloutLoop`) or a string
+constant (`require(..., "_flash_attn")`, `getattr(x, "_name")`). The AST cannot tell which object an attribute is
+read from, so the rule goes by name: a use is covered when TRL_NAMES holds a member of that name, and agrpo's own
+private names that TRL happens to define too are listed in AGRPO_OWN with where they are agrpo's.
+"""
+
+from __future__ import annotations
+
+import ast
+import os
+import shutil
+import subprocess
+import sys
+from functools import cache
+from pathlib import Path
+
+import pytest
+
+from agrpo import trl_compat
+from agrpo.trl_compat import TRL_NAMES, TrlChanged, require, trl_problems, trl_root
+
+REPO = Path(__file__).resolve().parents[2]
+AGRPO = REPO / "agrpo"
+
+# agrpo's own private names that TRL also defines somewhere: (file under agrpo/, name) -> whose it is.
+AGRPO_OWN = {
+    ("trainer/background_sync.py", "_run"): "BackgroundSync's own thread body (TRL's `_run` is harbor's)",
+}
+
+
+@cache
+def trl_private_definitions() -> frozenset[str]:
+    names = set()
+    for path in trl_root().rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                names.add(node.name)
+            elif isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store):
+                names.add(node.attr)
+            elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+                names.add(node.id)
+            elif isinstance(node, ast.alias):
+                names.add(node.asname or node.name)
+    return frozenset(n for n in names if n.startswith("_") and not n.startswith("__") and n != "_")
+
+
+def imports_trl(tree: ast.Module) -> bool:
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import) and any(a.name.split(".")[0] == "trl" for a in node.names):
+            return True
+        if isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "trl" and not node.level:
+            return True
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value.startswith("trl."):
+            return True
+    return False
+
+
+def files_working_with_trl() -> list[tuple[str, ast.Module]]:
+    found = []
+    for path in sorted(AGRPO.rglob("*.py")):
+        rel = path.relative_to(AGRPO).as_posix()
+        if rel == "trl_compat.py":  # the list itself
+            continue
+        tree = ast.parse(path.read_text(), str(path))
+        if rel.startswith("trainer/") or imports_trl(tree):
+            found.append((rel, tree))
+    return found
+
+
+def names_used(tree: ast.Module) -> list[tuple[str, int]]:
+    """(name, line) for every attribute, method defined in a class, name imported from trl, identifier string."""
+    used = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute):
+            used.append((node.attr, node.lineno))
+        elif isinstance(node, ast.ClassDef):
+            used += [(d.name, d.lineno) for d in node.body if isinstance(d, (ast.FunctionDef, ast.AsyncFunctionDef))]
+        elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("trl"):
+            used += [(alias.name, node.lineno) for alias in node.names]
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value.isidentifier():
+            used.append((node.value, node.lineno))
+    return used
+
+
+def listed_names() -> set[str]:
+    return {entry.path.rpartition(".")[2] for entry in TRL_NAMES}
+
+
+def test_every_private_trl_name_agrpo_uses_is_listed():
+    trl_names, listed = trl_private_definitions(), listed_names()
+    unlisted = [
+        f"agrpo/{rel}:{line} uses {name}"
+        for rel, tree in files_working_with_trl()
+        for name, line in names_used(tree)
+        if name in trl_names and name not in listed and (rel, name) not in AGRPO_OWN
+    ]
+    assert not unlisted, "private TRL names missing from agrpo/trl_compat.py's TRL_NAMES: " + "; ".join(unlisted)
+
+
+def test_every_listed_name_is_still_used_and_agrpo_own_is_still_needed():
+    used = {name for _, tree in files_working_with_trl() for name, _ in names_used(tree)}
+    stale = sorted(name for name in listed_names() - {"__init__"} if name not in used)
+    assert not stale, f"listed in TRL_NAMES but used nowhere in agrpo: {stale}"
+    trl_names = trl_private_definitions()
+    assert all(name in trl_names for _, name in AGRPO_OWN), "an AGRPO_OWN name no longer collides with TRL's"
+
+
+def test_the_rule_finds_a_private_trl_name_in_agrpo_source():
+    """The walk can fail: TRL's `_reduce_metric` (async_grpo_trainer) read by agrpo code is caught."""
+    tree = ast.parse("from trl.experimental.async_grpo import async_grpo_trainer as m\nm._reduce_metric('k', [])\n")
+    assert imports_trl(tree)
+    found = [n for n, _ in names_used(tree) if n in trl_private_definitions() and n not in listed_names()]
+    assert found == ["_reduce_metric"]
+
+
+def test_every_listed_name_holds_in_the_installed_trl():
+    assert trl_problems() == []
+    assert len({entry.dotted for entry in TRL_NAMES}) == len(TRL_NAMES)
+
+
+def test_the_source_reader_agrees_with_the_imported_modules():
+    """What the source reader finds defined, an import finds too (instance attributes aside: only an instance has
+    them), so the check reads TRL the way Python does."""
+    import importlib
+
+    instance_attributes = 0
+    for entry in TRL_NAMES:
+        found = trl_compat.locate(trl_root(), entry)
+        assert found is not None, entry.dotted
+        if found is True:
+            instance_attributes += 1
+            continue
+        owner, _, member = entry.path.rpartition(".")
+        obj = importlib.import_module(entry.module)
+        assert hasattr(getattr(obj, owner) if owner else obj, member), entry.dotted
+    assert 0 < instance_attributes < len(TRL_NAMES)
+
+
+@pytest.fixture()
+def trl_copy(tmp_path) -> Path:
+    """A copy of the installed trl package, first on a PYTHONPATH (the tests edit it)."""
+    target = tmp_path / "site" / "trl"
+    shutil.copytree(trl_root(), target, ignore=shutil.ignore_patterns("__pycache__"))
+    return target
+
+
+def edit(root: Path, relative: str, old: str, new: str) -> None:
+    path = root / relative
+    text = path.read_text()
+    assert old in text, f"{relative} no longer holds {old!r}: pick another edit"
+    path.write_text(text.replace(old, new))
+
+
+WORKER = "experimental/async_grpo/async_rollout_worker.py"
+TRAINER = "experimental/async_grpo/async_grpo_trainer.py"
+EDITS = {  # id -> (file, old, new, what the error must name)
+    "sync_weight_lora": (TRAINER, "_sync_weight_lora", "_sync_adapter", "AsyncGRPOTrainer._sync_weight_lora is gone"),
+    "stop_watcher": (WORKER, "_spawn_stop_watcher", "_start_stop_watcher", "async_rollout_worker._spawn_stop_watcher"),
+    "flash_attn": ("experimental/async_grpo/packing.py", "_flash_attn", "_load_fa3", "packing._flash_attn is gone"),
+    "retry_signature": (
+        WORKER,
+        "max_attempts: int = 1):",
+        "attempts: int = 1):",
+        "_AsyncRolloutLoop._retry now takes (coro_factory, label, attempts)",
+    ),
+    "lora_dir_attribute": (TRAINER, "self._lora_dir =", "self._adapter_dir =", "AsyncGRPOTrainer._lora_dir is gone"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(EDITS))
+def test_a_changed_trl_is_named_by_the_check(trl_copy, name):
+    relative, old, new, expected = EDITS[name]
+    edit(trl_copy, relative, old, new)
+    problems = trl_problems(trl_copy)
+    assert len(problems) == 1 and expected in problems[0], problems
+
+
+def test_require_refuses_a_name_the_list_does_not_hold():
+    with pytest.raises(RuntimeError, match="not in agrpo/trl_compat.py's TRL_NAMES"):
+        require("trl.experimental.async_grpo.packing", "register_tree_attention")
+    assert require("trl.experimental.async_grpo.packing", "_flash_attn").__name__.endswith("packing")
+
+
+@pytest.mark.parametrize("name", ["sync_weight_lora", "stop_watcher", "flash_attn", "retry_signature"])
+def test_a_run_on_a_changed_trl_stops_before_anything_starts(trl_copy, tmp_path, name):
+    """`python -m agrpo +recipe=smoke` as a user runs it, with one name of a copy of the installed TRL (first on the
+    path) renamed or changed: exit 2 and one paragraph naming it, no traceback, no replica started."""
+    relative, old, new, expected = EDITS[name]
+    edit(trl_copy, relative, old, new)
+    run_dir = tmp_path / "run"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(trl_copy.parent), str(REPO)]), "HF_HUB_OFFLINE": "1"}
+    env.pop("AGRPO_DEBUG", None)
+    result = subprocess.run(
+        [sys.executable, "-m", "agrpo", "+recipe=smoke", f"hydra.run.dir={run_dir}"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    output = result.stdout + result.stderr
+    assert result.returncode == 2, output[-3000:]
+    assert expected in result.stderr and f"the installed TRL {trl_compat.trl_version()} ({trl_copy})" in result.stderr
+    assert "Traceback" not in output
+    assert [line for line in result.stderr.splitlines() if line.strip()] == [result.stderr.strip()]  # one paragraph
+    assert not run_dir.exists() or not any(run_dir.rglob("*.log")), sorted(run_dir.rglob("*"))  # nothing started
+
+
+def test_check_trl_raises_one_paragraph_with_exit_code_2(monkeypatch):
+    monkeypatch.setattr(trl_compat, "trl_problems", lambda root=None: ["a.b is gone (used by x)", "c.d is gone"])
+    with pytest.raises(TrlChanged) as raised:
+        trl_compat.check_trl()
+    assert raised.value.exit_code == 2
+    message = str(raised.value)
+    assert "TRL 1.16 (2 names): a.b is gone (used by x); c.d is gone. Nothing was started." in message
+    assert "\n" not in message
+
+
+@pytest.mark.parametrize(
+    ("launcher", "role", "checked"),
+    [("local", "all", True), ("accelerate", "all", True), ("hf_jobs", "trainer", True), ("hf_jobs", "all", False)],
+)
+def test_trl_is_checked_where_the_trainer_starts_from_this_machine(launcher, role, checked):
+    """A Jobs launch from here leaves it to the trainer Job (role=trainer there), which prepares its config again."""
+    from omegaconf import OmegaConf
+
+    from agrpo.config.prepare import trains_here
+
+    assert trains_here(OmegaConf.create({"launcher": {"name": launcher}, "role": role})) is checked
