@@ -18,22 +18,25 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from agrpo.config.schema.inference import FleetConfig
+
 ADD, RELEASE, HOLD = "add", "release", "hold"
+_SCHEMA = FleetConfig()
 
 
 @dataclass(frozen=True)
 class Knobs:
-    """inference.fleet.* and the range."""
+    """inference.fleet.* and the range; the defaults are the schema's (FleetConfig), never restated here."""
 
     min_replicas: int = 1
     max_replicas: int = 2
-    window_steps: int = 5
-    cooldown_s: float = 30.0
-    add_wait_share: float = 0.05
-    release_wait_share: float = 0.02
-    max_stale_share: float = 0.10
-    min_gain: float = 0.05
-    backoff_s: float = 300.0
+    window_steps: int = _SCHEMA.window_steps
+    cooldown_s: float = _SCHEMA.cooldown_s
+    add_wait_share: float = _SCHEMA.add_wait_share
+    release_wait_share: float = _SCHEMA.release_wait_share
+    max_stale_share: float = _SCHEMA.max_stale_share
+    min_gain: float = _SCHEMA.min_gain
+    backoff_s: float = _SCHEMA.backoff_s
 
 
 @dataclass(frozen=True)
