@@ -93,6 +93,7 @@ def launch(argv: list[str], where: Path, run_dir: Path, straggler: bool) -> int:
         launcher = subprocess.Popen(argv, cwd=where, stdout=sink, stderr=subprocess.STDOUT, env=env)
     if not straggler:
         return launcher.wait()
+    sys.path.insert(0, str(REPO))  # the suite's cgroup helper: tests/ is not installed
     from tests.cpu_quota import cpu_quota, process_group
 
     trainer_log = run_dir / "logs" / "trainer.log"

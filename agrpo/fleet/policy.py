@@ -51,6 +51,9 @@ class Signals:
     stale_share: float | None = None  # dropped as stale / (dropped + trained)
     inflight_target: float | None = None  # the in-flight budget (trainer.max_inflight_tasks=auto), None when fixed
     inflight_ceiling: float | None = None  # what the staleness bound allows
+    inflight_rising: bool = True  # the budget rose lately (signals.py: its last BUDGET_LOOKBACK steps), or too few
+    # steps to tell: a budget below its ceiling that stopped rising (its controller backed off after stale drops)
+    # will not feed the trainer, so it does not hold an addition back
     busy_share: float | None = None  # share of the replicas with a request waiting in their queue or their KV cache
     # over half full (the proxy's and vLLM's figures), averaged over the window's polls; None when unknown
     changing: bool = False  # a replica is starting or draining
@@ -175,6 +178,7 @@ def wants_add(signals: Signals, memory: Memory, knobs: Knobs) -> Decision | None
         signals.inflight_target is not None
         and signals.inflight_ceiling is not None
         and signals.inflight_target < signals.inflight_ceiling
+        and signals.inflight_rising
     )
     if budget_room and not (signals.busy_share or 0.0) >= 0.5:
         return Decision(HOLD, "generation-bound, but the in-flight budget can still grow on the replicas there are")

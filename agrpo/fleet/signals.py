@@ -13,6 +13,9 @@ STEP_S, WAIT_S = "perf/step_s", "perf/rollout_wait_s"  # TRL's step time and its
 DROPPED_STALE, TRAINED = "sample/dropped_stale_total", "batch/samples_per_step"
 INFLIGHT_TARGET = "rollout/inflight_target"  # logged while trainer.max_inflight_tasks=auto sizes the budget
 STEP_KEYS = (STEP_S, WAIT_S, DROPPED_STALE, TRAINED, INFLIGHT_TARGET)  # what the trainer writes per step
+# Steps within which a budget that can still grow does grow: its controller decides every max_staleness x
+# weight_sync_steps + 2 steps while the trainer waits (agrpo/trainer/inflight.py), so about three chances
+BUDGET_LOOKBACK = 12
 
 WAITING, RUNNING = "vllm:num_requests_waiting", "vllm:num_requests_running"
 KV_USE = ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc")  # vLLM V1's name, then the older one
@@ -59,6 +62,14 @@ def _total(entries: Sequence[dict[str, Any]], key: str) -> float:
     return sum(float(entry.get(key) or 0.0) for entry in entries)
 
 
+def budget_rising(targets: Sequence[float]) -> bool:
+    """Whether the in-flight budget rose within its last BUDGET_LOOKBACK steps (True while fewer are known)."""
+    if len(targets) <= BUDGET_LOOKBACK:
+        return True
+    recent = targets[-BUDGET_LOOKBACK - 1 :]
+    return recent[-1] > recent[0]
+
+
 def window_signals(
     entries: Sequence[dict[str, Any]],
     now: float,
@@ -81,6 +92,7 @@ def window_signals(
         stale_share=dropped / (dropped + trained) if dropped + trained > 0 else None,
         inflight_target=targets[-1] if targets else None,
         inflight_ceiling=inflight_ceiling if targets else None,
+        inflight_rising=budget_rising(targets),
         busy_share=busy,
         changing=changing,
     )

@@ -37,6 +37,9 @@ def sig(**kw) -> Signals:
         (sig(wait_share=0.6, inflight_target=8, inflight_ceiling=32, busy_share=0.0), Memory(), HOLD, "budget"),
         (sig(wait_share=0.6, inflight_target=8, inflight_ceiling=32, busy_share=1.0), Memory(), ADD, "bound"),
         (sig(wait_share=0.6, inflight_target=32, inflight_ceiling=32), Memory(), ADD, "bound"),
+        # below its ceiling but no longer rising (its controller backed off after stale drops): it will not feed
+        # the trainer, so add (seen: held at 22 of 48 for 80 steps while the trainer waited 90% of each step)
+        (sig(wait_share=0.6, inflight_target=22, inflight_ceiling=48, inflight_rising=False), Memory(), ADD, "bound"),
         # hysteresis: between the two shares nothing moves, in either direction
         (sig(wait_share=0.15, replicas=2), Memory(), HOLD, "balanced"),
         (sig(wait_share=0.02, replicas=2), Memory(), RELEASE, "idle"),

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from agrpo.fleet import files
-from agrpo.fleet.signals import busy_share, replica_load, window_signals
+from agrpo.fleet.signals import BUDGET_LOOKBACK, busy_share, replica_load, window_signals
 
 STEPS = [
     {"perf/step_s": 2.0, "perf/rollout_wait_s": 1.0, "sample/dropped_stale_total": 0, "batch/samples_per_step": 16},
@@ -23,6 +23,18 @@ def test_window_signals():
     assert s.wait_share == pytest.approx(1.5 / 5)
     assert s.stale_share == pytest.approx(4 / 36)
     assert (s.inflight_target, s.inflight_ceiling, s.busy_share, s.replicas) == (12, 32, 0.5, 2)
+
+
+def test_a_budget_that_stopped_rising_is_told_from_one_that_grows():
+    def entries(targets):
+        return [{"perf/step_s": 1.0, "perf/rollout_wait_s": 0.9, "rollout/inflight_target": t} for t in targets]
+
+    held = window_signals(entries([16, 24, 22] + [22] * (BUDGET_LOOKBACK + 1)), now=1.0, replicas=1)
+    assert held.inflight_target == 22 and held.inflight_rising is False
+    grew = window_signals(entries([16] * BUDGET_LOOKBACK + [20, 24]), now=1.0, replicas=1)
+    assert grew.inflight_rising is True
+    young = window_signals(entries([16] * BUDGET_LOOKBACK), now=1.0, replicas=1)
+    assert young.inflight_rising is True  # too few steps to tell: the budget still gets its chance
 
 
 def test_empty_window_knows_nothing():
