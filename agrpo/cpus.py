@@ -56,14 +56,16 @@ def split_fleet_cores(
     trainer_threads: int | None = None,
     unpinned_replicas: int = 0,
 ) -> CpuSplit:
-    """A fleet of `fewest`..`most` replicas (inference.replicas=auto): the trainer gets what the `fewest` started ones
-    leave, and the replica slots are those of `most` replicas, so a replica added later binds to cores the trainer
-    had (on a small machine that can slow the trainer: the fleet policy checks that an addition helped)."""
+    """A fleet of `fewest`..`most` replicas (inference.replicas=auto): the trainer gets the thread count the `fewest`
+    started ones leave, and the replica slots are those of `most` replicas, which take cores the trainer would have
+    (the slots come first). So the trainer is not pinned: pinned, it could not move to the cores a slow replica
+    leaves idle once a newcomer shares its own (benchmarks/elastic.py, 2 cores, replica 0 held to a quarter core:
+    pinned to core 1 beside the newcomer, the trainer ran 0.33 steps/s; the fixed 2-replica fleet, unpinned, 0.86)."""
     start = split_cpu_cores(cpu_ids, fewest, cores_per_replica, trainer_threads, unpinned_replicas)
     if most == fewest:
         return start
     slots = split_cpu_cores(cpu_ids, most, cores_per_replica, trainer_threads, unpinned_replicas).replica_cores
-    return CpuSplit(slots, start.trainer_cores, start.trainer_threads)
+    return CpuSplit(slots, None, start.trainer_threads)
 
 
 def format_cores(cores: Sequence[int]) -> str:

@@ -2,7 +2,7 @@
 
 import os
 
-from agrpo.cpus import TRAINER_CPUS_ENV, apply_trainer_cpus, format_cores, split_cpu_cores
+from agrpo.cpus import TRAINER_CPUS_ENV, apply_trainer_cpus, format_cores, split_cpu_cores, split_fleet_cores
 from tests.launchers.test_local_plan import plan_for
 
 
@@ -50,3 +50,14 @@ def test_the_trainer_pins_itself_to_usable_cores_only():
         assert apply_trainer_cpus({}) is None
     finally:
         os.sched_setaffinity(0, before)
+
+
+def test_a_growing_fleet_leaves_the_trainer_unpinned():
+    # the later replicas' slots are cores the trainer would be pinned to: unpinned, it can use what a slow replica
+    # leaves idle; its thread count is what the replicas started first leave
+    small = split_fleet_cores(range(2), fewest=1, most=2)
+    assert small.replica_cores == [[0], [1]] and small.trainer_cores is None and small.trainer_threads == 1
+    roomy = split_fleet_cores(range(8), fewest=1, most=3)
+    assert roomy.replica_cores == [[0], [1], [2]] and roomy.trainer_cores is None and roomy.trainer_threads == 7
+    fixed = split_fleet_cores(range(8), fewest=2, most=2)
+    assert fixed.trainer_cores == [2, 3, 4, 5, 6, 7]  # a fixed fleet keeps the trainer on its own cores
