@@ -176,7 +176,8 @@ def main(argv: list[str] | None = None) -> None:
         plot_history(json.loads(args.history.read_text()), args.png)
         return
     if args.what == "table":
-        print("\n".join(table([json.loads(p.read_text()) for p in sorted(args.folder.glob("*.json"))])))
+        runs = [p for p in sorted(args.folder.glob("elastic-*.json")) if not p.name.endswith("-history.json")]
+        print("\n".join(table([json.loads(p.read_text()) for p in runs])))
         return
     args.out.mkdir(parents=True, exist_ok=True)
     result: dict = {"seed": args.seed, "tag": args.tag, "straggler": args.straggler}

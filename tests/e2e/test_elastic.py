@@ -84,8 +84,8 @@ def test_it_grew_to_two_on_its_own_and_said_why(elastic_run):
 
 
 def test_the_addition_was_judged_and_an_undone_one_drained(elastic_run):
-    """The check after the change: kept if steps/s rose, else undone (on 2 cores the newcomer shares the trainer's
-    core, docs/elastic.md), and an undone addition is drained and stopped, its requests finished, none failed."""
+    """The check after the change: kept if steps/s rose, else undone (on 2 cores the newcomer shares a core with
+    the trainer, docs/elastic.md), and an undone addition is drained and stopped, its requests finished, none failed."""
     output, run_dir = elastic_run["output"], elastic_run["run_dir"]
     verdict = re.search(
         r"agrpo fleet: 2 replica\(s\): kept the add|agrpo fleet: 2 -> 1 replicas \(vllm-1 draining\): "

@@ -71,7 +71,8 @@ def test_the_plan_starts_min_and_holds_the_spares_on_their_own_cores():
     assert "--upstream http://127.0.0.1:8100" in " ".join(plan.services[1].argv)
     assert "8101" not in " ".join(plan.services[1].argv)  # the spare is handed to the proxy when it is healthy
     assert plan.trainer.argv[-1] == "1"
-    assert plan.trainer.env["AGRPO_TRAINER_CPUS"] == "1"  # the trainer has the core the one replica leaves
+    # the trainer has the thread the one replica leaves, unpinned: the spare's slot is the core it would be pinned to
+    assert plan.trainer.env["OMP_NUM_THREADS"] == "1" and "AGRPO_TRAINER_CPUS" not in plan.trainer.env
     fleet = plan.fleet
     assert (fleet.min_replicas, fleet.max_replicas) == (1, 2)
     assert [s.name for s in fleet.spares] == ["vllm-1"] and fleet.spares[0].port == 8101
