@@ -167,18 +167,19 @@ def base_model(seed: int) -> tuple[Any, Any]:
     return model, tokenizer
 
 
-def warm_start(model: Any, tokenizer: Any, steps: int, batch_size: int, call_share: float, lr: float, seed: int):
-    """The supervised steps, in place (one thread: a CPU shared with running servers slows many threads down)."""
+def supervised_steps(model: Any, batches: Any, lr: float, total_batches: int) -> None:
+    """AdamW over `batches` of (input_ids, attention_mask, labels), in place, the learning rate falling linearly to
+    5% over `total_batches`, on one thread (a CPU shared with running servers slows many threads down). The general
+    warm start (agrpo/agents/warmstart.py) runs the same loop."""
     import torch
 
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     optimizer = torch.optim.AdamW(model.parameters(), lr=lr)
-    total = 3 * steps  # batches() yields 3 per step
-    schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda done: max(0.05, 1 - done / total))
+    schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda done: max(0.05, 1 - done / total_batches))
     model.train()
     try:
-        for input_ids, attention_mask, labels in batches(tokenizer, steps, batch_size, call_share, seed):
+        for input_ids, attention_mask, labels in batches:
             model(input_ids=input_ids, attention_mask=attention_mask, labels=labels).loss.backward()
             optimizer.step()
             schedule.step()
@@ -186,6 +187,11 @@ def warm_start(model: Any, tokenizer: Any, steps: int, batch_size: int, call_sha
     finally:
         torch.set_num_threads(threads)
     model.eval()
+
+
+def warm_start(model: Any, tokenizer: Any, steps: int, batch_size: int, call_share: float, lr: float, seed: int):
+    """The supervised steps, in place; batches() yields 3 per step."""
+    supervised_steps(model, batches(tokenizer, steps, batch_size, call_share, seed), lr, 3 * steps)
 
 
 def build_secret_word_model(

@@ -262,25 +262,15 @@ def batches(rows: list[tuple], steps: int, batch_size: int, tokens: tuple[int, i
 
 
 def train(model: Any, rows: list[tuple], settings: dict[str, Any], tokens: tuple[int, int, int], seed: int) -> None:
-    """The supervised steps, in place, on one thread (the CPU is often shared)."""
+    """The supervised steps, in place (the loop agent_smoke's warm start runs too); batches() yields 3 per step."""
     import torch
 
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
+    from agrpo.agents.tool_warmstart import supervised_steps
+
     torch.manual_seed(seed)
-    steps, lr = int(settings["steps"]), float(settings["learning_rate"])
-    optimizer = torch.optim.AdamW(model.parameters(), lr=lr)
-    schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda done: max(0.05, 1 - done / (3 * steps)))
-    model.train()
-    try:
-        for input_ids, attention_mask, labels in batches(rows, steps, int(settings["batch_size"]), tokens, seed):
-            model(input_ids=input_ids, attention_mask=attention_mask, labels=labels).loss.backward()
-            optimizer.step()
-            schedule.step()
-            optimizer.zero_grad()
-    finally:
-        torch.set_num_threads(threads)
-    model.eval()
+    steps = int(settings["steps"])
+    chunks = batches(rows, steps, int(settings["batch_size"]), tokens, seed)
+    supervised_steps(model, chunks, float(settings["learning_rate"]), 3 * steps)
 
 
 def build_warm_model(output_dir: str) -> str:
