@@ -20,7 +20,14 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-from agrpo.agents.tools import ToolTimeout, guarded_method, load_target, run_with_timeout, split_entry
+from agrpo.agents.tools import (
+    GuardedTarget,
+    ToolTimeout,
+    guarded_method,
+    load_target,
+    run_with_timeout,
+    split_entry,
+)
 from agrpo.errors import AgrpoError, ConfigError
 
 log = logging.getLogger(__name__)
@@ -121,7 +128,7 @@ def tool_methods(cls: type) -> list[str]:
     ]
 
 
-class EnvironmentFactory:
+class EnvironmentFactory(GuardedTarget):
     """One `agent.environment` factory: called by TRL (in its rollout process) for each new pooled instance."""
 
     def __init__(
@@ -131,8 +138,7 @@ class EnvironmentFactory:
         timeout_s: float | None = None,
         max_output_chars: int | None = None,
     ):
-        self.target, self.options, self.timeout_s = target, dict(options or {}), timeout_s
-        self.max_output_chars = max_output_chars
+        super().__init__(target, options, timeout_s, max_output_chars)
         self.factory = load_target(target)
         if not callable(self.factory):
             raise TypeError(f"{target} is a {type(self.factory).__name__}, not a class or factory function")
@@ -144,12 +150,6 @@ class EnvironmentFactory:
         except TypeError as error:  # a class whose instances cannot change class (C types, odd layouts)
             log.warning("%s's tools run without agrpo's timeout and result checks: %s", self.target, error)
         return instance
-
-    def __reduce__(self):
-        return (EnvironmentFactory, (self.target, self.options, self.timeout_s, self.max_output_chars))
-
-    def __repr__(self) -> str:
-        return f"EnvironmentFactory({self.target})"
 
 
 def is_single_factory(environment: Any) -> bool:

@@ -154,9 +154,9 @@ def _method_for(func: Callable[..., Any], name: str, bound: dict[str, Any], time
     return method
 
 
-class GuardedTool:
-    """One `agent.tools` entry. Pass `.method` to TRL: a bound method named after the function, picklable (it
-    pickles this object, which pickles as its target and options) and guarded by `call_guarded`."""
+class GuardedTarget:
+    """A user's `_target_` with its options and the guard's limits; it pickles as those four, so TRL's rollout
+    process loads the target again (a tool here, an environment factory in environments.py)."""
 
     def __init__(
         self,
@@ -167,6 +167,26 @@ class GuardedTool:
     ):
         self.target, self.options, self.timeout_s = target, dict(options or {}), timeout_s
         self.max_output_chars = max_output_chars
+
+    def __reduce__(self):
+        return (type(self), (self.target, self.options, self.timeout_s, self.max_output_chars))
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.target})"
+
+
+class GuardedTool(GuardedTarget):
+    """One `agent.tools` entry. Pass `.method` to TRL: a bound method named after the function, picklable (it
+    pickles this object, which pickles as its target and options) and guarded by `call_guarded`."""
+
+    def __init__(
+        self,
+        target: str,
+        options: dict[str, Any] | None = None,
+        timeout_s: float | None = None,
+        max_output_chars: int | None = None,
+    ):
+        super().__init__(target, options, timeout_s, max_output_chars)
         func = load_target(target)
         if not callable(func) or inspect.isclass(func):
             raise TypeError(f"{target} is a {type(func).__name__}, not a function")
@@ -185,12 +205,6 @@ class GuardedTool:
         if item != "name" and item == self.__dict__.get("name"):
             return self.__dict__["method"]
         raise AttributeError(item)
-
-    def __reduce__(self):
-        return (GuardedTool, (self.target, self.options, self.timeout_s, self.max_output_chars))
-
-    def __repr__(self) -> str:
-        return f"GuardedTool({self.target})"
 
 
 def build_tools(entries: list[Any], timeout_s: float | None, max_chars: int | None = None) -> list[GuardedTool]:
