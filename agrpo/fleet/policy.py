@@ -1,8 +1,9 @@
 """When to add or release a replica: a pure function of the run's measured signals and the policy's memory.
 
 Add when generation is the bottleneck: the trainer waits for rollouts a large share of each step
-(`add_wait_share`), few samples are thrown away as stale (more generation would raise that waste), and the in-flight
-budget cannot simply grow instead (it is at its ceiling, or the replicas are already busy). Release when the trainer
+(`add_wait_share`), few samples are thrown away as stale (more generation would raise that waste) unless the in-flight
+budget's controller is already cutting for them, and the in-flight budget cannot simply grow instead (it is at its
+ceiling, was cut, stopped rising, or the replicas are already busy). Release when the trainer
 hardly waits (`release_wait_share`; the gap between the two shares is the hysteresis). One change at a time, none
 while one is under way, and none within `cooldown_s` of the last.
 
@@ -54,6 +55,9 @@ class Signals:
     inflight_rising: bool = True  # the budget rose lately (signals.py: its last BUDGET_LOOKBACK steps), or too few
     # steps to tell: a budget below its ceiling that stopped rising (its controller backed off after stale drops)
     # will not feed the trainer, so it does not hold an addition back
+    inflight_cut: bool = False  # the budget was lowered lately (signals.py): its controller is answering stale drops
+    # by holding fewer samples ahead, so those drops say the rollouts are slower than a version lasts (which more
+    # replicas shorten), not that there is too much generation; and the budget will not grow back to feed the trainer
     busy_share: float | None = None  # share of the replicas with a request waiting in their queue or their KV cache
     # over half full (the proxy's and vLLM's figures), averaged over the window's polls; None when unknown
     changing: bool = False  # a replica is starting or draining
@@ -168,7 +172,8 @@ def wants_add(signals: Signals, memory: Memory, knobs: Knobs) -> Decision | None
             f"generation-bound, but an added replica did not help lately: no add for "
             f"{memory.no_add_until - signals.now:.0f} s",
         )
-    if signals.stale_share is not None and signals.stale_share > knobs.max_stale_share:
+    stale = signals.stale_share is not None and signals.stale_share > knobs.max_stale_share
+    if stale and not signals.inflight_cut:
         return Decision(
             HOLD,
             f"generation-bound, but {_pct(signals.stale_share)} of the samples go stale: more "
@@ -179,6 +184,7 @@ def wants_add(signals: Signals, memory: Memory, knobs: Knobs) -> Decision | None
         and signals.inflight_ceiling is not None
         and signals.inflight_target < signals.inflight_ceiling
         and signals.inflight_rising
+        and not signals.inflight_cut
     )
     if budget_room and not (signals.busy_share or 0.0) >= 0.5:
         return Decision(HOLD, "generation-bound, but the in-flight budget can still grow on the replicas there are")

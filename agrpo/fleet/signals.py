@@ -70,6 +70,13 @@ def budget_rising(targets: Sequence[float]) -> bool:
     return recent[-1] > recent[0]
 
 
+def budget_cut(targets: Sequence[float]) -> bool:
+    """Whether the in-flight budget was lowered within its last BUDGET_LOOKBACK steps: its controller is answering
+    stale drops (agrpo/trainer/inflight.py), and after a cut it climbs back only one sample at a time."""
+    recent = targets[-BUDGET_LOOKBACK - 1 :]
+    return any(later < earlier for earlier, later in zip(recent, recent[1:]))
+
+
 def window_signals(
     entries: Sequence[dict[str, Any]],
     now: float,
@@ -93,6 +100,7 @@ def window_signals(
         inflight_target=targets[-1] if targets else None,
         inflight_ceiling=inflight_ceiling if targets else None,
         inflight_rising=budget_rising(targets),
+        inflight_cut=budget_cut(targets),
         busy_share=busy,
         changing=changing,
     )

@@ -40,6 +40,21 @@ def sig(**kw) -> Signals:
         # below its ceiling but no longer rising (its controller backed off after stale drops): it will not feed
         # the trainer, so add (seen: held at 22 of 48 for 80 steps while the trainer waited 90% of each step)
         (sig(wait_share=0.6, inflight_target=22, inflight_ceiling=48, inflight_rising=False), Memory(), ADD, "bound"),
+        # stale drops while the budget's controller cuts for them (benchmarks/elastic.py, straggler: 16% dropped in
+        # the first 20 steps from rollouts slower than a version, which held the addition back to step 26 of 100)
+        (
+            sig(wait_share=0.8, stale_share=0.16, inflight_target=19, inflight_ceiling=48, inflight_cut=True),
+            Memory(),
+            ADD,
+            "bound",
+        ),
+        # a cut budget climbs back one sample at a time: a rise since does not hold the addition back either
+        (
+            sig(wait_share=0.8, inflight_target=20, inflight_ceiling=48, inflight_rising=True, inflight_cut=True),
+            Memory(),
+            ADD,
+            "bound",
+        ),
         # hysteresis: between the two shares nothing moves, in either direction
         (sig(wait_share=0.15, replicas=2), Memory(), HOLD, "balanced"),
         (sig(wait_share=0.02, replicas=2), Memory(), RELEASE, "idle"),

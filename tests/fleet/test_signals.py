@@ -35,6 +35,11 @@ def test_a_budget_that_stopped_rising_is_told_from_one_that_grows():
     assert grew.inflight_rising is True
     young = window_signals(entries([16] * BUDGET_LOOKBACK), now=1.0, replicas=1)
     assert young.inflight_rising is True  # too few steps to tell: the budget still gets its chance
+    assert (held.inflight_cut, grew.inflight_cut, young.inflight_cut) == (False, False, False)  # 24 -> 22 is long past
+    cut = window_signals(entries([32] * 8 + [25, 25, 21, 21, 19, 20]), now=1.0, replicas=1)
+    assert (cut.inflight_cut, cut.inflight_rising) == (True, False)
+    climbing = window_signals(entries([16] * 3 + [24, 22] + [23] * 10), now=1.0, replicas=1)
+    assert (climbing.inflight_cut, climbing.inflight_rising) == (True, True)
 
 
 def test_empty_window_knows_nothing():
