@@ -8,7 +8,7 @@ from typing import Any
 from agrpo.config.schema.inference import AUTO_FLEET, is_auto_fleet
 
 # Launchers that size a fleet: local starts replica processes, hf_jobs' trainer Job launches replica Jobs.
-AUTO_LAUNCHERS = ("local", "hf_jobs")
+AUTO_LAUNCHERS = ("local", "accelerate", "hf_jobs")  # accelerate: local's executor, the trainer ranked
 
 
 def replicas_problems(inference: Any) -> list[str]:
@@ -42,7 +42,7 @@ def fleet_problems(cfg: Any) -> list[str]:
         )
     if cfg.launcher.name not in AUTO_LAUNCHERS:
         problems.append(
-            f"inference.replicas=auto is built for launcher=local and launcher=hf_jobs so far (launcher="
+            f"inference.replicas=auto is built for launcher=local, accelerate and hf_jobs so far (launcher="
             f"{cfg.launcher.name}): set inference.replicas to a number"
         )
     if cfg.role != "all" and not in_trainer_job:

@@ -1,7 +1,7 @@
 """launcher=accelerate: launcher=local's plan, with the trainer started by `accelerate launch` under FSDP2.
 
-Replicas keep their GPUs and the proxy sits in front of several, exactly as planned by agrpo/launchers/local.py;
-only the trainer process changes: `python -m accelerate.commands.launch` (what the `accelerate launch` console
+Replicas keep their GPUs and the proxy sits in front of several, exactly as planned by agrpo/launchers/local.py
+(with inference.replicas=auto, the spare replicas and local's fleet controller too); only the trainer process changes: `python -m accelerate.commands.launch` (what the `accelerate launch` console
 script runs, pinned to this interpreter) with one rank per trainer GPU and a config file generated from
 launcher.accelerate (agrpo/launchers/fsdp.py), written to <run_dir>/accelerate_fsdp.yaml before anything starts.
 """
@@ -95,15 +95,17 @@ def build_accelerate_plan(
         resume=local.resume,
         model=local.model,
         supervision=local.supervision,
+        fleet=local.fleet,  # inference.replicas=auto: the same spares, started by the same executor's controller
     )
     return plan, accelerate_config
 
 
 def gpu_assignment(local: Plan, num_processes: int) -> str:
     """One line: which GPUs the trainer ranks and each replica use."""
+    spares = local.fleet.spares if local.fleet else []
     replicas = [
-        f"{spec.name} -> {spec.gpus if spec.gpus is not None else 'CPU'}"
-        for spec in local.services
+        f"{spec.name}{' (on demand)' if spec in spares else ''} -> {spec.gpus if spec.gpus is not None else 'CPU'}"
+        for spec in [*local.services, *spares]
         if spec.role == "replica"
     ]
     trainer = (

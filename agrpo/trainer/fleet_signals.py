@@ -13,13 +13,13 @@ from agrpo.fleet.signals import STEP_KEYS, STEP_S
 
 
 class FleetSignals(TrainerCallback):
-    """Writes one line per step with TRL's figures as logged (on_log sees the whole entry)."""
+    """Writes one line per step with TRL's figures as logged (on_log sees the whole entry), from the main process only."""
 
     def __init__(self, output_dir: str):
         self.output_dir = output_dir
 
     def on_log(self, args, state, control, logs=None, **kwargs):
-        if not logs or STEP_S not in logs:
-            return
+        if not logs or STEP_S not in logs or not state.is_world_process_zero:
+            return  # under accelerate every rank logs the same step: one line per step, from rank 0
         entry = {key: logs[key] for key in STEP_KEYS if logs.get(key) is not None}
         append_step(self.output_dir, {"t": time.time(), "step": state.global_step, **entry})

@@ -49,9 +49,10 @@ def test_bad_fleets_name_their_key(overrides, fragment):
     assert any(fragment in problem for problem in problems), problems
 
 
-def test_auto_elsewhere_than_launcher_local_or_hf_jobs_is_refused():
-    problems = find_problems(compose(*AUTO, "launcher=accelerate"))
-    assert any("inference.replicas=auto is built for launcher=local and launcher=hf_jobs" in p for p in problems)
+def test_auto_on_every_launcher_agrpo_ships():
+    for launcher in ("local", "accelerate", "hf_jobs"):
+        problems = find_problems(compose(*AUTO, f"launcher={launcher}"))
+        assert not any("is built for launcher" in p for p in problems), (launcher, problems)
 
 
 def test_the_trainer_jobs_config_may_carry_its_replica_jobs_urls():

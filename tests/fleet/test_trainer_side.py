@@ -12,7 +12,7 @@ from agrpo.trainer.fleet_signals import FleetSignals
 
 def test_steps_are_written_and_fleet_figures_read_from_the_controllers_file(tmp_path):
     signals = FleetSignals(str(tmp_path))
-    state = SimpleNamespace(global_step=7)
+    state = SimpleNamespace(global_step=7, is_world_process_zero=True)
     signals.on_log(None, state, None, logs={"loss": 1.0})  # no perf/step_s: not a step line
     assert files.StepReader(tmp_path).read() == []
     assert files.fleet_figures(str(tmp_path)) == {}  # before the controller wrote anything: no fleet/*
@@ -23,3 +23,11 @@ def test_steps_are_written_and_fleet_figures_read_from_the_controllers_file(tmp_
     assert "reward" not in line
     figures = files.fleet_figures(str(tmp_path))
     assert figures["fleet/replicas"] == 2.0 and figures["fleet/replica_seconds"] == 30.0
+
+
+def test_under_accelerate_only_the_main_process_writes_a_step(tmp_path):
+    """Every rank logs the same step under launcher=accelerate; the policy must see it once."""
+    for rank in range(3):
+        state = SimpleNamespace(global_step=4, is_world_process_zero=rank == 0)
+        FleetSignals(str(tmp_path)).on_log(None, state, None, logs={"perf/step_s": 1.0, "perf/rollout_wait_s": 0.5})
+    assert [line["step"] for line in files.StepReader(tmp_path).read()] == [4]

@@ -162,3 +162,26 @@ def test_the_plan_carries_every_file_the_executor_writes(tmp_path):
     assert "distributed_type" in plan.files[ACCELERATE_CONFIG_FILE]
     rendered = plan.render()
     assert f"[file] {tmp_path}/{ACCELERATE_CONFIG_FILE}" in rendered and f"[file] {tmp_path}/config.yaml" in rendered
+
+
+def test_a_fleet_that_sizes_itself_keeps_its_spares_under_accelerate():
+    """inference.replicas=auto with launcher=accelerate: the local plan's fleet (one replica started, the spare on its
+    own GPU on demand) travels into the accelerate plan, whose executor is local's, fleet controller included."""
+    cfg = compose_run_config(
+        ["+recipe=smoke", "launcher=accelerate", "inference.replicas=auto", "inference.max_replicas=2"],
+        output_dir="/runs/r1",
+    )
+    local = build_local_plan(cfg, "/runs/r1", [8100, 8101, 8102], "cuda", 4, range(2), python="py")
+    plan, _ = build_accelerate_plan(cfg, local, 29501, "Qwen2DecoderLayer", python="py")
+    assert plan.fleet is local.fleet and [spec.name for spec in plan.fleet.spares] == ["vllm-1"]
+    assert [spec.name for spec in plan.services] == ["vllm-0", "proxy"]
+    assert plan.trainer.argv[1:3] == ["-m", "accelerate.commands.launch"]
+    spare_gpus = plan.fleet.spares[0].gpus
+    assert (
+        spare_gpus
+        and not set(spare_gpus) & set(plan.trainer.gpus)
+        and not set(spare_gpus) & set(local.services[0].gpus)
+    )
+    rendered = plan.render()
+    assert "[fleet] auto: 1..2 replicas; starts 1" in rendered and "vllm-1 (on demand)" in rendered
+    assert f"vllm-1 (on demand) -> {spare_gpus}" in rendered  # the GPU assignment note
