@@ -40,7 +40,7 @@ def run(cfg: DictConfig) -> dict[str, Any]:
         print(plan.render())
         return {}
     log.info("plan:\n%s", plan.render())
-    return launcher.execute(cfg, plan)
+    return launcher.execute(plan)
 
 
 @hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name="config")

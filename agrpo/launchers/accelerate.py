@@ -140,5 +140,5 @@ class AccelerateLauncher(Launcher):
         plan.files[ACCELERATE_CONFIG_FILE] = yaml.safe_dump(accelerate_config, sort_keys=False)
         return plan
 
-    def execute(self, cfg: Any, plan: Plan) -> dict[str, Any]:
-        return self.local.execute(cfg, plan)  # the plan carries the accelerate config file
+    def execute(self, plan: Plan) -> dict[str, Any]:
+        return self.local.execute(plan)  # the plan carries the accelerate config file

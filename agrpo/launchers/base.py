@@ -18,8 +18,9 @@ class Launcher(ABC):
         """Everything the run will start, as data. Must not start processes."""
 
     @abstractmethod
-    def execute(self, cfg: Any, plan: Plan) -> dict[str, Any]:
-        """Run the plan to completion, always stopping what it started; return the run's final metrics."""
+    def execute(self, plan: Plan) -> dict[str, Any]:
+        """Run the plan to completion, always stopping what it started; return the run's final metrics. The plan is
+        all an executor reads: what the dry run printed is what runs."""
 
 
 LAUNCHERS: dict[str, type[Launcher]] = {}

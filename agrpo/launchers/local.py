@@ -339,9 +339,9 @@ class LocalLauncher(Launcher):
         plan.files[RESOLVED_CONFIG] = OmegaConf.to_yaml(cfg, resolve=True)  # what every process of the run reads
         return plan
 
-    def execute(self, cfg: Any, plan: Plan) -> dict[str, Any]:
-        """Run `plan` and only it: `cfg` is not read (the plan carries the run-dir check, the model step, the files,
-        the processes and their supervision; what the dry run printed)."""
+    def execute(self, plan: Plan) -> dict[str, Any]:
+        """Run `plan` and only it (it carries the run-dir check, the model step, the files, the processes and their
+        supervision; what the dry run printed)."""
         run_dir = Path(plan.run_dir)
         refuse_mixed_outputs(run_dir, plan.resume)
         run_dir.mkdir(parents=True, exist_ok=True)

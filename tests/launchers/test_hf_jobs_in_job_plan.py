@@ -59,7 +59,7 @@ def test_the_trainer_job_starts_the_processes_the_dry_run_showed(tmp_path, monke
         seen = {}
 
         class Inner(LocalLauncher):
-            def execute(self, cfg, local_plan):
+            def execute(self, local_plan):
                 seen["plan"] = local_plan
                 return {}
 

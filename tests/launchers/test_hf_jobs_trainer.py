@@ -8,6 +8,7 @@ import json
 from pathlib import Path
 
 import pytest
+from omegaconf import OmegaConf
 from fakes.fake_hub import FakeHub, use_fake_hub
 
 from agrpo.config.compose import compose_run_config
@@ -85,12 +86,15 @@ def test_success_resumes_from_the_bucket_and_cancels_only_this_runs_replicas(hub
     cfg = trainer_cfg(run_dir)
     seen = {}
 
-    def execute_local(cfg, plan):
-        seen["resume"], seen["plan"] = cfg.trainer.resume, plan
+    def execute_local(plan):
+        seen["plan"] = plan
         return {"reward_last": 0.5}
 
-    assert run_trainer_job(cfg, "local-plan", execute_local, api=make_api()) == {"reward_last": 0.5}
-    assert seen == {"resume": "true", "plan": "local-plan"}
+    def plan_for(cfg):  # the plan is built once the resume state is known: its config.yaml says to resume
+        return {"resume": cfg.trainer.resume}
+
+    assert run_trainer_job(cfg, plan_for, execute_local, api=make_api()) == {"reward_last": 0.5}
+    assert seen == {"plan": {"resume": "true"}}
     assert not (run_dir / ".vllm_lora" / "trl-policy-v6").exists()
     assert json.loads((run_dir / "checkpoint-4" / "rollout_state.json").read_text())["model_version"] == 6
     assert sorted(hub.cancelled()) == sorted(job.id for job in hub.replicas)
@@ -99,7 +103,7 @@ def test_success_resumes_from_the_bucket_and_cancels_only_this_runs_replicas(hub
 
 def test_a_fresh_run_does_not_resume(hub, tmp_path):
     cfg = trainer_cfg(tmp_path / "run1")
-    run_trainer_job(cfg, None, lambda cfg, plan: {"resume": cfg.trainer.resume}, api=make_api())
+    run_trainer_job(cfg, None, lambda plan: {}, api=make_api())
     assert cfg.trainer.resume == "false"
 
 
@@ -107,7 +111,7 @@ def test_a_failed_attempt_keeps_the_replicas_for_the_requeued_trainer_until_the_
     monkeypatch.setenv("AGRPO_LAUNCH_ID", "L1")
     cfg = trainer_cfg(tmp_path / "run1", "launcher.hf_jobs.trainer_attempts=2")
 
-    def preempted(cfg, plan):
+    def preempted(plan):
         raise LaunchError("the trainer exited with code -15")
 
     with pytest.raises(LaunchError):
@@ -141,8 +145,8 @@ def test_the_trainer_job_runs_from_the_uploaded_config_and_finds_its_launchs_rep
     seen = {}
 
     class Inner(LocalLauncher):
-        def execute(self, cfg, plan):
-            seen["cfg"], seen["plan"] = cfg, plan
+        def execute(self, plan):
+            seen["cfg"], seen["plan"] = OmegaConf.create(plan.files["config.yaml"]), plan  # what the trainer reads
             return {"reward_last": 0.5}
 
     monkeypatch.setattr(agrpo.launchers.base, "get_launcher", lambda name: Inner())
@@ -195,6 +199,6 @@ def test_the_plan_is_built_once_the_resume_state_is_known(hub, tmp_path):
     cfg = trainer_cfg(run_dir)
     built = []
     run_trainer_job(
-        cfg, lambda cfg: built.append(cfg.trainer.resume) or "plan", lambda cfg, plan: {"plan": plan}, api=make_api()
+        cfg, lambda cfg: built.append(cfg.trainer.resume) or "plan", lambda plan: {"plan": plan}, api=make_api()
     )
     assert built == ["true"]

@@ -69,7 +69,7 @@ def test_the_executor_does_exactly_the_plans_steps(recorded, tmp_path):
     plan = plan_for(run_dir, "inference.startup_timeout_s=77", "inference.max_restarts=4", "launcher.stop_timeout_s=9")
     plan.files = {"config.yaml": "a: 1\n", "sub/extra.yaml": "b: 2\n"}
     recorded.run_dir = run_dir
-    assert LocalLauncher().execute(None, plan) == {"reward_last": 0.25}  # no config: the plan is all it reads
+    assert LocalLauncher().execute(plan) == {"reward_last": 0.25}  # no config: the plan is all it reads
     services = [spec.name for spec in plan.services]
     assert services == ["vllm-0", "vllm-1", "proxy"]
     starts = [step for step in recorded.steps if step[0] == "start"]
@@ -100,11 +100,11 @@ def test_the_run_dir_check_reads_the_plans_resume(recorded, tmp_path):
     plan = plan_for(tmp_path / "elsewhere")
     plan.run_dir = str(run_dir)
     with pytest.raises(ConfigError, match="already holds an earlier run's outputs"):
-        LocalLauncher().execute(None, plan)
+        LocalLauncher().execute(plan)
     assert recorded.steps == []  # refused before the model step and before any process
     plan.resume = "true"
     recorded.run_dir = run_dir
-    LocalLauncher().execute(None, plan)
+    LocalLauncher().execute(plan)
     assert recorded.steps[0][0] == "model"
 
 
@@ -113,6 +113,6 @@ def test_one_replica_is_not_supervised_and_the_plan_says_so(recorded, tmp_path):
     cfg = prepare(compose_run_config(["+recipe=smoke"], output_dir=str(run_dir)), cuda_available=False)
     plan = build_local_plan(cfg, str(run_dir), [8100, 8101], "cpu", 0, [0, 1], python="py")
     recorded.run_dir = run_dir
-    LocalLauncher().execute(None, plan)
+    LocalLauncher().execute(plan)
     assert not [step for step in recorded.steps if step[0] == "supervise"]
     assert "no restarts" in plan.render() and plan.supervision.restart_replicas is False

@@ -33,8 +33,8 @@ class HFJobsLauncher(Launcher):
             )
         return build_jobs_plan(cfg)
 
-    def execute(self, cfg: Any, plan: JobsPlan) -> dict[str, Any]:
-        """Run `plan` (cfg is not read: the plan holds everything); with plan.rehearse, against the local stand-in."""
+    def execute(self, plan: JobsPlan) -> dict[str, Any]:
+        """Run `plan` (it holds everything); with plan.rehearse, against the local stand-in."""
         from agrpo.launchers.hf_jobs.terminal import launch_console
 
         with launch_console(plan.after.launch_log if plan.after else None):

@@ -97,7 +97,7 @@ def run_trainer_job(cfg: Any, local_plan: Any, execute_local: Any, api: Any = No
     log.info("trainer attempt %d of %d", attempt, jobs.trainer_attempts)
     succeeded = False
     try:
-        result = execute_local(cfg, local_plan)
+        result = execute_local(local_plan)
         succeeded = True
         return result
     finally:
