@@ -71,6 +71,8 @@ def policy_problems(fleet: Any) -> list[str]:
             problems.append(f"inference.fleet.{key} must be >= 0")
     if not 0.0 <= fleet.max_stale_share <= 1.0:
         problems.append("inference.fleet.max_stale_share must be a share in [0, 1]")
+    if fleet.settle_steps < 0:
+        problems.append("inference.fleet.settle_steps must be >= 0")
     if fleet.poll_s <= 0:
         problems.append("inference.fleet.poll_s must be > 0")
     return problems

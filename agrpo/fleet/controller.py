@@ -7,7 +7,8 @@ handed to the proxy (POST /proxy/replicas), which replays the loaded adapters an
 it, so it takes traffic only serving the current adapter version. Release: the newest replica the controller added
 leaves the proxy first (DELETE /proxy/replicas: no new requests; those in flight finish through it), its process is
 stopped once its vLLM queue is empty (or after inference.fleet.drain_timeout_s). A change takes effect when the
-newcomer is admitted or the drained process has stopped; the policy's window restarts there.
+newcomer is admitted or the drained process has stopped; the policy's window restarts there, leaving out the first
+inference.fleet.settle_steps steps (they began on the old fleet).
 
 Replica Jobs (launcher=hf_jobs, agrpo/launchers/hf_jobs/fleet_jobs.py): the trainer Job runs this controller with
 `new_spare` (each add launches a new replica Job from the plan's template) and `replace_lost`: a serving replica Job
@@ -68,6 +69,7 @@ class FleetController:
     knobs: Knobs
     poll_s: float = 2.0
     drain_timeout_s: float = 120.0
+    settle_steps: int = 2  # steps after a change took effect that no window counts (inference.fleet.settle_steps)
     startup_timeout_s: float = 600.0
     inflight_ceiling: float | None = None
     say: Callable[[str], None] = print
@@ -97,6 +99,7 @@ class FleetController:
     price_per_hour: float = 0.0  # $ per replica-hour for the end-of-run lines (0: replica-seconds only)
     price_source: str = ""
     _held: str = ""  # the last hold said below min_replicas (said once)
+    _settling: int = 0  # steps still to leave out of the window after the last change
 
     def __post_init__(self) -> None:
         self.reader = files.StepReader(self.run_dir)
@@ -147,7 +150,8 @@ class FleetController:
         self._tick()
         entries = self.reader.read()
         self.samples += int(sum(float(entry.get(TRAINED) or 0.0) for entry in entries))
-        self.window += entries
+        settling, self._settling = entries[: self._settling], max(self._settling - len(entries), 0)
+        self.window += entries[len(settling) :]
         if self.clock() - self.last_poll >= self.poll_s:
             self.last_poll = self.clock()
             try:
@@ -214,7 +218,7 @@ class FleetController:
             self._tick()
             self.replicas -= 1
             self.lost += 1
-            self.window, self.busy = [], []
+            self.window, self.busy, self._settling = [], [], self.settle_steps
             self.memory = replace(self.memory, judged=True)  # the fleet now is not the one the last change made
             why = getattr(replica, "ended", lambda: "it ended")()
             self.say(f"agrpo fleet: {replica.name} lost ({why}); {self.replicas + 1} -> {self.replicas} replica(s)")
@@ -313,7 +317,8 @@ class FleetController:
         recent = self.window[-self.knobs.window_steps :]  # the steps just before it took effect: the baseline
         basis = window_signals(recent, self.clock(), pending.basis.replicas) if len(recent) >= 2 else pending.basis
         self.memory = took_effect(pending.decision, basis, self.clock(), self.memory)
-        self.window, self.busy = [], []  # the next window starts with the new fleet
+        self.window, self.busy = [], []  # the next window starts with the new fleet, once it settled
+        self._settling = self.settle_steps
         self.pending = None
         self.changes += 1
         self.say(f"agrpo fleet: {self.replicas} replica(s) serving: {what}")

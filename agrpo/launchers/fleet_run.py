@@ -43,6 +43,7 @@ def fleet_controller(plan: Plan, replicas: list[Any], started: list[Any]) -> Fle
         knobs=policy_knobs(plan),
         poll_s=fleet.policy.get("poll_s", 2.0),
         drain_timeout_s=fleet.policy.get("drain_timeout_s", 120.0),
+        settle_steps=int(fleet.policy.get("settle_steps", 2)),
         startup_timeout_s=plan.supervision.startup_timeout_s,
         inflight_ceiling=fleet.inflight_ceiling,
         say=lambda line: print(line, flush=True),

@@ -100,7 +100,14 @@ def test_add_judge_release_and_count(tmp_path):
     # replica-seconds count the newcomer from its start (it costs while it boots): 10 s x 1 + 40 s x 2
     assert files.fleet_figures(tmp_path) == {"fleet/replicas": 2.0, "fleet/replica_seconds": 90.0}
 
-    steps(tmp_path, 5, step_s=1.0, wait_s=0.02)  # twice the steps/s, hardly any wait
+    # the two steps right after the admission began on one replica and warm the newcomer (settle_steps=2): slow, and
+    # left out of the judged window; counted as trained samples all the same
+    steps(tmp_path, 2, step_s=4.0, wait_s=3.5)
+    steps(tmp_path, 4, step_s=1.0, wait_s=0.02)  # twice the steps/s, hardly any wait
+    clock.t = 51.0
+    fleet.poll()
+    assert "kept" not in lines[-1] and "undo" not in lines[-1]  # 4 of 5 steps: not judged yet
+    steps(tmp_path, 1, step_s=1.0, wait_s=0.02)
     clock.t = 52.0
     fleet.poll()
     assert "kept the add: steps/s 0.50 -> 1.00" in lines[-1]

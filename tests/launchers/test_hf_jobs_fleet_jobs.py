@@ -153,7 +153,8 @@ def test_an_add_launches_the_plans_template_and_a_release_drains_then_cancels(fl
     api.jobs[new_id].status.stage = "RUNNING"
     poll_at(fleet, 30.0)  # healthy: handed to the proxy, which admits it
     assert fleet.proxy.requests == [("POST", f"https://{new_id}--8000.hf.jobs")] and controller.replicas == 2
-    steps(tmp_path, 5, wait_share=0.0)  # then idle
+    # then idle; the first 2 steps settle the new fleet (inference.fleet.settle_steps)
+    steps(tmp_path, 7, wait_share=0.0)
     poll_at(fleet, 40.0)  # judged (steps/s unchanged: the add is undone) -> drained, its Job cancelled
     assert fleet.proxy.requests[-1] == ("DELETE", f"https://{new_id}--8000.hf.jobs")
     poll_at(fleet, 42.0)

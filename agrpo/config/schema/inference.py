@@ -40,6 +40,12 @@ class FleetConfig:
         doc="Training steps the signals are averaged over, and that a change is judged on once it took effect "
         "(steps/s and the trainer's wait for rollouts before against after).",
     )
+    settle_steps: int = knob(
+        2,
+        doc="Steps logged right after a change took effect that no window counts: they began on the old fleet, and "
+        "a newcomer's first requests warm it (benchmarks/elastic.py: a step of 3.7 s, then 2.1 s, right after an "
+        "admission, in a run of 1-1.5 s steps, undid an addition that then paid).",
+    )
     cooldown_s: float = knob(
         30.0, doc="Seconds after a change took effect (replica admitted or stopped) before another is considered."
     )

@@ -188,6 +188,7 @@ class JobsFleetPlan(FleetPlan):
             knobs=policy_knobs(plan),
             poll_s=self.policy.get("poll_s", 2.0),
             drain_timeout_s=self.policy.get("drain_timeout_s", 120.0),
+            settle_steps=int(self.policy.get("settle_steps", 2)),
             startup_timeout_s=self.startup_timeout_s,
             inflight_ceiling=self.inflight_ceiling,
             say=lambda line: print(line, flush=True),
