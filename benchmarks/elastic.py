@@ -15,6 +15,10 @@ folder. The machine is shared: run under the vLLM lock.
     done
     python benchmarks/elastic.py table bench-elastic/
 
+`--release` (auto only, with `--straggler`) adds a second phase to show a release: once the addition was kept, the
+straggler's quota is lifted and the trainer is held to a quarter core instead, so the replicas idle and the fleet
+should give one back. The run's fleet lines are kept in the result (`fleet_lines`).
+
 Per run: wall time of the whole command, training time until the 5-step mean reward first reaches 0.9
 (benchmarks/throughput.py's figure), replica-seconds (each replica's life, from the first line of its log to its
 last write: booting replicas cost too), $ per 1,000 trained samples at `--price` $/replica-hour, the share of each
@@ -87,7 +91,20 @@ def table(results: list[dict]) -> list[str]:
 # ---- I/O: one run of the real CLI ---------------------------------------------------------------------------------
 
 
-def launch(argv: list[str], where: Path, run_dir: Path, straggler: bool) -> int:
+def trainer_group(run_dir: Path) -> int:
+    """The trainer's process group (the launcher starts it in its own session), found by its config path."""
+    config = str(run_dir / "config.yaml")
+    for entry in Path("/proc").iterdir():
+        try:
+            argv = (entry / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if b"agrpo.trainer" in argv and config.encode() in argv:
+            return os.getpgid(int(entry.name))
+    raise RuntimeError(f"no trainer process with {config}")
+
+
+def launch(argv: list[str], where: Path, run_dir: Path, straggler: bool, release: bool = False) -> int:
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(REPO)}
     with open(where / "launcher.out", "wb") as sink:
         launcher = subprocess.Popen(argv, cwd=where, stdout=sink, stderr=subprocess.STDOUT, env=env)
@@ -103,6 +120,14 @@ def launch(argv: list[str], where: Path, run_dir: Path, straggler: bool) -> int:
         time.sleep(0.5)
     pid = int(re.search(r"\(APIServer pid=(\d+)\)", (run_dir / "logs" / "vllm-0.log").read_text()).group(1))
     with cpu_quota(process_group(os.getpgid(pid)), share=STRAGGLER_SHARE, name=f"bench-elastic-{os.getpid()}"):
+        if not release:
+            return launcher.wait()
+        while "kept the add" not in (where / "launcher.out").read_text(errors="replace"):
+            if launcher.poll() is not None:
+                return launcher.returncode
+            time.sleep(0.5)
+    # the replicas are free now and the trainer is the slow part: the fleet should release one
+    with cpu_quota(process_group(trainer_group(run_dir)), share=STRAGGLER_SHARE, name=f"bench-trainer-{os.getpid()}"):
         return launcher.wait()
 
 
@@ -125,12 +150,14 @@ def plot_history(history: list[dict], png: Path) -> None:
     figure.savefig(png, dpi=80)
 
 
-def run_once(mode: str, seed: int, straggler: bool, price: float, extra: list[str], keep: Path) -> dict:
+def run_once(
+    mode: str, seed: int, straggler: bool, price: float, extra: list[str], keep: Path, release: bool = False
+) -> dict:
     where = Path(tempfile.mkdtemp(prefix=f"agrpo-bench-elastic-{mode}-"))
     run_dir = where / "run"
     argv = [sys.executable, "-m", "agrpo", *COMMON, *MODES[mode], f"trainer.seed={seed}", f"hydra.run.dir={run_dir}"]
     started = time.monotonic()
-    code = launch(argv + extra, where, run_dir, straggler)
+    code = launch(argv + extra, where, run_dir, straggler, release)
     wall = time.monotonic() - started
     if code != 0:
         raise SystemExit(f"{mode} failed (rc {code}):\n{(where / 'launcher.out').read_text()[-4000:]}")
@@ -143,6 +170,8 @@ def run_once(mode: str, seed: int, straggler: bool, price: float, extra: list[st
     )
     samples = sum(float(e.get("batch/samples_per_step") or 0.0) for e in history)
     figures = run_figures(history)
+    console = (where / "launcher.out").read_text(errors="replace")
+    fleet_lines = [line for line in console.splitlines() if line.startswith("agrpo fleet")]
     shutil.copy(run_dir / "log_history.json", keep.with_name(f"{keep.name}-{mode}-history.json"))
     shutil.rmtree(where, ignore_errors=True)
     return {
@@ -152,6 +181,7 @@ def run_once(mode: str, seed: int, straggler: bool, price: float, extra: list[st
         "replicas_started": len(logs),
         "usd_per_1k": seconds * price / 3600 / samples * 1000 if samples else None,
         "command": " ".join(argv[1:] + extra),
+        "fleet_lines": fleet_lines,
     }
 
 
@@ -162,6 +192,7 @@ def main(argv: list[str] | None = None) -> None:
     run.add_argument("--modes", default="fixed-min,fixed-max,auto")
     run.add_argument("--straggler", action="store_true", help="hold the first replica to a quarter of one core")
     run.add_argument("--price", type=float, default=5.0, help="$ per replica-hour (5.00: an h200 Job)")
+    run.add_argument("--release", action="store_true", help="auto: then hold the trainer instead (docstring)")
     run.add_argument("--seed", type=int, default=42)
     run.add_argument("--out", type=Path, required=True)
     run.add_argument("--tag", default="1")
@@ -183,8 +214,11 @@ def main(argv: list[str] | None = None) -> None:
     result: dict = {"seed": args.seed, "tag": args.tag, "straggler": args.straggler}
     for mode in args.modes.split(","):
         keep = args.out / f"elastic-{args.tag}"
-        result[mode] = run_once(mode, args.seed, args.straggler, args.price, list(args.overrides), keep)
-        print(f"{mode}: " + json.dumps({k: v for k, v in result[mode].items() if k != "command"}), flush=True)
+        release = args.release and mode == "auto"
+        result[mode] = run_once(mode, args.seed, args.straggler, args.price, list(args.overrides), keep, release)
+        shown = {k: v for k, v in result[mode].items() if k not in ("command", "fleet_lines")}
+        print(f"{mode}: " + json.dumps(shown), flush=True)
+        print("\n".join(f"  {line}" for line in result[mode]["fleet_lines"]), flush=True)
     (args.out / f"elastic-{args.tag}.json").write_text(json.dumps(result, indent=2))
     print("\n".join(table([result])))
 
