@@ -1,10 +1,12 @@
-"""The agent_smoke task: a secret word the policy can only learn by calling a tool.
+"""The agent_smoke task: a secret word the policy can only learn by calling a tool, for the right player.
 
-Each episode draws a secret at `reset`; the prompt never contains it, and `get_secret` (the environment's one tool)
-reveals it. Two rewards, neither earnable without the tool: the environment's own (`get_reward`: 1 when get_secret
-was called) and `answer_has_secret` (a reward term: 1 when the final answer contains the word a tool returned).
-`get_secret` also exists as a plain function, for the tools-only variant (conf/agent/secret_word_tool.yaml): same
-name and docstring, so the model sees the same tool either way.
+Each row names a player (the `player` column and the prompt); each episode draws that player's secret at `reset`.
+The prompt never contains the word, and `get_secret(player)` (the environment's one tool) reveals it only when asked
+for the episode's own player: any other name gets "no such player", so the call's argument matters, not only the
+choice to call. Two rewards, neither earnable without the right call: the environment's own (`get_reward`: 1 when the
+secret was revealed) and `answer_has_secret` (a reward term: 1 when the final answer contains the word a tool
+revealed). `get_secret` also exists as a plain function, for the tools-only variant (conf/agent/secret_word_tool.yaml):
+same name, signature and docstring, so the model sees the same tool either way.
 """
 
 from __future__ import annotations
@@ -14,58 +16,77 @@ from typing import Any
 
 # Five letters with distinct first letters: after a tool answer, copying its first letter decides the word.
 WORDS = ("apple", "river", "stone", "cloud", "tiger", "maple", "lemon", "ocean")
+PLAYERS = ("Ada", "Bruno", "Chen", "Dara", "Emil", "Femi", "Gita", "Hugo")
 ASKS = (
-    "What is the secret word?",
-    "Tell me the secret word.",
-    "Which word is the secret?",
-    "Find the secret word and say it.",
+    "What is the secret word of player {player}?",
+    "Tell me the secret word of {player}.",
+    "Which word is the secret of player {player}?",
+    "Find the secret word of {player} and say it.",
 )
+UNKNOWN = "no such player"
 _random = random.SystemRandom()  # a secret no seed reproduces: the prompt must not predict it
 
 
-def secret_word_prompts(count: int, seed: int) -> list[str]:
-    """Distinct prompts (a player number and a phrasing vary), so every GRPO group has its own prompt."""
+def secret_word_rows(count: int, seed: int) -> list[tuple[str, str]]:
+    """(player, prompt) pairs; the prompts are distinct (a table number, a player and a phrasing vary), so every GRPO
+    group has its own prompt."""
     rng = random.Random(seed)
-    return [f"Player {rng.randrange(10_000)}: {rng.choice(ASKS)}" for _ in range(count)]
+    rows = []
+    for _ in range(count):
+        player = rng.choice(PLAYERS)
+        rows.append((player, rng.choice(ASKS).format(player=player)))
+    return rows
 
 
 def load_secret_word_dataset(data_cfg: Any, seed: int = 0):
-    """`data.loader` of agent_smoke: synthetic prompts, `data.max_prompts` of them (the test split uses other seeds)."""
+    """`data.loader` of agent_smoke: synthetic rows, `data.max_prompts` of them (the test split uses other seeds)."""
     from datasets import Dataset
 
     count = data_cfg.max_prompts or 256
     offset = 0 if getattr(data_cfg, "split", "train") == "train" else 1_000_003  # eval: prompts never trained on
-    prompts = [[{"role": "user", "content": text}] for text in secret_word_prompts(count, seed + offset)]
-    return Dataset.from_dict({"prompt": prompts})
+    rows = secret_word_rows(count, seed + offset)
+    return Dataset.from_dict(
+        {"prompt": [[{"role": "user", "content": text}] for _, text in rows], "player": [p for p, _ in rows]}
+    )
 
 
-def get_secret() -> str:
-    """Reveal the secret word of this episode.
+def get_secret(player: str) -> str:
+    """Reveal the secret word of a player.
+
+    Args:
+        player: The player's name, as the question gives it.
 
     Returns:
-        The secret word.
+        The player's secret word.
     """
-    return _random.choice(WORDS)
+    return _random.choice(WORDS) if player in PLAYERS else UNKNOWN
 
 
 class SecretWordEnv:
-    """One episode of the secret-word game: `reset` draws the word, `get_secret` reveals it."""
+    """One episode of the secret-word game: `reset` draws the row's player's word, `get_secret` reveals it."""
 
     def __init__(self, words: list[str] | None = None):
         self.words = tuple(words or WORDS)
+        self.player = ""
         self.secret = ""
         self.revealed = False
 
-    def reset(self, **row: Any) -> None:
+    def reset(self, player: str = "", **row: Any) -> None:
+        self.player = player
         self.secret = _random.choice(self.words)
         self.revealed = False
 
-    def get_secret(self) -> str:
-        """Reveal the secret word of this episode.
+    def get_secret(self, player: str) -> str:
+        """Reveal the secret word of a player.
+
+        Args:
+            player: The player's name, as the question gives it.
 
         Returns:
-            The secret word.
+            The player's secret word.
         """
+        if str(player).strip().lower() != self.player.lower():
+            return UNKNOWN
         self.revealed = True
         return self.secret
 
@@ -78,12 +99,14 @@ def _messages(completion: Any) -> list[dict]:
 
 
 def answer_has_secret(completions: list[Any], **columns: Any) -> list[float]:
-    """1.0 when an episode's final answer contains the word its last tool call returned, else 0.0 (no tool call:
-    nothing to contain). TRL hands an agent's completion over as its messages: assistant turns and tool answers."""
+    """1.0 when an episode's final answer contains the secret word its last tool call revealed, else 0.0 (no call, or
+    a call for another player: nothing to contain). TRL hands an agent's completion over as its messages: assistant
+    turns and tool answers."""
     scores = []
     for completion in completions:
         messages = _messages(completion)
         revealed = [str(m.get("content", "")).strip() for m in messages if m.get("role") == "tool"]
         answer = str(messages[-1].get("content") or "") if messages[-1].get("role") == "assistant" else ""
-        scores.append(1.0 if revealed and revealed[-1] and revealed[-1].lower() in answer.lower() else 0.0)
+        word = revealed[-1].lower() if revealed else ""
+        scores.append(1.0 if word in WORDS and word in answer.lower() else 0.0)
     return scores

@@ -241,8 +241,6 @@ def example_rows(tokenizer: Any, episodes: list[ex.Episode], schemas: list[dict]
 def batches(rows: list[tuple], steps: int, batch_size: int, tokens: tuple[int, int, int], seed: int):
     """`steps` batches of snippets (the calls' arguments, the replies copied into the answer), then `steps` rounds of a batch of whole episodes followed by
     snippets of its calling episodes (their calls, their replies and answers): 3 batches per step in all."""
-    from agrpo.agents.tool_warmstart import padded
-
     pad, eos, vocab = tokens
     rng = random.Random(seed)
     calling = [row for row in rows if row[2] < len(row[0]) - 2]
@@ -261,11 +259,42 @@ def batches(rows: list[tuple], steps: int, batch_size: int, tokens: tuple[int, i
         yield padded(snippets or batch, pad)
 
 
-def train(model: Any, rows: list[tuple], settings: dict[str, Any], tokens: tuple[int, int, int], seed: int) -> None:
-    """The supervised steps, in place (the loop agent_smoke's warm start runs too); batches() yields 3 per step."""
+def padded(rows: list[tuple[list[int], list[int], int]], pad: int):
+    """(input ids, attention mask, labels) tensors of `rows`, padded on the right."""
     import torch
 
-    from agrpo.agents.tool_warmstart import supervised_steps
+    width = max(len(ids) for ids, _, _ in rows)
+    return (
+        torch.tensor([ids + [pad] * (width - len(ids)) for ids, _, _ in rows]),
+        torch.tensor([[1] * len(ids) + [0] * (width - len(ids)) for ids, _, _ in rows]),
+        torch.tensor([labels + [ex.IGNORE] * (width - len(labels)) for _, labels, _ in rows]),
+    )
+
+
+def supervised_steps(model: Any, batches: Any, lr: float, total_batches: int) -> None:
+    """AdamW over `batches` of (input_ids, attention_mask, labels), in place, the learning rate falling linearly to
+    5% over `total_batches`, on one thread (a CPU shared with running servers slows many threads down)."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=lr)
+    schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda done: max(0.05, 1 - done / total_batches))
+    model.train()
+    try:
+        for input_ids, attention_mask, labels in batches:
+            model(input_ids=input_ids, attention_mask=attention_mask, labels=labels).loss.backward()
+            optimizer.step()
+            schedule.step()
+            optimizer.zero_grad()
+    finally:
+        torch.set_num_threads(threads)
+    model.eval()
+
+
+def train(model: Any, rows: list[tuple], settings: dict[str, Any], tokens: tuple[int, int, int], seed: int) -> None:
+    """The supervised steps, in place; batches() yields 3 per step."""
+    import torch
 
     torch.manual_seed(seed)
     steps = int(settings["steps"])

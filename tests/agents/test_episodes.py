@@ -1,6 +1,6 @@
 """`agrpo eval`'s agent episodes (agrpo/eval/episodes.py) played against scripted completions: the turns a policy
-that calls the tool, one that guesses, one that never stops calling and one that names a missing tool produce, and
-how they are scored. The same code against a real vLLM server runs in tests/e2e/test_agent.py."""
+that calls the tool, one that asks for the wrong player, one that guesses, one that never stops calling and one that
+names a missing tool produce, and how they are scored. The same code against a real vLLM server runs in tests/e2e/test_agent.py."""
 
 from __future__ import annotations
 
@@ -11,17 +11,18 @@ from omegaconf import OmegaConf
 
 from agrpo.agents.build import Agent
 from agrpo.eval.episodes import TURN_SEED_STRIDE, AgentEpisodes, episode_summary
-from agrpo.agents.secret_word import SecretWordEnv, load_secret_word_dataset
+from agrpo.agents.secret_word import PLAYERS, UNKNOWN, SecretWordEnv, load_secret_word_dataset
 from agrpo.config.compose import compose_run_config
 from agrpo.eval.scoring import term_names
 from agrpo.models.tiny import build_tokenizer
 from agrpo.rewards.registry import build_reward_funcs
 
-CALL = '<tool_call>\n{"name": "%s", "arguments": {}}\n</tool_call><|im_end|>'
+CALL = '<tool_call>\n{"name": "%s", "arguments": {"player": "%s"}}\n</tool_call><|im_end|>'
 
 
 class Scripted:
-    """Answers each turn from a script: `call NAME`, `copy` (the word of the last tool answer) or a fixed reply."""
+    """Answers each turn from a script: `call NAME` (for the player the prompt names), `call NAME PLAYER`, `copy`
+    (the word of the last tool answer) or a fixed reply."""
 
     def __init__(self, tokenizer, script):
         self.tokenizer, self.script, self.seen = tokenizer, list(script), []
@@ -31,7 +32,8 @@ class Scripted:
         step = self.script[min(len(self.seen), len(self.script)) - 1]
         prompt = self.tokenizer.decode(prompt_ids)
         if step.startswith("call "):
-            text = CALL % step.split()[1]
+            name, *player = step.split()[1:]
+            text = CALL % (name, player[0] if player else re.findall(r"\b(%s)\b" % "|".join(PLAYERS), prompt)[0])
         elif step == "copy":
             text = re.findall(r"<tool_response>\n(.*?)\n</tool_response>", prompt)[-1] + "<|im_end|>"
         else:
@@ -88,15 +90,19 @@ def test_scoring_uses_every_reward_term_and_the_environments(setup):
         episodes.play(Scripted(tokenizer, ["call get_secret", "copy"]), row, seed=0),
         episodes.play(Scripted(tokenizer, ["call get_secret", "zebra"]), row, seed=1),
         episodes.play(Scripted(tokenizer, ["apple"]), row, seed=2),
+        episodes.play(Scripted(tokenizer, ["call get_secret Nobody", "copy"]), row, seed=3),
     ]
+    assert played[3].messages[1]["content"] == UNKNOWN and played[3].messages[2]["content"] == UNKNOWN
     rewards = build_reward_funcs(cfg.reward.funcs)
     names = term_names([r.__name__ for r in rewards] + agent.reward_names())
     assert names == ["answer_has_secret", "SecretWordEnv"]
     result = episodes.score(0, row, played, rewards, names, cfg)
-    assert result.term_scores == {"answer_has_secret": [1.0, 0.0, 0.0], "SecretWordEnv": [1.0, 1.0, 0.0]}
-    assert result.rewards == [2.0, 1.0, 0.0]
-    assert result.correct == [True, False, False]  # eval.correct_term 0: the answer holds the secret
-    assert "[tool] " in result.completions[0] and "-> get_secret({})" in result.completions[0]
+    # the wrong player's call reveals nothing: neither the environment nor the answer term pays for it
+    assert result.term_scores == {"answer_has_secret": [1.0, 0.0, 0.0, 0.0], "SecretWordEnv": [1.0, 1.0, 0.0, 0.0]}
+    assert result.rewards == [2.0, 1.0, 0.0, 0.0]
+    assert result.correct == [True, False, False, False]  # eval.correct_term 0: the answer holds the secret
+    call = "-> get_secret({'player': '%s'})" % row["player"]
+    assert "[tool] " in result.completions[0] and call in result.completions[0], result.completions[0]
 
 
 def test_a_failing_reward_in_agent_eval_is_the_paragraph_training_gives(setup, tmp_path, monkeypatch):

@@ -2,9 +2,10 @@
 `python -m agrpo +recipe=agent_smoke inference.replicas=2` (the launcher starts both replicas and the proxy), then
 `agrpo eval` of the trained adapter, which plays episodes with the same environment.
 
-The recipe's tiny model is warm-started in code (agrpo/agents/tool_warmstart.py) and rarely calls its tool at first;
-the secret word it is asked for can only be learnt through the tool. The checks: the tool-use reward rises by more
-than 0.2 (last 10 steps against the first 5), episodes have more than one turn, every tool call succeeds,
+The recipe's tiny model is warm-started on the task's own tool by `agent.warmstart` (agrpo/agents/warmstart.py, as any
+user's task would be) and calls it in about a tenth of its episodes at first; the secret word it is asked for can only
+be learnt through a call for the right player. The checks: both rewards rise by more than 0.3 (last 10 steps against
+the first 5), episodes have more than one turn, every tool call succeeds,
 continuation turns reach the replica that served their episode's previous turn, the figures reach TensorBoard,
 metrics.json and the end-of-run line, and the evaluation's episodes call the tool as the trained policy does.
 """
@@ -13,11 +14,13 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 
 import pytest
 
+from agrpo.agents.secret_word import PLAYERS
 from tests.gpu_count import needs_gpus
 from tests.tensorboard_tags import tensorboard_tags
 
@@ -28,8 +31,8 @@ pytestmark = [
 ]
 
 TOOL_USE = "rewards/SecretWordEnv"  # the environment's reward: 1 when the episode called get_secret
-STEPS = 30  # of the recipe's 60: the tool-use reward is up by ~0.45 by steps 11-15 (recipes/agent_smoke.md); CI time
-RISE = 0.2  # the least rise of both rewards, last 10 steps against the first 5
+STEPS = 30  # of the recipe's 60: both rewards are up by ~0.7 by steps 11-15 (recipes/agent_smoke.md); CI time
+RISE = 0.3  # the least rise of both rewards, last 10 steps against the first 5 (issue 32)
 
 
 def run(argv: list[str], timeout: int) -> subprocess.CompletedProcess:
@@ -62,8 +65,7 @@ def test_the_policy_learnt_to_call_the_tool(agent_run):
     history = [entry for entry in json.loads((run_dir / "log_history.json").read_text()) if TOOL_USE in entry]
     tool_use = [entry[TOOL_USE] for entry in history]
     assert len(tool_use) >= STEPS - 2
-    # The last 10 steps against the first 5: three runs on this machine rose by 0.25-0.44 (tool use) and 0.25-0.40
-    # (answers); 5 steps of 16 samples each are noisy enough that a 5-against-5 margin of 0.3 failed one of them. A
+    # The last 10 steps against the first 5: runs on this machine rose by about 0.7 (recipes/agent_smoke.md). A
     # policy that does not learn stays within about 0.1 of where it started.
     assert mean(tool_use[-10:]) > mean(tool_use[:5]) + RISE, tool_use
     answers = [entry["rewards/answer_has_secret"] for entry in history]
@@ -113,4 +115,5 @@ def test_eval_plays_episodes_with_the_same_environment(agent_run, tmp_path):
     assert summary["agent"]["tool_calls_per_episode"] > 0.5 and summary["agent"]["tool_failure_share"] == 0.0
     assert summary["term_means"]["SecretWordEnv"] > 0.5
     first = json.loads((out / "eval_results.jsonl").read_text().splitlines()[0])
-    assert any("-> get_secret({})" in episode and "[tool] " in episode for episode in first["completions"])
+    call = "-> get_secret({'player': '%s'})" % re.findall("|".join(PLAYERS), first["problem"])[-1]  # the asked one
+    assert any(call in episode and "[tool] " in episode for episode in first["completions"]), first
