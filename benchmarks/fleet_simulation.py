@@ -43,25 +43,32 @@ def step_time(args, run: Run) -> tuple[float, float, float]:
     return step, step - args.train_s, generation
 
 
-def signals(run: Run, changing: bool) -> Signals:
-    """The window's signals as the controller measures them; the replicas' busy share is their utilisation here
-    (generation time / step time), what the controller's per-poll samples of vLLM's queue and KV use average to."""
-    total = sum(step for step, _, _ in run.window)
+def signals(run: Run, changing: bool, recent_steps: int) -> Signals:
+    """The window's signals as the controller measures them (its latest `recent_steps` steps); the replicas' busy
+    share is their utilisation here (generation time / step time), what the controller's per-poll samples of vLLM's
+    queue and KV use average to."""
+    window = run.window[-recent_steps:]
+    total = sum(step for step, _, _ in window)
     return Signals(
         now=run.now,
         replicas=run.replicas,
-        steps=len(run.window),
-        steps_per_s=len(run.window) / total if total else None,
-        wait_share=sum(wait for _, wait, _ in run.window) / total if total else None,
+        steps=len(window),
+        steps_per_s=len(window) / total if total else None,
+        wait_share=sum(wait for _, wait, _ in window) / total if total else None,
         stale_share=0.0,
-        busy_share=min(1.0, sum(gen for _, _, gen in run.window) / total) if total else None,
+        busy_share=min(1.0, sum(gen for _, _, gen in window) / total) if total else None,
         changing=changing,
     )
 
 
 def simulate(args, fewest: int, most: int, auto: bool) -> Run:
     knobs = Knobs(
-        min_replicas=fewest, max_replicas=most, window_steps=5, cooldown_s=60.0, add_wait_share=args.add_wait_share
+        min_replicas=fewest,
+        max_replicas=most,
+        window_steps=5,
+        recent_steps=args.recent_steps,
+        cooldown_s=60.0,
+        add_wait_share=args.add_wait_share,
     )
     run, memory, pending = Run(replicas=fewest), Memory(), None  # pending: (decision, basis, ready at)
     run.history.append((0.0, fewest))
@@ -80,9 +87,9 @@ def simulate(args, fewest: int, most: int, auto: bool) -> Run:
             memory, pending, run.window = took_effect(decision, basis, run.now, memory), None, []
             run.history.append((run.now, run.replicas))
             continue
-        decision, memory = decide(signals(run, pending is not None), memory, knobs)
+        decision, memory = decide(signals(run, pending is not None, knobs.recent_steps), memory, knobs)
         if decision.action in (ADD, RELEASE) and pending is None:
-            pending = (decision, signals(run, False), run.now + (args.boot_s if decision.action == ADD else 0.0))
+            pending = (decision, signals(run, False, knobs.recent_steps), run.now + (args.boot_s if decision.action == ADD else 0.0))
     return run
 
 
@@ -98,6 +105,7 @@ def main() -> None:
     parser.add_argument("--latency-end", type=float, default=20.0)
     parser.add_argument("--boot-s", type=float, default=180.0, help="a replica Job's time to serve")
     parser.add_argument("--add-wait-share", type=float, default=Knobs.add_wait_share, help="the policy's knob")
+    parser.add_argument("--recent-steps", type=int, default=Knobs.recent_steps, help="the policy's knob")
     parser.add_argument("--replica-usd-h", type=float, default=5.0)
     parser.add_argument("--trainer-usd-h", type=float, default=10.0)
     args = parser.parse_args()

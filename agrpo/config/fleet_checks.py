@@ -60,6 +60,11 @@ def policy_problems(fleet: Any) -> list[str]:
     problems = []
     if fleet.window_steps < 2:
         problems.append("inference.fleet.window_steps must be >= 2 (steps/s is judged over a window)")
+    if fleet.recent_steps < fleet.window_steps:
+        problems.append(
+            f"inference.fleet.recent_steps={fleet.recent_steps} must be >= inference.fleet.window_steps="
+            f"{fleet.window_steps} (a change is judged on window_steps of the latest steps)"
+        )
     if not 0.0 <= fleet.release_wait_share < fleet.add_wait_share <= 1.0:
         problems.append(
             f"inference.fleet.release_wait_share={fleet.release_wait_share} must be below "

@@ -81,7 +81,8 @@ class FleetController:
     healthy: Callable[[str], bool] = http_ok
     memory: Memory = field(default_factory=Memory)
     window: list[dict] = field(default_factory=list)
-    busy: list[float] = field(default_factory=list)  # the replicas' busy share at each poll of the window
+    busy: list[tuple[int, float]] = field(default_factory=list)  # (window steps by then, the replicas' busy share)
+    # at each poll of the window: a decision averages the polls of its latest recent_steps steps
     added: list[Any] = field(default_factory=list)  # spares serving now, the newest last
     pending: Pending | None = None
     replicas: int = 0
@@ -194,9 +195,12 @@ class FleetController:
                 loads.append(None)
         busy = busy_share(loads)
         if busy is not None:
-            self.busy.append(busy)  # one sample a poll: their mean is the share of the window the replicas were busy
-        mean_busy = sum(self.busy) / len(self.busy) if self.busy else None
-        return window_signals(self.window, self.clock(), self.replicas, self.inflight_ceiling, mean_busy)
+            self.busy.append((len(self.window), busy))  # a sample a poll: their mean is the share of the time busy
+        recent = self.window[-self.knobs.recent_steps :]  # a new regime shows within these (docs/elastic.md)
+        first = len(self.window) - len(recent)
+        samples = [share for seen, share in self.busy if seen >= first] or [share for _, share in self.busy[-1:]]
+        mean_busy = sum(samples) / len(samples) if samples else None
+        return window_signals(recent, self.clock(), self.replicas, self.inflight_ceiling, mean_busy)
 
     def _free_spare(self) -> Any:
         if self.new_spare is not None:

@@ -32,6 +32,7 @@ class Knobs:
     min_replicas: int = 1
     max_replicas: int = 2
     window_steps: int = _SCHEMA.window_steps
+    recent_steps: int = _SCHEMA.recent_steps
     cooldown_s: float = _SCHEMA.cooldown_s
     add_wait_share: float = _SCHEMA.add_wait_share
     release_wait_share: float = _SCHEMA.release_wait_share
@@ -42,7 +43,8 @@ class Knobs:
 
 @dataclass(frozen=True)
 class Signals:
-    """What the run measured over the window of steps since the last change took effect (signals.py)."""
+    """What the run measured over the window: the latest `recent_steps` of the steps since the last change took effect
+    (signals.py)."""
 
     now: float  # seconds, monotonic
     replicas: int  # serving now

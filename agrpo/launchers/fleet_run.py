@@ -7,6 +7,7 @@ import dataclasses
 from pathlib import Path
 from typing import Any
 
+from agrpo.config.schema.inference import FleetConfig
 from agrpo.fleet.controller import FleetController
 from agrpo.fleet.policy import Knobs
 from agrpo.launchers.plan import Plan
@@ -19,8 +20,20 @@ def policy_knobs(plan: Plan) -> Knobs:
     assert fleet is not None
     names = {f.name for f in dataclasses.fields(Knobs)}
     given = {key: value for key, value in fleet.policy.items() if key in names}
-    given["window_steps"] = int(given.get("window_steps", Knobs.window_steps))
+    for key in ("window_steps", "recent_steps"):
+        given[key] = int(given.get(key, getattr(Knobs, key)))
     return Knobs(min_replicas=fleet.min_replicas, max_replicas=fleet.max_replicas, **given)
+
+
+def controller_settings(policy: dict[str, Any]) -> dict[str, Any]:
+    """The controller's own inference.fleet.* keys from the plan's policy record (which holds every key; the
+    defaults are FleetConfig's, for a record written before a key existed)."""
+    defaults = FleetConfig()
+    return {
+        "poll_s": float(policy.get("poll_s", defaults.poll_s)),
+        "drain_timeout_s": float(policy.get("drain_timeout_s", defaults.drain_timeout_s)),
+        "settle_steps": int(policy.get("settle_steps", defaults.settle_steps)),
+    }
 
 
 def fleet_controller(plan: Plan, replicas: list[Any], started: list[Any]) -> FleetController:
@@ -41,12 +54,10 @@ def fleet_controller(plan: Plan, replicas: list[Any], started: list[Any]) -> Fle
         supervised=replicas,
         started=started,
         knobs=policy_knobs(plan),
-        poll_s=fleet.policy.get("poll_s", 2.0),
-        drain_timeout_s=fleet.policy.get("drain_timeout_s", 120.0),
-        settle_steps=int(fleet.policy.get("settle_steps", 2)),
+        **controller_settings(fleet.policy),
         startup_timeout_s=plan.supervision.startup_timeout_s,
         inflight_ceiling=fleet.inflight_ceiling,
         say=lambda line: print(line, flush=True),
-        price_per_hour=fleet.policy.get("replica_price_per_hour", 0.0),
+        price_per_hour=float(fleet.policy.get("replica_price_per_hour", FleetConfig().replica_price_per_hour)),
         price_source="inference.fleet.replica_price_per_hour",
     )

@@ -184,3 +184,46 @@ def test_a_requeued_or_resumed_run_goes_on_from_the_earlier_attempts_figures_and
     assert fleet.finish().splitlines()[1] == (
         "  used         210 replica-seconds (1 replica(s) 10 s, 2 replica(s) 100 s) for 80 samples trained"
     )
+
+
+def grown_fleet(tmp_path, recent_steps: int) -> tuple[FleetController, Clock, list[str]]:
+    """A fleet that added vllm-1 and kept it, then trained 40 steps that waited a third of each step: at its
+    largest, between the add and the release shares (it holds)."""
+    clock, proxy, lines = Clock(), Proxy(), []
+    fleet = FleetController(
+        str(tmp_path), "http://proxy", "admin", [Spare("vllm-1", 8101)], [], [],
+        Knobs(window_steps=5, recent_steps=recent_steps, cooldown_s=0, backoff_s=100), poll_s=1.0, settle_steps=0,
+        say=lines.append, clock=clock, get=proxy.get, send=proxy.send, healthy=lambda url: True,
+    )  # fmt: skip
+    steps(tmp_path, 5, step_s=2.0, wait_s=1.5)
+    for tick in (1.0, 2.0, 3.0):  # add, admitted (the proxy answers healthy at once)
+        clock.t = tick
+        fleet.poll()
+    steps(tmp_path, 5, step_s=1.0, wait_s=0.3)
+    clock.t = 4.0
+    fleet.poll()
+    assert "kept the add" in lines[-1]
+    steps(tmp_path, 40, step_s=1.0, wait_s=0.3)
+    clock.t = 5.0
+    fleet.poll()
+    assert fleet.replicas == 2 and fleet.pending is None
+    return fleet, clock, lines
+
+
+def test_a_new_regime_shows_within_the_recent_steps(tmp_path):
+    """Once the trainer is the slow part (it stops waiting), the latest recent_steps steps say so: the fleet releases
+    a replica after 10 quiet steps, not after the ~500 a window of every step since the change would need."""
+    fleet, clock, lines = grown_fleet(tmp_path, recent_steps=10)
+    steps(tmp_path, 10, step_s=2.0, wait_s=0.0)
+    clock.t = 6.0
+    fleet.poll()
+    assert lines[-1].startswith("agrpo fleet: 2 -> 1 replicas (vllm-1 draining): replicas idle: the trainer waited "
+                                "only 0% of each step"), lines[-1]  # fmt: skip
+
+
+def test_without_a_recent_cap_the_old_steps_hold_the_release_back(tmp_path):
+    fleet, clock, lines = grown_fleet(tmp_path / "whole", recent_steps=1000)
+    steps(tmp_path / "whole", 10, step_s=2.0, wait_s=0.0)
+    clock.t = 6.0
+    fleet.poll()
+    assert fleet.pending is None and fleet.replicas == 2  # 12 s of waits over 60 s of steps: 20%, it holds

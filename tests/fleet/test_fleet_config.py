@@ -42,6 +42,7 @@ def test_auto_starts_min_replicas_behind_the_proxy():
         ([*AUTO, "inference.fleet.release_wait_share=0.5"], "inference.fleet.release_wait_share=0.5 must be below"),
         ([*AUTO, "inference.fleet.window_steps=1"], "inference.fleet.window_steps must be >= 2"),
         ([*AUTO, "inference.fleet.poll_s=0"], "inference.fleet.poll_s must be > 0"),
+        ([*AUTO, "inference.fleet.recent_steps=4"], "inference.fleet.recent_steps=4 must be >= inference.fleet.window"),
     ],
 )
 def test_bad_fleets_name_their_key(overrides, fragment):

@@ -37,14 +37,22 @@ class FleetConfig:
 
     window_steps: int = knob(
         5,
-        doc="Training steps the signals are averaged over, and that a change is judged on once it took effect "
-        "(steps/s and the trainer's wait for rollouts before against after).",
+        doc="Training steps measured since the last change before any decision (the signals are averaged over "
+        "up to recent_steps), and that a change is judged on once it took effect (steps/s and the trainer's wait "
+        "for rollouts before against after).",
     )
     settle_steps: int = knob(
         2,
         doc="Steps logged right after a change took effect that no window counts: they began on the old fleet, and "
         "a newcomer's first requests warm it (benchmarks/elastic.py: a step of 3.7 s, then 2.1 s, right after an "
         "admission, in a run of 1-1.5 s steps, undid an addition that then paid).",
+    )
+    recent_steps: int = knob(
+        20,
+        doc="A decision reads at most this many of the latest steps since the last change took effect, so a new "
+        "regime shows within them (the trainer became the slow part: release) instead of being averaged over every "
+        "step since the change (benchmarks/elastic.py --release: after 50 steps waiting 30% of each, a whole-run "
+        "window would need ~500 quiet ones to fall to release_wait_share). At least window_steps.",
     )
     cooldown_s: float = knob(
         30.0, doc="Seconds after a change took effect (replica admitted or stopped) before another is considered."

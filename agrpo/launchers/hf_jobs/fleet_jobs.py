@@ -24,9 +24,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from agrpo.config.schema.inference import FleetConfig
 from agrpo.fleet.controller import FleetController, http
 from agrpo.hub_compat import supported_kwargs
-from agrpo.launchers.fleet_run import policy_knobs
+from agrpo.launchers.fleet_run import controller_settings, policy_knobs
 from agrpo.launchers.hf_jobs.client import TERMINAL_STAGES, cancel_jobs, hf_token, run_jobs, secret_values, stage_of
 from agrpo.launchers.hf_jobs.cost import read_prices
 from agrpo.launchers.hf_jobs.fleet import FLEET_FILE, JobsFleet
@@ -186,9 +187,7 @@ class JobsFleetPlan(FleetPlan):
             supervised=[],
             started=[],
             knobs=policy_knobs(plan),
-            poll_s=self.policy.get("poll_s", 2.0),
-            drain_timeout_s=self.policy.get("drain_timeout_s", 120.0),
-            settle_steps=int(self.policy.get("settle_steps", 2)),
+            **controller_settings(self.policy),
             startup_timeout_s=self.startup_timeout_s,
             inflight_ceiling=self.inflight_ceiling,
             say=lambda line: print(line, flush=True),
@@ -197,7 +196,7 @@ class JobsFleetPlan(FleetPlan):
             new_spare=pool.new,
             watched=pool.serving(),
             replace_lost=True,
-            max_replacements=int(self.policy.get("max_replacements", 0)),
+            max_replacements=int(self.policy.get("max_replacements", FleetConfig().max_replacements)),
             price_per_hour=price or 0.0,
             price_source=f"{self.record.replica.flavor}, {prices.source}",
         )
