@@ -1,5 +1,8 @@
 """`python -m agrpo +recipe=NAME [overrides]` (or the `agrpo` console script): compose, validate, plan, run.
 
+Hydra owns the command line, but for agrpo's flags that choose where a launcher=hf_jobs plan runs (its Hub backend,
+agrpo/launchers/hf_jobs/hub.py): they are taken out before Hydra parses the rest, and are not config keys.
+
 A user-facing error (bad config, missing model, a server that does not start) is printed as one paragraph and the
 process exits non-zero; no traceback unless AGRPO_DEBUG=1.
 """
@@ -28,13 +31,22 @@ from agrpo.paths import CONF_DIR, register_resolvers
 log = logging.getLogger("agrpo")
 
 
-def run(cfg: DictConfig) -> dict[str, Any]:
+def run(cfg: DictConfig, hub: Any = None) -> dict[str, Any]:
     """Prepare (validate, resolve), build the launcher's plan, print it (dry run) or execute it. Returns the final
-    metrics."""
+    metrics. `hub`: the Hub backend a launcher=hf_jobs plan runs on (None: the real Hub)."""
     from agrpo.launchers import get_launcher
 
-    cfg = prepare(cfg)  # every derived value fixed once: config.yaml shows it (agrpo/config/prepare.py)
-    launcher = get_launcher(cfg.launcher.name)
+    if hub is None:
+        options, here = {}, False
+    elif cfg.launcher.name != "hf_jobs":
+        raise ConfigError(
+            f"{hub.asked_by} chooses where a launcher=hf_jobs plan runs, and this run has launcher="
+            f"{cfg.launcher.name}: add launcher=hf_jobs sync=bucket, or leave {hub.asked_by} out"
+        )
+    else:
+        options, here = {"hub": hub}, hub.jobs_on_this_machine
+    cfg = prepare(cfg, jobs_on_this_machine=here)  # every derived value fixed once: config.yaml shows it
+    launcher = get_launcher(cfg.launcher.name, **options)
     plan = launcher.build_plan(cfg)
     if cfg.launcher.dry_run:
         print(plan.render())
@@ -43,12 +55,22 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     return launcher.execute(plan)
 
 
-@hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name="config")
-def hydra_main(cfg: DictConfig) -> float | None:
+def hydra_main(hub: Any = None) -> Any:
+    """Hydra's entrypoint for a run on `hub` (Hydra calls it with the composed config only)."""
+
+    @hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name="config")
+    def main(cfg: DictConfig) -> float | None:
+        return run_point(cfg, hub)
+
+    return main
+
+
+def run_point(cfg: DictConfig, hub: Any) -> float | None:
+    """One run (a sweep's point): its errors as one paragraph, its reward for a sweeper."""
     run_dir = HydraConfig.get().runtime.output_dir
     record_recipe_files(run_dir, TYPED_RECIPES)  # so that printed commands name the recipe file as it was typed
     try:
-        summary = run(cfg)
+        summary = run(cfg, hub)
         if cfg.launcher.dry_run and not in_multirun():
             discard_if_empty(run_dir)  # a dry run leaves no run folder behind
     except AgrpoError as error:
@@ -100,17 +122,17 @@ def main() -> None:
         return
     register_configs()
     register_resolvers()
-    from agrpo.rehearsal.spelling import respell
+    from agrpo.launchers.hf_jobs.hub import backend_from_argv
 
-    overrides, notes = respell(sys.argv[1:])  # launcher.hf_jobs.rehearse=true: the rehearsal's old spelling
-    for note in notes:
-        print(f"agrpo: {note}", file=sys.stderr)
     try:
+        hub, overrides, notes = backend_from_argv(sys.argv[1:])  # agrpo's own flags, before Hydra parses the rest
+        for note in notes:
+            print(f"agrpo: {note}", file=sys.stderr)
         sys.argv = [sys.argv[0], *expand_recipe_paths(overrides)]
     except ConfigError as error:
         print(f"agrpo: error: {error}", file=sys.stderr)
         sys.exit(error.exit_code)
-    hydra_main()
+    hydra_main(hub)()
     from agrpo.sweeps import LAST_SWEEP_FAILURES
 
     if LAST_SWEEP_FAILURES:

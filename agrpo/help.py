@@ -18,7 +18,7 @@ python -m agrpo +recipe=NAME [group=option ...] [key=value ...]     (or the `agr
   launcher.dry_run=true            print the plan (processes or Jobs, files), start nothing
   inference.replicas=2             several vLLM replicas behind agrpo's proxy
   inference.replicas=auto          a fleet that grows and shrinks between inference.min_replicas and max_replicas
-  launcher=hf_jobs sync=bucket     run as Hugging Face Jobs (rehearsal.enabled=true: rehearse here)
+  launcher=hf_jobs sync=bucket     run as Hugging Face Jobs (add --rehearse: rehearse it all here first)
   -m lora.r=1,8                    a sweep (Hydra multirun)
   --cfg job --resolve              print the composed config
 

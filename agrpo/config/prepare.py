@@ -16,22 +16,27 @@ from omegaconf import DictConfig
 from agrpo.config.compose import compose_overrides  # noqa: F401  (entrypoints import it from here)
 
 
-def machine_has_cuda(cfg: Any) -> bool:
-    """Whether the run's replicas and trainer have CUDA: HF Jobs always do (a rehearsal runs the Jobs on this
-    machine); otherwise this machine decides. The one machine fact `resolve` needs."""
-    if cfg.launcher.name == "hf_jobs" and cfg.role == "all" and not cfg.rehearsal.enabled:
+def jobs_elsewhere(cfg: Any, jobs_on_this_machine: bool) -> bool:
+    """Whether the run's replicas and trainer are HF Jobs on the Hub's machines, not this one."""
+    return cfg.launcher.name == "hf_jobs" and cfg.role == "all" and not jobs_on_this_machine
+
+
+def machine_has_cuda(cfg: Any, jobs_on_this_machine: bool = False) -> bool:
+    """Whether the run's replicas and trainer have CUDA: HF Jobs always do (unless the Hub backend runs the Jobs on
+    this machine); otherwise this machine decides. The one machine fact `resolve` needs."""
+    if jobs_elsewhere(cfg, jobs_on_this_machine):
         return True
     import torch
 
     return torch.cuda.is_available()
 
 
-def machine_has_bf16(cfg: Any) -> bool:
+def machine_has_bf16(cfg: Any, jobs_on_this_machine: bool = False) -> bool:
     """Whether the run's GPUs compute in bfloat16: the Jobs' flavors decide for HF Jobs, else this machine's GPU.
     Without it (pre-Ampere) the defaults fall back, once, with a line saying so (agrpo/config/gpu_precision.py)."""
     from agrpo.config.gpu_precision import flavor_has_bf16, local_facts
 
-    if cfg.launcher.name == "hf_jobs" and cfg.role == "all" and not cfg.rehearsal.enabled:
+    if jobs_elsewhere(cfg, jobs_on_this_machine):
         jobs = cfg.launcher.hf_jobs
         return flavor_has_bf16(jobs.trainer_flavor) and flavor_has_bf16(jobs.replica_flavor)
     facts = local_facts()
@@ -56,12 +61,18 @@ def trains_here(cfg: Any) -> bool:
 
 
 def prepare(
-    cfg: Any, check_environment: bool = True, training_data: bool = True, cuda_available: bool | None = None
+    cfg: Any,
+    check_environment: bool = True,
+    training_data: bool = True,
+    cuda_available: bool | None = None,
+    jobs_on_this_machine: bool = False,
 ) -> DictConfig:
     """Check the installed TRL where the trainer starts from here (TrlChanged, exit 2, before anything else), validate
     `cfg` (one ConfigError listing every problem) and return it resolved. `check_environment=False`
     skips the checks against this machine (a replica node needs no data, rewards or trainer packages);
-    `training_data=False` skips the training data's (`agrpo eval` opens its test problems itself)."""
+    `training_data=False` skips the training data's (`agrpo eval` opens its test problems itself);
+    `jobs_on_this_machine`: launcher=hf_jobs's Hub backend runs the Jobs here (agrpo/launchers/hf_jobs/hub.py), so
+    this machine's device decides what they serve on."""
     from agrpo.config.resolve import resolve
     from agrpo.config.validate import validate
 
@@ -69,13 +80,19 @@ def prepare(
         from agrpo.trl_compat import check_trl
 
         check_trl()  # TRL's private names agrpo relies on (agrpo/trl_compat.py): reads TRL's source, imports nothing
-    validate(cfg, check_environment=check_environment, training_data=training_data)
+    validate(
+        cfg,
+        check_environment=check_environment,
+        training_data=training_data,
+        jobs_on_this_machine=jobs_on_this_machine,
+    )
     if check_environment:
         from agrpo.agents.warmstart import plan_warmstart
 
         cfg = plan_warmstart(cfg)  # agent.warmstart: the model becomes the warm-started folder (built before the start)
-    cuda = machine_has_cuda(cfg) if cuda_available is None else cuda_available
-    return resolve(cfg, cuda_available=cuda, bf16_supported=machine_has_bf16(cfg) if cuda else True)
+    cuda = machine_has_cuda(cfg, jobs_on_this_machine) if cuda_available is None else cuda_available
+    bf16 = machine_has_bf16(cfg, jobs_on_this_machine) if cuda else True
+    return resolve(cfg, cuda_available=cuda, bf16_supported=bf16)
 
 
 def prepare_overrides(overrides: list[str], output_dir: str | None = None, check_environment: bool = True):

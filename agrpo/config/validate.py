@@ -36,9 +36,16 @@ def find_problems(cfg: Any) -> list[str]:
     return value_problems(cfg)
 
 
-def value_problems(cfg: Any) -> list[str]:
-    """The config's own checks, once every key is one the schema declares."""
-    return range_problems(cfg) + name_problems(cfg) + cross_field_problems(cfg) + proxy_problems(cfg) + gpu_path(cfg)
+def value_problems(cfg: Any, jobs_on_this_machine: bool = False) -> list[str]:
+    """The config's own checks, once every key is one the schema declares (`jobs_on_this_machine`: the Hub backend
+    runs launcher=hf_jobs's Jobs here, agrpo/launchers/hf_jobs/hub.py)."""
+    return (
+        range_problems(cfg)
+        + name_problems(cfg)
+        + cross_field_problems(cfg, jobs_on_this_machine)
+        + proxy_problems(cfg)
+        + gpu_path(cfg)
+    )
 
 
 def gpu_path(cfg: Any) -> list[str]:
@@ -47,14 +54,14 @@ def gpu_path(cfg: Any) -> list[str]:
     return vllm_problems(cfg) + setting_problems(cfg) + accelerate_problems(cfg)
 
 
-def cross_field_problems(cfg: Any) -> list[str]:
+def cross_field_problems(cfg: Any, jobs_on_this_machine: bool = False) -> list[str]:
     """Rules between fields: the adapter against what vLLM serves, the trainer's limits, the run's shape, rewards."""
     return (
         adapter_problems(cfg)
         + trainer_limit_problems(cfg)
         + run_shape_problems(cfg)
         + trainer_extra_problems(cfg)
-        + hf_jobs_problems(cfg)
+        + hf_jobs_problems(cfg, jobs_on_this_machine=jobs_on_this_machine)
         + reward_term_problems(cfg)
     )
 
@@ -163,10 +170,13 @@ def resolution_problems(cfg: Any) -> list[str]:
     return []
 
 
-def validate(cfg: Any, check_environment: bool = True, training_data: bool = True) -> None:
+def validate(
+    cfg: Any, check_environment: bool = True, training_data: bool = True, jobs_on_this_machine: bool = False
+) -> None:
     """Raise one ConfigError listing every problem, so the user fixes them in one go. `check_environment=False`
     skips the checks against this machine (imports, files, packages, device); `training_data=False` skips opening
-    the training data (a command that does not train, e.g. `agrpo eval`, reads its own)."""
+    the training data (a command that does not train, e.g. `agrpo eval`, reads its own); `jobs_on_this_machine`: the
+    Hub backend runs launcher=hf_jobs's Jobs here (their replicas serve on this machine, whatever the flavor)."""
     from agrpo.agents.checks import agent_problems
     from agrpo.config.environment import environment_problems
 
@@ -174,7 +184,7 @@ def validate(cfg: Any, check_environment: bool = True, training_data: bool = Tru
     if not problems:
         problems = unknown_key_problems(cfg)  # stray keys first: the rest assumes the schema's shape
     if not problems:
-        problems = value_problems(cfg)
+        problems = value_problems(cfg, jobs_on_this_machine)
         if check_environment:
             problems += environment_problems(cfg, training_data) + machine_problems(cfg) + run_dir_problems(cfg)
         problems += agent_problems(cfg, check_environment)  # tools and environments (agrpo/agents/checks.py)

@@ -31,6 +31,7 @@ def register(cls: type[Launcher]) -> type[Launcher]:
     return cls
 
 
-def get_launcher(name: str) -> Launcher:
-    """The launcher registered under `name`; its module `agrpo/launchers/<name>.py` registers it on import."""
-    return lookup(LAUNCHERS, "agrpo.launchers", name, "launcher.name")()
+def get_launcher(name: str, **options: Any) -> Launcher:
+    """The launcher registered under `name`; its module `agrpo/launchers/<name>.py` registers it on import.
+    `options` go to its constructor (launcher=hf_jobs: `hub`, the Hub backend it runs on)."""
+    return lookup(LAUNCHERS, "agrpo.launchers", name, "launcher.name")(**options)

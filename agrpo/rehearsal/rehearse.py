@@ -1,6 +1,7 @@
-"""`rehearsal.enabled=true`: a launcher=hf_jobs plan runs against the stand-in, started and stopped here (I/O).
+"""`--rehearse`: a launcher=hf_jobs plan runs against the stand-in, started and stopped here (I/O).
 
-The stand-in is injected into the Jobs executor as what it talks to (`Rehearsal.api()`, `.token`, `.reach`): nothing
+The stand-in is handed to the Jobs executor as what it talks to (`Rehearsal.api()`, `.token`, `.reach`, through the
+Hub backend of backend.py): nothing
 in this process's environment changes, and a real token never reaches a rehearsal Job (each rehearsal makes a fresh
 `hf_rehearsal_...` token). Bucket files travel over plain HTTP (plain_transfer.py): Xet, the Hub's transfer
 protocol, is the one part of the path that is not rehearsed. The `<rehearsal-gateway-port>` placeholder in the plan
@@ -97,7 +98,7 @@ def rehearsal(
     why = namespaces_available()
     if why:
         raise LaunchError(
-            f"rehearsal.enabled=true cannot run here: {why}. Run the rehearsal as root (e.g. "
+            f"--rehearse cannot run here: {why}. Run the rehearsal as root (e.g. "
             "in a container) or check the plan with launcher.dry_run=true"
         )
     folder = Path(root) if root else Path(tempfile.mkdtemp(prefix="agrpo-rehearsal-"))
@@ -136,7 +137,7 @@ def replay(root: str | Path, prices: dict[str, float] | None = None) -> Iterator
     """A finished rehearsal's Hub: its bucket folders and its Jobs as they ended (no Job runs, no root needed)."""
     folder = Path(root)
     if not (folder / "buckets").is_dir():
-        raise LaunchError(f"{folder} holds no rehearsal (no buckets/ folder): pass the rehearsal's rehearsal.dir")
+        raise LaunchError(f"{folder} holds no rehearsal (no buckets/ folder): pass the folder its end named")
     stand_in = StandIn.revive(folder, fresh_token(), prices=prices)
     listeners = Listeners(stand_in)
     listeners.start()

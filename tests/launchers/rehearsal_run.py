@@ -11,7 +11,7 @@ REPO = Path(__file__).resolve().parents[2]
 def rehearsal_command(root: Path, run_id: str, *overrides: str) -> list[str]:
     return [
         sys.executable, "-m", "agrpo", "+recipe=smoke", "launcher=hf_jobs", "sync=bucket", "inference.replicas=2",
-        "rehearsal.enabled=true", f"launcher.hf_jobs.run_id={run_id}", f"rehearsal.dir={root}",
+        "--rehearse", f"launcher.hf_jobs.run_id={run_id}", f"--rehearsal-dir={root}",
         "launcher.hf_jobs.poll_interval_s=2", *overrides,
     ]  # fmt: skip
 

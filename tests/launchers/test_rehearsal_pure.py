@@ -1,5 +1,5 @@
 """The rehearsal stand-in's pure parts: Job stages and requeue, exposed-port URL forms, the bucket listing's lag and
-negative cache, the Job's wrapper command and environment, and what rehearsal.enabled changes in the plan."""
+negative cache, the Job's wrapper command and environment, and what the rehearsal's Hub backend changes in the plan."""
 
 import pytest
 
@@ -9,6 +9,7 @@ from agrpo.launchers.hf_jobs.plan import bind_placeholder
 from agrpo.launchers.hf_jobs.planner import build_jobs_plan
 from agrpo.rehearsal import jobs as J
 from agrpo.rehearsal.bucket import Visibility, listing
+from agrpo.rehearsal.backend import RehearsalHub, RehearsalSettings
 from agrpo.rehearsal.rehearse import GATEWAY_PLACEHOLDER
 from agrpo.rehearsal.runner import ENV_MARKER, job_env, wrapper_argv
 from agrpo.proxy.settings import url_problems
@@ -134,7 +135,6 @@ def rehearsal_cfg(*extra):
             "launcher=hf_jobs",
             "sync=bucket",
             "inference.replicas=2",
-            "rehearsal.enabled=true",
             "inference.device=cpu",
             "launcher.hf_jobs.run_id=r1",
             *extra,
@@ -143,23 +143,23 @@ def rehearsal_cfg(*extra):
 
 
 def test_rehearsal_allows_cpu_replicas_but_a_real_launch_does_not():
-    assert hf_jobs_problems(rehearsal_cfg()) == []
-    real = hf_jobs_problems(rehearsal_cfg("rehearsal.enabled=false"))
+    assert hf_jobs_problems(rehearsal_cfg(), jobs_on_this_machine=True) == []
+    real = hf_jobs_problems(rehearsal_cfg())
     assert len(real) == 1 and "inference.device" in real[0]  # the model built here travels (test_hf_jobs_inputs)
-    detached = hf_jobs_problems(rehearsal_cfg("launcher.hf_jobs.detach=true"))
-    assert len(detached) == 1 and "rehearse without detach" in detached[0]
+    detached = hf_jobs_problems(rehearsal_cfg("launcher.hf_jobs.detach=true"), jobs_on_this_machine=True)
+    assert len(detached) == 1 and "run it without detach" in detached[0]
 
 
 def test_the_rehearsal_plan_reaches_replicas_through_the_gateway_and_serves_on_cpu():
-    plan = build_jobs_plan(rehearsal_cfg(), launch_id="L1")
-    assert plan.rehearse is not None
+    plan = build_jobs_plan(rehearsal_cfg(), launch_id="L1", hub=RehearsalHub())
+    assert plan.jobs_on_this_machine
     model = plan.inputs[0]  # built here and carried through the bucket, as on a real launch
     assert (model.key, model.builder) == ("model.name_or_path", "agrpo.models.tiny.build_tiny_model")
     assert plan.replicas[0].command[2] == model.job_path == "/bucket/r1/inputs/model"
-    assert plan.rehearse.negative_cache_s == 30.0 and plan.rehearse.listing_lag_s == 1.0
+    assert "listing lag 1 s, negative lookup cache 30 s" in plan.hub_lines[0]
     assert "--distributed-executor-backend" in plan.replicas[0].command
     assert "trl[kernels]==1.16.*" not in plan.trainer.command  # no GPU, no index: no GPU extras in a CPU rehearsal
-    assert "rehearse: every Job below runs on this machine" in plan.render()
+    assert "rehearse (--rehearse): every Job below runs on this machine" in plan.render()
     bound = bind_placeholder(plan, GATEWAY_PLACEHOLDER, "4321")
     assert bound.replica_url(JOB_ID) == f"http://{JOB_ID}--8000.hf.jobs:4321"
     assert "replica_url: http://{job_id}--{port}.hf.jobs:4321" in bound.config.text
@@ -171,10 +171,8 @@ def test_without_namespaces_the_rehearsal_stops_with_one_clear_error(monkeypatch
     from agrpo.rehearsal import rehearse
 
     monkeypatch.setattr(rehearse, "namespaces_available", lambda: "it needs root")
-    with pytest.raises(
-        LaunchError, match=r"rehearsal.enabled=true cannot run here: it needs root.*launcher.dry_run=true"
-    ):
-        with rehearse.rehearsal("alice", 1.0, 30.0, str(tmp_path)):
+    with pytest.raises(LaunchError, match=r"--rehearse cannot run here: it needs root.*launcher.dry_run=true"):
+        with RehearsalHub(RehearsalSettings(dir=str(tmp_path))).connect("alice", {}):
             raise AssertionError("no stand-in may start")
     assert not any(tmp_path.iterdir())  # nothing was started or written
 
@@ -209,10 +207,12 @@ def test_the_rehearsal_dry_run_prints_the_plan_and_starts_nothing(tmp_path):
             "sync=bucket",
             "inference.replicas=2",
             "inference.device=cpu",
-            "rehearsal.enabled=true",
+            "--rehearse",
             "launcher.dry_run=true",
             "launcher.hf_jobs.run_id=r1",
-            f"rehearsal.dir={root}",
+            "--rehearsal-dir",
+            str(root),
+            "--rehearsal-listing-lag-s=2.5",
         ],
         cwd=tmp_path,
         env={**os.environ, "PYTHONPATH": str(repo), "HF_HUB_OFFLINE": "1"},
@@ -222,6 +222,7 @@ def test_the_rehearsal_dry_run_prints_the_plan_and_starts_nothing(tmp_path):
     )
     assert done.returncode == 0, done.stderr[-3000:]
     out = done.stdout + done.stderr
-    assert "rehearse: every Job below runs on this machine" in out and str(root) in out
+    assert "rehearse (--rehearse): every Job below runs on this machine" in out and str(root) in out
+    assert "listing lag 2.5 s" in out
     assert out.count("ports: 8000 -> http://<vllm-") == 2 and "<rehearsal-gateway-port>" in out
     assert not root.exists()  # a dry run starts no stand-in and writes nothing

@@ -1,7 +1,7 @@
 """Structured config: every knob of a run, its default and why it exists. The YAML under conf/ only picks values.
 
 Grouped as the config groups are: model, lora, data, reward, agent, trainer, inference, sync, launcher, logger
-(+ proxy, eval, rehearsal), one module per few groups; every name is re-exported here. Each field is a `knob` whose
+(+ proxy, eval), one module per few groups; every name is re-exported here. Each field is a `knob` whose
 doc is field metadata (agrpo/config/schema/knobs.py), read by `--help` and docs/config.md; a value that is one of a
 fixed set of names is an Enum (agrpo/config/schema/choices.py).
 Hydra composes the YAML on top of these dataclasses in struct mode, so an unknown key is an error, not a silent no-op.
@@ -27,7 +27,7 @@ from agrpo.config.schema.inference import InferenceConfig, SyncConfig
 from agrpo.config.schema.knobs import Knob, choice_fields, composable, knob, walk
 from agrpo.config.schema.launcher import AccelerateConfig, HFJobsConfig, LauncherConfig
 from agrpo.config.schema.model import ALL_LINEAR, AgentConfig, DataConfig, LoraConfig, ModelConfig, RewardConfig
-from agrpo.config.schema.run import EvalConfig, LoggerConfig, RehearsalConfig, RunConfig
+from agrpo.config.schema.run import EvalConfig, LoggerConfig, RunConfig
 from agrpo.config.schema.trainer import TrainerConfig
 
 __all__ = [
@@ -49,7 +49,6 @@ __all__ = [
     "MixedPrecision",
     "ModelConfig",
     "ModelDtype",
-    "RehearsalConfig",
     "RewardConfig",
     "Role",
     "RunConfig",

@@ -56,7 +56,8 @@ class HFJobsConfig:
         8000, doc="The port vLLM listens on inside a replica Job, exposed as https://<job_id>--<port>.hf.jobs."
     )
     replica_url: str = knob(
-        "https://{job_id}--{port}.hf.jobs", doc="Exposed-port URL pattern; a fake Hub in tests points it elsewhere."
+        "https://{job_id}--{port}.hf.jobs",
+        doc="Exposed-port URL pattern ({job_id}, {port}): how the launcher and the trainer Job reach a replica Job.",
     )
     replica_timeout_s: int = knob(
         6 * 3600,

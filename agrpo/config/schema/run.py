@@ -1,4 +1,4 @@
-"""The console and metrics, evaluation, the rehearsal, and RunConfig: the root that holds every group."""
+"""The console and metrics, evaluation, and RunConfig: the root that holds every group."""
 
 from __future__ import annotations
 
@@ -90,32 +90,6 @@ class EvalConfig:
 
 
 @dataclass
-class RehearsalConfig:
-    """rehearsal.enabled=true: a launcher=hf_jobs plan runs on this machine against a local stand-in of the Jobs and
-    Buckets API (agrpo/rehearsal; docs/hf_jobs.md, "Rehearse first"). Needs root (mount and network namespaces)."""
-
-    enabled: bool = knob(
-        False,
-        doc="Each Job a local process group, the bucket a local folder, the Hub API a local server: no token, no GPU "
-        "bill.",
-    )
-    listing_lag_s: float = knob(
-        1.0,
-        doc="Seconds between a file landing in the bucket folder and the bucket listing showing it (the Hub's lag).",
-    )
-    negative_cache_s: float = knob(
-        30.0,
-        doc="A replica asked to load an adapter its mount cannot see yet keeps not seeing it this long (the mount's "
-        "cache).",
-    )
-    dir: Optional[str] = knob(
-        None,
-        doc="Folder for the Jobs' folders, logs and the bucket; None: a fresh temporary folder (kept, and named at "
-        "the end).",
-    )
-
-
-@dataclass
 class RunConfig:
     """One run: every group, plus the few keys that belong to the run as a whole."""
 
@@ -131,7 +105,6 @@ class RunConfig:
     launcher: LauncherConfig = group(LauncherConfig)
     logger: LoggerConfig = group(LoggerConfig)
     eval: EvalConfig = group(EvalConfig)
-    rehearsal: RehearsalConfig = group(RehearsalConfig)
     run_name: str = knob("agrpo", doc="A name for the run (run directory, TensorBoard, Job labels).")
     role: Role = knob(
         Role.all,

@@ -89,7 +89,7 @@ def cpu_flavor_note(cfg: Any, flavors: list[str]) -> str | None:
 
 
 def pull_command(after: AfterRun, run_id: str, namespace: str, replay: list[str]) -> str:
-    """`agrpo pull` as it finds this run again: by id in the namespace (or the bucket path), or in a rehearsal."""
+    """`agrpo pull` as it finds this run again: by id in the namespace (or the bucket path), or on a stand-in Hub."""
     source = run_id if after.bucket_name == DEFAULT_BUCKET else f"{namespace}/{after.bucket_name}/{run_id}"
     where = ["--namespace", namespace] if source == run_id and not replay else []
     return shlex.join(["agrpo", "pull", source, *where, *replay])
@@ -97,7 +97,7 @@ def pull_command(after: AfterRun, run_id: str, namespace: str, replay: list[str]
 
 def next_commands(after: AfterRun, run_id: str, namespace: str, replay: list[str]) -> list[str]:
     """The commands the end of a Jobs run prints, each working on this machine once the run is pulled. `replay`:
-    how `agrpo pull`/`agrpo jobs` reach this run's Hub again ([] for the Hub; a rehearsal's --rehearsal-dir)."""
+    how `agrpo pull`/`agrpo jobs` reach this run's Hub again ([] for the Hub; a stand-in's own flags, hub.py)."""
     from agrpo.config.resolve import round_lora_rank
 
     q = shlex.quote

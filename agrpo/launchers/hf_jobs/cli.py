@@ -3,7 +3,7 @@
 Useful after `launcher.hf_jobs.detach=true`, a closed laptop, or to stop a run for good: `cancel` stops every Job
 of the run that is not over yet. `status` also says what the run has cost so far: each Job's running time x its
 flavor's price (the Jobs API's hardware list, or agrpo's table when it cannot be read, marked as such). After a
-rehearsal, `--rehearsal-dir DIR` asks the rehearsal's stand-in, replayed from its folder.
+rehearsal (`--rehearse`), `--rehearsal-dir DIR` asks its stand-in Hub, replayed from its folder (hub.py).
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from huggingface_hub.errors import HfHubHTTPError
 from agrpo.errors import AgrpoError
 from agrpo.launchers.hf_jobs.client import TERMINAL_STAGES, cancel_jobs, resolve_namespace, run_jobs, stage_of
 from agrpo.launchers.hf_jobs.cost import Prices, duration, job_costs, read_prices, total_usd
+from agrpo.launchers.hf_jobs.hub import add_replay_flag, finished_run_hub
 from agrpo.launchers.hf_jobs.plan import ROLE_LABEL
 
 
@@ -31,7 +32,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         sub = commands.add_parser(name, help=text, description=text)
         sub.add_argument("run_id", help="launcher.hf_jobs.run_id of the run")
         sub.add_argument("--namespace", help="user or org the Jobs run in (default: the token's user)")
-        sub.add_argument("--rehearsal-dir", help="a finished rehearsal's folder (its rehearsal.dir) instead of the Hub")
+        add_replay_flag(sub)
         if name == "logs":
             sub.add_argument("--role", default="trainer", help="trainer, replica, or a Job name (e.g. RUN-vllm-1)")
             sub.add_argument("--follow", "-f", action="store_true", help="keep streaming until the Job ends")
@@ -65,9 +66,7 @@ def pick_job(jobs: list, role: str):
 def main(argv: list[str]) -> int:
     args = parse_args(argv)
     try:
-        from agrpo.launchers.hf_jobs.pull import hub
-
-        with hub(args.rehearsal_dir) as (api, replayed):
+        with finished_run_hub(args.replay_dir) as (api, replayed):
             return run_command(args, api, resolve_namespace(api, args.namespace or replayed))
     except AgrpoError as error:
         print(f"agrpo jobs: error: {error}", file=sys.stderr)

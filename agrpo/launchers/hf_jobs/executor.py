@@ -83,11 +83,11 @@ class JobsRun:
         replay: list[str] | None = None,
     ):
         """`api`, `token` and `reach` are what this launch talks to: the Hub's (HfApi, the saved token, URLs as
-        they are) or a rehearsal's stand-in (its API, its own token, its gateway); `replay` is what `agrpo pull` and
-        `agrpo jobs` need to find it again afterwards (a rehearsal's --rehearsal-dir). `echo` prints the trainer
-        Job's console lines, `say` this launch's own (the banner, Job stages, the end of the run)."""
+        they are) or another Hub backend's (hub.py: a stand-in's API, its own token, its gateway); `replay` is what
+        `agrpo pull` and `agrpo jobs` need to find it again afterwards (the backend's own flags). `echo` prints the
+        trainer Job's console lines, `say` this launch's own (the banner, Job stages, the end of the run)."""
         self.plan, self.api, self.echo = plan, api, echo
-        self.reach = reach  # how this process reaches an exposed URL (rehearsal: the gateway by path)
+        self.reach = reach  # how this process reaches an exposed URL (a stand-in: its gateway by path)
         self.token = token  # None: huggingface_hub's (HF_TOKEN or the saved login)
         self.replay = list(replay or [])
         self.watch = plan.watch

@@ -1,6 +1,7 @@
 """launcher=hf_jobs: the run as Hugging Face Jobs, replicas and trainer on separate machines, sharing a bucket.
 
-build_plan: the whole launch as data (planner.py); execute: that plan and nothing else (executor.py). Inside the
+build_plan: the whole launch as data (planner.py); execute: that plan and nothing else (executor.py), on the Hub
+backend the launcher was given (hub.py: the real Hub unless agrpo's command line picked another). Inside the
 trainer Job, `python -m agrpo.launchers.hf_jobs.trainer CONFIG` runs proxy + trainer (trainer.py).
 """
 
@@ -11,6 +12,8 @@ from typing import Any
 
 from agrpo.errors import ConfigError
 from agrpo.launchers.base import Launcher, register
+from agrpo.launchers.hf_jobs.cost import PRICE_PER_HOUR_USD
+from agrpo.launchers.hf_jobs.hub import HubBackend, RealHub
 from agrpo.launchers.hf_jobs.plan import NAMESPACE_PLACEHOLDER, JobsPlan, bind_namespace, bind_placeholder
 
 
@@ -22,6 +25,10 @@ def _sigterm_as_interrupt(_signum, _frame):
 class HFJobsLauncher(Launcher):
     name = "hf_jobs"
 
+    def __init__(self, hub: HubBackend | None = None) -> None:
+        """`hub`: the backend the plan runs on (agrpo/launchers/hf_jobs/hub.py); None: the real Hub."""
+        self.hub: HubBackend = hub or RealHub()
+
     def build_plan(self, cfg: Any) -> JobsPlan:
         from agrpo.launchers.hf_jobs.planner import build_jobs_plan
 
@@ -31,54 +38,23 @@ class HFJobsLauncher(Launcher):
                 "`python -m agrpo.launchers.hf_jobs.trainer <run dir>/config.yaml`, not `python -m "
                 "agrpo`; launch the run with role=all"
             )
-        return build_jobs_plan(cfg)
+        return build_jobs_plan(cfg, hub=self.hub)
 
     def execute(self, plan: JobsPlan) -> dict[str, Any]:
-        """Run `plan` (it holds everything); with plan.rehearse, against the local stand-in."""
+        """Run `plan` (it holds everything) on this launcher's backend: the executor is handed what the backend
+        yields (its API, token, how it reaches an exposed URL), and the plan gets the values only it knows."""
+        from agrpo.launchers.hf_jobs.executor import JobsRun
         from agrpo.launchers.hf_jobs.terminal import launch_console
 
-        with launch_console(plan.after.launch_log if plan.after else None):
-            if plan.rehearse:
-                return execute_rehearsal(plan)
-            return execute_on_hub(plan)
-
-
-def execute_on_hub(plan: JobsPlan) -> dict[str, Any]:
-    from agrpo.launchers.hf_jobs.client import make_api, resolve_namespace
-    from agrpo.launchers.hf_jobs.executor import JobsRun
-
-    api = make_api()
-    if plan.namespace == NAMESPACE_PLACEHOLDER:
-        plan = bind_namespace(plan, resolve_namespace(api, None))
-    previous = signal.signal(signal.SIGTERM, _sigterm_as_interrupt)
-    try:
-        return JobsRun(plan, api).execute()
-    finally:
-        signal.signal(signal.SIGTERM, previous)
-
-
-def execute_rehearsal(plan: JobsPlan) -> dict[str, Any]:
-    """The same plan against a stand-in started here and stopped (every Job ended) before this returns: the executor
-    is handed the stand-in's API, token and gateway in place of the Hub's."""
-    from agrpo.launchers.hf_jobs.executor import JobsRun
-    from agrpo.launchers.hf_jobs.plan import PRICE_PER_HOUR_USD
-    from agrpo.rehearsal.rehearse import GATEWAY_PLACEHOLDER, REHEARSAL_NAMESPACE, rehearsal
-
-    spec = plan.rehearse
-    namespace = REHEARSAL_NAMESPACE if plan.namespace == NAMESPACE_PLACEHOLDER else plan.namespace
-    previous = signal.signal(signal.SIGTERM, _sigterm_as_interrupt)
-    try:
-        with rehearsal(
-            namespace, spec.listing_lag_s, spec.negative_cache_s, spec.root, prices=PRICE_PER_HOUR_USD
-        ) as stand_in:
-            bound = bind_placeholder(bind_namespace(plan, namespace), GATEWAY_PLACEHOLDER, stand_in.gateway_port)
-            root = str(stand_in.stand_in.root)
-            run = JobsRun(
-                bound, stand_in.api(), reach=stand_in.reach, token=stand_in.token, replay=["--rehearsal-dir", root]
-            )
+        named = None if plan.namespace == NAMESPACE_PLACEHOLDER else plan.namespace
+        with launch_console(plan.after.launch_log if plan.after else None, self.hub.detail_loggers):
+            previous = signal.signal(signal.SIGTERM, _sigterm_as_interrupt)
             try:
-                return {**run.execute(), "rehearsal_dir": root}
+                with self.hub.connect(named, PRICE_PER_HOUR_USD) as hub:
+                    bound = bind_namespace(plan, hub.namespace)
+                    for placeholder, value in hub.placeholders.items():
+                        bound = bind_placeholder(bound, placeholder, value)
+                    run = JobsRun(bound, hub.api, reach=hub.reach, token=hub.token, replay=hub.replay)
+                    return {**run.execute(), **hub.outcome}
             finally:
-                print(f"agrpo: the rehearsal's Jobs (jobs.json, jobs/<id>/log.txt) and bucket stay in {root}")
-    finally:
-        signal.signal(signal.SIGTERM, previous)
+                signal.signal(signal.SIGTERM, previous)

@@ -188,23 +188,6 @@ class Watch:
 
 
 @dataclass
-class Rehearse:
-    """rehearsal.enabled=true: run the plan against a local stand-in of the Hub (agrpo/rehearsal)."""
-
-    listing_lag_s: float
-    negative_cache_s: float
-    root: str | None  # Jobs' folders, logs, bucket; None: a fresh temporary folder
-
-    def render(self) -> str:
-        where = self.root or "a fresh temporary folder"
-        return (
-            f"rehearse: every Job below runs on this machine against a local stand-in of the Jobs and Buckets API "
-            f"(listing lag {self.listing_lag_s:g} s, negative lookup cache {self.negative_cache_s:g} s) in "
-            f"{where}; <rehearsal-gateway-port> is the stand-in's gateway port, chosen at start"
-        )
-
-
-@dataclass
 class JobsPlan:
     run_id: str
     launch_id: str
@@ -219,7 +202,10 @@ class JobsPlan:
     inputs: list[LocalInput] = field(default_factory=list)  # this machine's model/data, uploaded for the Jobs
     launcher: str = "hf_jobs"
     notes: list[str] = field(default_factory=list)
-    rehearse: Rehearse | None = None
+    # The Hub backend's own lines (where the plan runs; none for the real Hub) and whether its Jobs run on this
+    # machine (then nothing is billed: the costs are what the flavors would cost).
+    hub_lines: list[str] = field(default_factory=list)
+    jobs_on_this_machine: bool = False
     launch_record: LaunchRecord | None = None  # None: launched without Hydra (the API, tests): nothing to record
     after: AfterRun | None = None
     # What the trainer Job starts inside (agrpo/launchers/hf_jobs/trainer.py: the local plan with role=trainer):
@@ -295,8 +281,7 @@ class JobsPlan:
                 f"after the run: `agrpo pull {self.run_id}` downloads its folder (final adapter, metrics, curves, "
                 f"TensorBoard, config, logs) into {self.after.pull_dir}; the end of the run prints what it cost"
             )
-        if self.rehearse:
-            parts.append(self.rehearse.render())
+        parts += self.hub_lines
         if self.in_job:
             parts.append("inside the trainer Job (its own ports, GPUs and threads, chosen there):")
             parts += [f"  [{spec.role}] {spec.name}\n    cmd: {shlex.join(spec.argv)}" for spec in self.in_job]

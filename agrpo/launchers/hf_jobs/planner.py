@@ -29,6 +29,7 @@ from agrpo.config.hf_jobs_checks import hf_jobs_problems, walk
 from agrpo.launchers.hf_jobs.after import after_run, cpu_flavor_note, launch_context, launch_record
 from agrpo.config.schema.inference import fleet_bounds, is_auto_fleet
 from agrpo.launchers.hf_jobs.fleet import jobs_fleet, run_estimate
+from agrpo.launchers.hf_jobs.hub import HubBackend, RealHub
 from agrpo.launchers.hf_jobs.inputs import config_for_jobs, local_inputs
 from agrpo.launchers.hf_jobs.package import package_root, wheel_filename
 from agrpo.launchers.hf_jobs.plan import (
@@ -41,12 +42,10 @@ from agrpo.launchers.hf_jobs.plan import (
     ConfigUpload,
     JobSpec,
     JobsPlan,
-    Rehearse,
     Watch,
     WheelBuild,
 )
 from agrpo.launchers.hf_jobs.repack import installed_distribution, site_dir, wheel_name
-from agrpo.rehearsal.rehearse import GATEWAY_PLACEHOLDER
 from agrpo.sync.bucket import bucket_id, path_in_bucket
 
 CONFIG_FILE = "config.yaml"
@@ -69,14 +68,12 @@ INSTALL_SCRIPT = (
     'if [ "$attempt" -lt {attempts} ]; then sleep $((attempt * 15)); fi; done; exit 1'
 )
 INSTALL_LOG = "logs/install.log"
-# Rehearsal: an exposed port is reached at its real host name over http on the stand-in's gateway port (the name
-# resolves to the gateway inside rehearsal Jobs; the port is known once the stand-in listens: GATEWAY_PLACEHOLDER).
-REHEARSAL_REPLICA_URL = "http://{job_id}--{port}.hf.jobs:" + GATEWAY_PLACEHOLDER
+REAL_HUB = RealHub()  # the backend of a plan built without one: the Hub
 
 
-def require_valid(cfg: Any) -> None:
+def require_valid(cfg: Any, hub: HubBackend = REAL_HUB) -> None:
     """The Jobs checks again, for plans built outside the validation pass (flavors: the pass's alone)."""
-    problems = hf_jobs_problems(cfg, check_flavors=False)
+    problems = hf_jobs_problems(cfg, check_flavors=False, jobs_on_this_machine=hub.jobs_on_this_machine)
     if problems:
         raise ConfigError(
             f"invalid config ({len(problems)} problem{'s' if len(problems) > 1 else ''}): {'; '.join(problems)}."
@@ -105,23 +102,25 @@ def vllm_serve_argv(argv: list[str]) -> list[str]:
     return ["vllm", "serve", model, *rest]
 
 
-def replica_device(cfg: Any) -> str:
+def replica_device(cfg: Any, jobs_on_this_machine: bool = False) -> str:
     """The replicas' device: the resolved inference.device (agrpo/config/prepare.py decides it once: cuda for Jobs,
-    cpu where a CPU flavor asks for it, this machine's for a rehearsal); the same rule for an unprepared config."""
+    cpu where a CPU flavor asks for it, this machine's for Jobs that run here); the same rule for an unprepared
+    config."""
     from agrpo.config.prepare import machine_has_cuda
 
-    return served_device(cfg.inference.device, machine_has_cuda(cfg))
+    return served_device(cfg.inference.device, machine_has_cuda(cfg, jobs_on_this_machine))
 
 
-def replica_url_pattern(cfg: Any) -> str:
-    return REHEARSAL_REPLICA_URL if cfg.rehearsal.enabled else str(cfg.launcher.hf_jobs.replica_url)
+def replica_url_pattern(cfg: Any, hub: HubBackend = REAL_HUB) -> str:
+    return hub.replica_url(str(cfg.launcher.hf_jobs.replica_url))
 
 
-def replica_job(cfg: Any, index: int, bucket: str, run_id: str, launch_id: str) -> JobSpec:
+def replica_job(cfg: Any, index: int, bucket: str, run_id: str, launch_id: str, hub: HubBackend = REAL_HUB) -> JobSpec:
     jobs = cfg.launcher.hf_jobs
     served = copy.deepcopy(cfg)
     served.inference.host = "0.0.0.0"  # reachable through the Jobs proxy, not only from inside the container
-    launch = build_replica_launch(served, jobs.replica_port, replica_device(cfg), None, jobs.python)
+    device = replica_device(cfg, hub.jobs_on_this_machine)
+    launch = build_replica_launch(served, jobs.replica_port, device, None, jobs.python)
     return JobSpec(
         name=f"{run_id}-vllm-{index}",
         role="replica",
@@ -134,28 +133,35 @@ def replica_job(cfg: Any, index: int, bucket: str, run_id: str, launch_id: str) 
         labels=job_labels(cfg, run_id, launch_id, "replica"),
         timeout_s=int(jobs.replica_timeout_s),
         expose=[jobs.replica_port],
-        url=replica_url_pattern(cfg).format(job_id=f"<vllm-{index}-job-id>", port=jobs.replica_port),
+        url=replica_url_pattern(cfg, hub).format(job_id=f"<vllm-{index}-job-id>", port=jobs.replica_port),
     )
 
 
-def trainer_requirements(jobs: Any, wheel_path: str | None, cpu_rehearsal: bool = False) -> list[str]:
+def trainer_requirements(jobs: Any, wheel_path: str | None, cpu_here: bool = False) -> list[str]:
     """What pip installs in the trainer Job: nothing (the image has agrpo), a pinned requirement, or the wheel;
-    plus TRL's GPU kernels on GPU flavors (not in a CPU rehearsal: no GPU, no index to fetch them from)."""
+    plus TRL's GPU kernels on GPU flavors (not for Jobs on this machine serving on its CPU: no GPU, no index to fetch
+    them from)."""
     if jobs.trainer_image_has_agrpo:
         return []
     requirements = [jobs.install] if jobs.install else [wheel_path]
-    if not str(jobs.trainer_flavor).startswith("cpu") and not cpu_rehearsal:
+    if not str(jobs.trainer_flavor).startswith("cpu") and not cpu_here:
         requirements.append(GPU_EXTRAS)
     return requirements
 
 
 def trainer_job(
-    cfg: Any, bucket: str, run_id: str, launch_id: str, config_path: str, wheel_path: str | None
+    cfg: Any,
+    bucket: str,
+    run_id: str,
+    launch_id: str,
+    config_path: str,
+    wheel_path: str | None,
+    hub: HubBackend = REAL_HUB,
 ) -> JobSpec:
     jobs = cfg.launcher.hf_jobs
     run = [jobs.python, "-m", "agrpo.launchers.hf_jobs.trainer", config_path]
-    cpu_rehearsal = bool(cfg.rehearsal.enabled) and replica_device(cfg) == "cpu"
-    requirements = trainer_requirements(jobs, wheel_path, cpu_rehearsal=cpu_rehearsal)
+    here = hub.jobs_on_this_machine
+    requirements = trainer_requirements(jobs, wheel_path, cpu_here=here and replica_device(cfg, here) == "cpu")
     # Requirements and command travel as bash's positional arguments, so nothing is ever re-quoted for a shell.
     run_dir = str(cfg.sync.output_dir)
     script = INSTALL_SCRIPT.format(
@@ -208,7 +214,7 @@ def in_job_processes(config_text: str, replicas: int) -> list[Any]:
     return [*plan.services, plan.trainer]
 
 
-def job_config_text(cfg: Any, namespace: str, bucket: str) -> str:
+def job_config_text(cfg: Any, namespace: str, bucket: str, hub: HubBackend = REAL_HUB) -> str:
     """The resolved config the trainer Job runs from: the launching config with the trainer Job's own role."""
     job = copy.deepcopy(cfg)
     job.role = "trainer"
@@ -218,7 +224,7 @@ def job_config_text(cfg: Any, namespace: str, bucket: str) -> str:
     job.sync.bucket = bucket
     job.launcher.dry_run = False
     job.launcher.hf_jobs.namespace = namespace
-    job.launcher.hf_jobs.replica_url = replica_url_pattern(cfg)
+    job.launcher.hf_jobs.replica_url = replica_url_pattern(cfg, hub)  # how the trainer Job reaches its replicas
     return OmegaConf.to_yaml(job, resolve=True)
 
 
@@ -260,10 +266,10 @@ def local_wheel(folder_in_bucket: str) -> WheelBuild:
     return WheelBuild(site_dir(dist), filename, f"{folder_in_bucket}/{filename}", sys.executable, from_installed=True)
 
 
-def watch_settings(cfg: Any) -> Watch:
+def watch_settings(cfg: Any, hub: HubBackend = REAL_HUB) -> Watch:
     jobs = cfg.launcher.hf_jobs
     return Watch(
-        replica_url=replica_url_pattern(cfg),
+        replica_url=replica_url_pattern(cfg, hub),
         replica_port=int(jobs.replica_port),
         ready_timeout_s=float(jobs.ready_timeout_s),
         poll_interval_s=float(jobs.poll_interval_s),
@@ -289,16 +295,10 @@ def plan_notes(launch_id: str, namespace: str, cpu_note: str | None) -> list[str
     return notes
 
 
-def rehearse_spec(cfg: Any) -> Rehearse | None:
-    if not cfg.rehearsal.enabled:
-        return None
-    rehearsal = cfg.rehearsal
-    return Rehearse(float(rehearsal.listing_lag_s), float(rehearsal.negative_cache_s), rehearsal.dir)
-
-
-def build_jobs_plan(cfg: Any, launch_id: str | None = None) -> JobsPlan:
-    """The whole launch as data. Without launcher.hf_jobs.namespace, `<namespace>` stands for the token's user."""
-    require_valid(cfg)
+def build_jobs_plan(cfg: Any, launch_id: str | None = None, hub: HubBackend = REAL_HUB) -> JobsPlan:
+    """The whole launch as data, for the Hub backend `hub`. Without launcher.hf_jobs.namespace, `<namespace>` stands
+    for the token's user."""
+    require_valid(cfg, hub)
     jobs = cfg.launcher.hf_jobs
     run_id, launch_id = str(jobs.run_id), launch_id or uuid.uuid4().hex[:12]
     namespace = jobs.namespace or NAMESPACE_PLACEHOLDER
@@ -314,16 +314,16 @@ def build_jobs_plan(cfg: Any, launch_id: str | None = None) -> JobsPlan:
     fewest, most = fleet_bounds(cfg.inference)  # a fixed number twice, or min_replicas..max_replicas with auto
     cpu_note = cpu_flavor_note(cfg, [str(jobs.replica_flavor)] * fewest + [str(jobs.trainer_flavor)])
     cfg = config_for_jobs(cfg, inputs)  # from here on, the Jobs' view: local inputs replaced by their bucket copies
-    config_text = job_config_text(cfg, namespace, bucket)
+    config_text = job_config_text(cfg, namespace, bucket, hub)
     secrets = list(dict.fromkeys([TOKEN_SECRET, *jobs.secrets]))
     record = launch_record(run_dir_in_bucket, overrides)
     for text in (config_text, record.text if record else ""):
         refuse_secret_values(text, secrets)
     config = ConfigUpload(f"{run_dir_in_bucket}/{CONFIG_FILE}", config_text)
-    replicas = [replica_job(cfg, i, bucket, run_id, launch_id) for i in range(fewest)]
+    replicas = [replica_job(cfg, i, bucket, run_id, launch_id, hub) for i in range(fewest)]
     fleet = None
     if is_auto_fleet(cfg.inference):
-        template = replica_job(cfg, fewest, bucket, run_id, launch_id)
+        template = replica_job(cfg, fewest, bucket, run_id, launch_id, hub)
         fleet = jobs_fleet(cfg, template, run_id, run_dir, run_dir_in_bucket)
     trainer = trainer_job(
         cfg,
@@ -332,6 +332,7 @@ def build_jobs_plan(cfg: Any, launch_id: str | None = None) -> JobsPlan:
         launch_id,
         f"{run_dir}/{CONFIG_FILE}",
         f"{run_dir}/{WHEEL_DIR}/{wheel.filename}" if wheel else None,
+        hub,
     )
     return JobsPlan(
         run_id=run_id,
@@ -342,11 +343,12 @@ def build_jobs_plan(cfg: Any, launch_id: str | None = None) -> JobsPlan:
         replicas=replicas,
         trainer=trainer,
         config=config,
-        watch=watch_settings(cfg),
+        watch=watch_settings(cfg, hub),
         wheel=wheel,
         inputs=inputs,
         notes=plan_notes(launch_id, namespace, cpu_note),
-        rehearse=rehearse_spec(cfg),
+        hub_lines=hub.plan_lines(),
+        jobs_on_this_machine=hub.jobs_on_this_machine,
         launch_record=record,
         after=after,
         in_job=in_job_processes(config_text, fewest),

@@ -7,21 +7,21 @@ and each file lands under its name only once its size matches (a cut download le
 next time). `agrpo eval`, `plot` and `push` then work on the folder as on a local run's.
 
 RUN_ID is looked up in <namespace>/agrpo-runs (--namespace: a user or org, default the token's user; --bucket for
-another bucket), or give the bucket path: `hf://buckets/NS/BUCKET/RUN_ID` or `NS/BUCKET/RUN_ID`. After a rehearsal,
-`--rehearsal-dir DIR` reads the rehearsal's bucket folder through the same API.
+another bucket), or give the bucket path: `hf://buckets/NS/BUCKET/RUN_ID` or `NS/BUCKET/RUN_ID`. After a rehearsal
+(`--rehearse`), `--rehearsal-dir DIR` reads its stand-in's bucket folder through the same API.
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import os
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 from agrpo.errors import AgrpoError, LaunchError
+from agrpo.launchers.hf_jobs.hub import add_replay_flag, finished_run_hub
 
 NEVER = (".vllm_lora/", ".agrpo/", "inputs/")  # replicas' adapters, the wheel, the launching machine's own inputs
 PART = ".part"
@@ -159,21 +159,6 @@ def pull(api: Any, source: Source, to: str | None, checkpoints: bool, out=sys.st
     return dest, counts
 
 
-@contextlib.contextmanager
-def hub(rehearsal_dir: str | None) -> Iterator[tuple[Any, str | None]]:
-    """(api, its namespace when known): the Hub's, or a finished rehearsal's replayed through the same API."""
-    if rehearsal_dir:
-        from agrpo.launchers.hf_jobs.cost import PRICE_PER_HOUR_USD
-        from agrpo.rehearsal.rehearse import replay
-
-        with replay(rehearsal_dir, prices=PRICE_PER_HOUR_USD) as replayed:
-            yield replayed.api(), replayed.namespace
-        return
-    from agrpo.launchers.hf_jobs.client import make_api
-
-    yield make_api(), None
-
-
 def parse_args(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="agrpo pull", description=__doc__.split("\n\n", 1)[0].strip("`"))
     parser.add_argument("run", help="the run id (launcher.hf_jobs.run_id), or hf://buckets/NAMESPACE/BUCKET/RUN_ID")
@@ -181,7 +166,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--bucket", default="agrpo-runs", help="the bucket's name (sync.bucket; default agrpo-runs)")
     parser.add_argument("--checkpoints", action="store_true", help="also the checkpoint-N folders (resumable state)")
     parser.add_argument("--to", help="destination folder (default outputs/<run_name>/<RUN_ID>)")
-    parser.add_argument("--rehearsal-dir", help="pull from a finished rehearsal's folder (its rehearsal.dir)")
+    add_replay_flag(parser)
     return parser.parse_args(argv)
 
 
@@ -190,7 +175,7 @@ def main(argv: list[str]) -> int:
     try:
         from agrpo.launchers.hf_jobs.client import resolve_namespace
 
-        with hub(args.rehearsal_dir) as (api, replayed):
+        with finished_run_hub(args.replay_dir) as (api, replayed):
             namespace, bucket, run_id = parse_source(args.run, args.namespace or replayed, args.bucket)
             source = Source(f"{namespace or resolve_namespace(api, None)}/{bucket}", run_id)
             dest, counts = pull(api, source, args.to, args.checkpoints)

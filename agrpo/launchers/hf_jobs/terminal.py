@@ -2,7 +2,7 @@
 own console lines, and a summary with what the run cost and what to do next.
 
 Everything else goes to files and the banner names them: on this machine `<run dir>/logs/launch.log` (every HTTP
-request huggingface_hub makes, uploads, each Job's stage, the stand-in's lines in a rehearsal); in the run's folder
+request huggingface_hub makes, uploads, each Job's stage, a stand-in Hub's own lines); in the run's folder
 `logs/install.log` (pip), `logs/trainer_job.log` (the trainer Job's launcher), `logs/trainer.log` (the trainer, every
 library at full detail) and `logs/proxy.log`. Formatting is pure; `launch_console` is the one I/O part.
 """
@@ -19,27 +19,33 @@ from agrpo.launchers.hf_jobs.cost import JobCost, Prices, cost_lines
 from agrpo.launchers.hf_jobs.plan import JobsPlan
 
 # Loggers whose INFO lines are details of a launch (kept in launch.log, off the terminal): the executor, readiness,
-# the Hub client, the rehearsal's stand-in. What the terminal shows of them, the executor prints itself.
-DETAIL_LOGGERS = ("agrpo.launchers.hf_jobs", "agrpo.rehearsal")
+# the Hub client, and the Hub backend's own (its `detail_loggers`). What the terminal shows of them, the executor
+# prints itself.
+DETAIL_LOGGERS = ("agrpo.launchers.hf_jobs",)
 JOB_LOGS = "logs/install.log (pip), logs/trainer_job.log, logs/trainer.log, logs/proxy.log"
 
 
 class LaunchConsoleFilter(logging.Filter):
     """On the terminal: agrpo's own lines (the plan) but not a launch's details, and anyone's warnings and errors."""
 
+    def __init__(self, detail_loggers: tuple[str, ...] = ()):
+        super().__init__()
+        self.details = (*DETAIL_LOGGERS, *detail_loggers)
+
     def filter(self, record: logging.LogRecord) -> bool:
         if record.levelno >= logging.WARNING:
             return True
         name = record.name
-        return (name == "agrpo" or name.startswith("agrpo.")) and not name.startswith(DETAIL_LOGGERS)
+        return (name == "agrpo" or name.startswith("agrpo.")) and not name.startswith(self.details)
 
 
 @contextlib.contextmanager
-def launch_console(log_file: str | None) -> Iterator[None]:
-    """While a Jobs run is followed: the terminal filtered as above, every record at INFO and up in `log_file`."""
+def launch_console(log_file: str | None, detail_loggers: tuple[str, ...] = ()) -> Iterator[None]:
+    """While a Jobs run is followed: the terminal filtered as above (`detail_loggers`: the Hub backend's own loggers,
+    details too), every record at INFO and up in `log_file`."""
     root = logging.getLogger()
     streams = [h for h in root.handlers if type(h) is logging.StreamHandler]  # not the file handlers (subclasses)
-    quiet = LaunchConsoleFilter()
+    quiet = LaunchConsoleFilter(detail_loggers)
     for handler in streams:
         handler.addFilter(quiet)
     file_handler, level = None, root.level
@@ -84,7 +90,7 @@ def run_prefix(plan: JobsPlan) -> str:
 
 def banner_lines(plan: JobsPlan) -> list[str]:
     total, unknown = plan.cost_per_hour()
-    where = " (a rehearsal: every Job on this machine, nothing billed)" if plan.rehearse else ""
+    where = " (every Job on this machine, nothing billed)" if plan.jobs_on_this_machine else ""
     lines = [
         f"agrpo: HF Jobs run {plan.run_id}: {len(plan.replicas)} replica Job(s) + 1 trainer Job in {plan.namespace}"
         + where,
@@ -113,10 +119,10 @@ def end_lines(
         f"agrpo: HF Jobs run {plan.run_id} {'done' if done else 'over'}: trainer Job {stage}"
         + (f", {steps} steps" if steps else "")
     ]
-    label = "would cost" if plan.rehearse else "cost"
+    label = "would cost" if plan.jobs_on_this_machine else "cost"
     lines += cost_lines(costs, prices, samples if done else None, label=label)
-    if plan.rehearse:
-        lines.append("  (a rehearsal bills nothing: this is what these Jobs would cost on their flavors)")
+    if plan.jobs_on_this_machine:
+        lines.append("  (Jobs on this machine bill nothing: this is what these Jobs would cost on their flavors)")
     if done and plan.after:
         lines += next_commands(plan.after, plan.run_id, plan.namespace, replay)
     return lines
