@@ -89,7 +89,11 @@ def simulate(args, fewest: int, most: int, auto: bool) -> Run:
             continue
         decision, memory = decide(signals(run, pending is not None, knobs.recent_steps), memory, knobs)
         if decision.action in (ADD, RELEASE) and pending is None:
-            pending = (decision, signals(run, False, knobs.recent_steps), run.now + (args.boot_s if decision.action == ADD else 0.0))
+            pending = (
+                decision,
+                signals(run, False, knobs.recent_steps),
+                run.now + (args.boot_s if decision.action == ADD else 0.0),
+            )
     return run
 
 
