@@ -92,7 +92,7 @@ class Budget:
     """The worst episode of a run against the context: all counts are tokens but `tool_output_chars`."""
 
     prompt: int  # the longest rendered prompt, tool list included
-    row: int  # its row
+    row: str  # its row, as the data check names it (`line 4 of train.jsonl`, or `row 3`)
     row_text: str  # the row as an error shows it
     tools: int  # how many tools its prompt lists
     completion: int  # trainer.max_completion_length: per model turn
@@ -119,7 +119,7 @@ class Budget:
         """The paragraph when the first turn, or the longest episode, cannot fit inference.max_model_len (pure)."""
         first = self.prompt + self.completion
         with_tools = f"with the list of {self.tools} tool{'s' if self.tools != 1 else ''}" if self.tools else ""
-        prompt = f"row {self.row}'s prompt is {self.prompt} tokens {with_tools} [{self.row_text}]".replace("  ", " ")
+        prompt = f"{self.row}'s prompt is {self.prompt} tokens {with_tools} [{self.row_text}]".replace("  ", " ")
         if first > self.max_model_len:
             return (
                 f"{prompt}; with trainer.max_completion_length={self.completion} that is {first} tokens, more than "
@@ -172,11 +172,12 @@ class AgentPrompts:
     def length(self, index: int) -> int:
         return self.renderer.length(self.prompts[index], self.schemas_of(index))
 
-    def problem(self, longest: int, where: int, row_text: str) -> str | None:
+    def problem(self, longest: int, where: int, row_text: str, label: str = "") -> str | None:
+        """`label`: how the data check names row `where` (its file and line); default `row <where>`."""
         section, schemas = self.cfg.agent, self.schemas_of(where)
         budget = Budget(
             prompt=longest,
-            row=where,
+            row=label or f"row {where}",
             row_text=row_text,
             tools=len(schemas),
             completion=int(self.cfg.trainer.max_completion_length),

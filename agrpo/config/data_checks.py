@@ -222,7 +222,7 @@ def template_problems(cfg: Any, dataset: Any, tokenizer: Any, label: Callable[[i
             longest, where = tokens, index
     row_text = describe_row({"prompts": [prompts[where]]}) if where is not None else ""
     if agent is not None:
-        found = agent.problem(longest, where, row_text) if where is not None else None
+        found = agent.problem(longest, where, row_text, label(where)) if where is not None else None
         return problems + ([found] if found else [])
     room = cfg.inference.max_model_len - cfg.trainer.max_completion_length
     if longest > room:

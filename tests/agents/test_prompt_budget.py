@@ -79,6 +79,7 @@ def test_rows_are_measured_with_the_tool_list_as_training_renders_them(own_tool_
     with_tools = prompt_tokens(found[0])
     assert with_tools > 4 * prompt_tokens(alone[0])  # the tool list is most of the prompt
     assert "with the list of 1 tool [prompt 'Convert " in found[0]
+    assert found[0].startswith("line ") and "train.jsonl's prompt is" in found[0]  # the file's line, not an index
     assert f"with trainer.max_completion_length=32 that is {with_tools + 32} tokens" in found[0]
     assert "vLLM would refuse the first turn of every episode of this row" in found[0]
     for key in ("inference.max_model_len", "trainer.max_completion_length"):
@@ -103,7 +104,7 @@ def test_the_longest_episode_must_fit_too_naming_every_key(own_tool_task, tiny_m
 def budget(**changes) -> Budget:
     values = dict(
         prompt=300,
-        row=7,
+        row="row 7",
         row_text="prompt hi",
         tools=2,
         completion=100,

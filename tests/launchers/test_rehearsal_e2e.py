@@ -90,7 +90,12 @@ def rehearsal(tmp_path_factory):
     try:
         deadline = time.monotonic() + 900
         while not (run / "checkpoint-4" / "trainer_state.json").is_file():
-            assert launcher.poll() is None and time.monotonic() < deadline, "no checkpoint-4 before the deadline"
+            if launcher.poll() is not None or time.monotonic() >= deadline:
+                if launcher.poll() is None:
+                    os.killpg(launcher.pid, signal.SIGTERM)
+                stdout, stderr = launcher.communicate(timeout=120)
+                raise AssertionError(f"no checkpoint-4 before the deadline (rc {launcher.returncode}):\n"
+                                     + (stdout + stderr)[-6000:])  # fmt: skip
             time.sleep(0.2)
         job_id = trainer_job_id()
         assert job_id is not None
