@@ -172,7 +172,8 @@ def hf_jobs_problems(cfg: Any, check_flavors: bool = True, jobs_on_this_machine:
     jobs = cfg.launcher.hf_jobs
     if sync.kind != "bucket":
         problems.append(f"launcher=hf_jobs needs sync=bucket (sync.kind={sync.kind!r}): Jobs share no disk")
-    problems += device_problems(cfg, jobs_on_this_machine)
+    if cfg.role == "all":  # the launching machine plans the replica Jobs; inside the trainer Job they exist already
+        problems += device_problems(cfg, jobs_on_this_machine)
     if check_flavors:
         problems += flavor_problems(jobs)
     if jobs_on_this_machine and jobs.detach:

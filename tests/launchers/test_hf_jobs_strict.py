@@ -218,3 +218,18 @@ def test_a_refused_job_creation_is_one_line_and_cancels_what_was_launched(monkey
     assert message.startswith("the Jobs API refused the trainer Job run1-trainer (ValueError: `name` and the")
     assert "every Job of run run1 was cancelled" in message and "\n" not in message
     assert fake.cancelled() == list(fake.jobs)[:1]  # the replica it had launched
+
+
+def test_the_trainer_job_does_not_recheck_the_replicas_device():
+    """The replicas' device against their flavor is the launching machine's check (role=all, before any Job starts);
+    the trainer Job (role=trainer) reads the uploaded config, whose replica Jobs exist already. Jobs that ran on this
+    machine serve a GPU flavor on the CPU, and their trainer Job refused that config (the rehearsal e2e, ffcaf72)."""
+    on_cpu = [*BASE, "inference.device=cpu"]  # a GPU replica_flavor (the default)
+    assert any("runs vLLM's GPU image" in p for p in hf_jobs_problems(compose_run_config(on_cpu)))
+    in_the_job = [
+        "role=trainer",
+        "launcher.hf_jobs.namespace=me",
+        "inference.use_proxy=true",
+        "proxy.token_env=HF_TOKEN",
+    ]
+    assert hf_jobs_problems(compose_run_config([*on_cpu, *in_the_job])) == []
