@@ -97,29 +97,19 @@ def test_the_old_command_still_plans_a_rehearsal(tmp_path):
     }
     command = [new_to_old.get(arg, arg) for arg in rehearsal_command(tmp_path / "r", "old")]
     assert "rehearsal.enabled=true" in command and "--rehearse" not in command
-    done = subprocess.run(
-        [*command, "inference.device=cpu", "launcher.dry_run=true"],
-        cwd=tmp_path,
-        env=rehearsal_env(),
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    done = run_cli([*command, "inference.device=cpu", "launcher.dry_run=true"], tmp_path)
     assert done.returncode == 0, done.stderr[-3000:]
     assert "rehearsal.enabled=true is deprecated" in done.stderr
     assert "rehearse (--rehearse): every Job below runs on this machine" in done.stdout
     assert str(tmp_path / "r") in done.stdout
 
 
+def run_cli(argv: list[str], cwd) -> subprocess.CompletedProcess:
+    return subprocess.run(argv, cwd=cwd, env=rehearsal_env(), capture_output=True, text=True, timeout=300)
+
+
 def test_the_flag_with_another_launcher_is_one_paragraph_and_exit_2(tmp_path):
-    done = subprocess.run(
-        [*rehearsal_command(tmp_path / "r", "local")[:4], "--rehearse", "launcher.dry_run=true"],
-        cwd=tmp_path,
-        env=rehearsal_env(),
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    done = run_cli([*rehearsal_command(tmp_path / "r", "local")[:4], "--rehearse", "launcher.dry_run=true"], tmp_path)
     assert done.returncode == 2, done.stderr[-3000:]
     assert "agrpo: error: --rehearse chooses where a launcher=hf_jobs plan runs" in done.stderr
     assert "launcher=local" in done.stderr and "Traceback" not in done.stderr
