@@ -35,6 +35,17 @@ pytestmark = [
 ]
 
 AUTO = ["inference.replicas=auto", "inference.min_replicas=1", "inference.max_replicas=2"]
+# The policy's shares for a noisy 2-core machine (docs/elastic.md measured 0.25 too): in a fresh-clone CI run the
+# trainer, held to a tenth of a core, waited 3-9% of its latest 20 steps (0.4-0.7 s each: one 1-2 s hiccup is a few
+# percent of them), never the default 2%, and the fleet held both replicas to the end. The release itself (the
+# decision, the drain, the stop, the verdict) is what this run shows; the defaults are the policy table's
+# (tests/fleet/test_policy.py) and the simulation's (benchmarks/fleet_simulation.py). A shorter cool-down leaves the
+# release more steps after the add's.
+SHARES = [
+    "inference.fleet.add_wait_share=0.25",
+    "inference.fleet.release_wait_share=0.1",
+    "inference.fleet.cooldown_s=10",
+]
 # vLLM's start takes 40-120 s on 2 busy cores, about the rest of a 60-step smoke run: the newcomer serves from steps
 # 30-40 and is judged by step ~50; the release then needs the cool-down and inference.fleet.recent_steps (20) quiet
 # steps (benchmarks/elastic.py --release 0.1: decided at step ~87 of 100). 130 leave room for a slower machine.
@@ -60,6 +71,7 @@ def elastic_run(tmp_path_factory):
         "agrpo",
         "+recipe=smoke",
         *AUTO,
+        *SHARES,
         f"trainer.max_steps={STEPS}",
         f"hydra.run.dir={run_dir}",
     ]
@@ -157,7 +169,7 @@ def test_idle_replicas_were_released_drained_and_the_release_judged(elastic_run)
         r"agrpo fleet: 2 -> 1 replicas \(vllm-1 draining\): replicas idle: the trainer waited only (\d+)% of each step",
         output,
     )
-    assert released and int(released.group(1)) <= 2, output[-3000:]
+    assert released and int(released.group(1)) <= 10, output[-3000:]  # release_wait_share=0.1
     assert RELEASED in output and "1 replica(s) at the end" in output, output[-3000:]
     assert re.search(r"agrpo fleet: 1 replica\(s\): kept the release: steps/s", output), output[-3000:]
     history = [e for e in json.loads((run_dir / "log_history.json").read_text()) if "fleet/replicas" in e]
