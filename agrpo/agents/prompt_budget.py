@@ -172,12 +172,12 @@ class AgentPrompts:
     def length(self, index: int) -> int:
         return self.renderer.length(self.prompts[index], self.schemas_of(index))
 
-    def problem(self, longest: int, where: int, row_text: str, label: str = "") -> str | None:
-        """`label`: how the data check names row `where` (its file and line); default `row <where>`."""
+    def problem(self, longest: int, where: int, row_text: str, label: str) -> str | None:
+        """`label`: how the data check names row `where` (its file and line, or its place in the data)."""
         section, schemas = self.cfg.agent, self.schemas_of(where)
         budget = Budget(
             prompt=longest,
-            row=label or f"row {where}",
+            row=label,
             row_text=row_text,
             tools=len(schemas),
             completion=int(self.cfg.trainer.max_completion_length),

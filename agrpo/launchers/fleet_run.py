@@ -15,25 +15,28 @@ from agrpo.processes.managed import ManagedProcess
 from agrpo.proxy.settings import ADMIN_TOKEN_ENV
 
 
+_DEFAULTS = FleetConfig()
+
+
+def fleet_setting(policy: dict[str, Any], key: str) -> Any:
+    """inference.fleet.<key> from the plan's policy record (it holds every key, as floats; a record written before a
+    key existed gets FleetConfig's default), in FleetConfig's type."""
+    default = getattr(_DEFAULTS, key)
+    return type(default)(policy.get(key, default))
+
+
 def policy_knobs(plan: Plan) -> Knobs:
     fleet = plan.fleet
     assert fleet is not None
-    names = {f.name for f in dataclasses.fields(Knobs)}
-    given = {key: value for key, value in fleet.policy.items() if key in names}
-    for key in ("window_steps", "recent_steps"):
-        given[key] = int(given.get(key, getattr(Knobs, key)))
+    given = {
+        f.name: fleet_setting(fleet.policy, f.name) for f in dataclasses.fields(Knobs) if hasattr(_DEFAULTS, f.name)
+    }
     return Knobs(min_replicas=fleet.min_replicas, max_replicas=fleet.max_replicas, **given)
 
 
 def controller_settings(policy: dict[str, Any]) -> dict[str, Any]:
-    """The controller's own inference.fleet.* keys from the plan's policy record (which holds every key; the
-    defaults are FleetConfig's, for a record written before a key existed)."""
-    defaults = FleetConfig()
-    return {
-        "poll_s": float(policy.get("poll_s", defaults.poll_s)),
-        "drain_timeout_s": float(policy.get("drain_timeout_s", defaults.drain_timeout_s)),
-        "settle_steps": int(policy.get("settle_steps", defaults.settle_steps)),
-    }
+    """The controller's own inference.fleet.* keys (the policy's are in its Knobs)."""
+    return {key: fleet_setting(policy, key) for key in ("poll_s", "drain_timeout_s", "settle_steps")}
 
 
 def fleet_controller(plan: Plan, replicas: list[Any], started: list[Any]) -> FleetController:
@@ -58,6 +61,6 @@ def fleet_controller(plan: Plan, replicas: list[Any], started: list[Any]) -> Fle
         startup_timeout_s=plan.supervision.startup_timeout_s,
         inflight_ceiling=fleet.inflight_ceiling,
         say=lambda line: print(line, flush=True),
-        price_per_hour=float(fleet.policy.get("replica_price_per_hour", FleetConfig().replica_price_per_hour)),
+        price_per_hour=fleet_setting(fleet.policy, "replica_price_per_hour"),
         price_source="inference.fleet.replica_price_per_hour",
     )

@@ -24,10 +24,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from agrpo.config.schema.inference import FleetConfig
 from agrpo.fleet.controller import FleetController, http
 from agrpo.hub_compat import supported_kwargs
-from agrpo.launchers.fleet_run import controller_settings, policy_knobs
+from agrpo.launchers.fleet_run import controller_settings, fleet_setting, policy_knobs
 from agrpo.launchers.hf_jobs.client import TERMINAL_STAGES, cancel_jobs, hf_token, run_jobs, secret_values, stage_of
 from agrpo.launchers.hf_jobs.cost import read_prices
 from agrpo.launchers.hf_jobs.fleet import FLEET_FILE, JobsFleet
@@ -196,7 +195,7 @@ class JobsFleetPlan(FleetPlan):
             new_spare=pool.new,
             watched=pool.serving(),
             replace_lost=True,
-            max_replacements=int(self.policy.get("max_replacements", FleetConfig().max_replacements)),
+            max_replacements=fleet_setting(self.policy, "max_replacements"),
             price_per_hour=price or 0.0,
             price_source=f"{self.record.replica.flavor}, {prices.source}",
         )
