@@ -5,7 +5,7 @@
 The recipe's tiny model is warm-started on the task's own tool by `agent.warmstart` (agrpo/agents/warmstart.py, as any
 user's task would be) and calls it in about a tenth of its episodes at first; the secret word it is asked for can only
 be learnt through a call for the right player. The checks: both rewards rise by more than 0.3 (last 10 steps against
-the first 5), episodes have more than one turn, every tool call succeeds,
+the first 5), episodes have more than one turn, the tool answers (the few failures are malformed arguments),
 continuation turns reach the replica that served their episode's previous turn, the figures reach TensorBoard,
 metrics.json and the end-of-run line, and the evaluation's episodes call the tool as the trained policy does.
 """
@@ -32,6 +32,7 @@ pytestmark = [
 
 TOOL_USE = "rewards/SecretWordEnv"  # the environment's reward: 1 when the episode called get_secret
 STEPS = 30  # of the recipe's 60: both rewards are up by ~0.7 by steps 11-15 (recipes/agent_smoke.md); CI time
+MAX_FAILURE_SHARE = 0.02  # of the tool calls: the policy's own malformed arguments (below)
 RISE = 0.3  # the least rise of both rewards, last 10 steps against the first 5 (issue 32)
 
 
@@ -72,10 +73,16 @@ def test_the_policy_learnt_to_call_the_tool(agent_run):
     assert mean(answers[-10:]) > mean(answers[:5]) + RISE, answers  # the word could only come from the tool
 
 
-def test_episodes_took_several_turns_and_every_call_succeeded(agent_run):
+def test_episodes_took_several_turns_and_the_tool_answered(agent_run):
     run_dir, output = agent_run
     agent = json.loads((run_dir / "metrics.json").read_text())["agent"]
-    assert agent["agent/tool_calls"] > 100 and agent["agent/tool_failures"] == 0
+    # A call the sampling policy writes to a misspelt tool or with a wrong argument (no `player`) is a failure in
+    # TRL's count (its "policy error that should decay"): a CI run saw 2 in 434 calls. A broken tool path (pickling,
+    # the guard, the environment's reset) fails every call.
+    assert (
+        agent["agent/tool_calls"] > 100
+        and agent["agent/tool_failures"] <= MAX_FAILURE_SHARE * agent["agent/tool_calls"]
+    )
     assert 1.2 < agent["agent/turns_per_episode"] <= 3.0  # max_tool_calling_iterations=2: at most 3 turns
     assert "agent: " in output and "tool calls per episode" in output
 
@@ -112,7 +119,7 @@ def test_eval_plays_episodes_with_the_same_environment(agent_run, tmp_path):
     run([*argv, "eval.max_problems=8", f"eval.output_dir={out}"], timeout=900)
     summary = json.loads((out / "eval_summary.json").read_text())
     assert summary["problems"] == 8 and summary["k"] == 4
-    assert summary["agent"]["tool_calls_per_episode"] > 0.5 and summary["agent"]["tool_failure_share"] == 0.0
+    assert summary["agent"]["tool_calls_per_episode"] > 0.5 and summary["agent"]["tool_failure_share"] <= 2 / 32
     assert summary["term_means"]["SecretWordEnv"] > 0.5
     first = json.loads((out / "eval_results.jsonl").read_text().splitlines()[0])
     call = "-> get_secret({'player': '%s'})" % re.findall("|".join(PLAYERS), first["problem"])[-1]  # the asked one
