@@ -222,6 +222,25 @@ def toy_tokens(tokenizer: Any, schemas: list[dict], values: list[Any]) -> list[s
     return block + [*TOOL_TAGS, *CALL_PIECES, *names, *ex.recurring_strings(values)]
 
 
+def check_tokenizer(cfg: Any, tokenizer: Any) -> Any:
+    """The base model's tokenizer as the data check should count with it while the warm start is pending (the data
+    check runs before the warm model exists): with the single tokens `build_warm_model` will add for the run's tools
+    (the tool list of the system turn, the call's pieces, the names), in place. An upper bound on the warm model's
+    counts: the tokens it also adds for recurring argument values and tool answers only shorten (they need every
+    tool called on every sampled row, which the build does and a check should not)."""
+    from agrpo.agents.build import Agent
+    from agrpo.agents.prompt_budget import _schema
+
+    try:
+        functions = tool_functions(Agent.from_config(cfg.agent))
+    except Exception:  # reported by agents/checks.py (the tools) or by the warm start itself (several environments)
+        return tokenizer
+    schemas = [_schema(function) for function in functions.values()]
+    if None not in schemas:
+        tokenizer.add_tokens(toy_tokens(tokenizer, schemas, []))
+    return tokenizer
+
+
 def example_rows(tokenizer: Any, episodes: list[ex.Episode], schemas: list[dict]) -> list[tuple]:
     from agrpo.agents.prompt_budget import TrainingRenderer
 

@@ -174,8 +174,9 @@ class AgentConfig:
         4,
         doc="Tool-calling turns per episode (TRL's max_tool_calling_iterations). With it finite, validation checks "
         "that the longest episode fits inference.max_model_len: the prompt with its tool list, one "
-        "trainer.max_completion_length per model turn and agent.max_tool_output_chars per tool round. null: no "
-        "limit (an episode that outgrows the context ends at the turn vLLM refuses).",
+        "trainer.max_completion_length per model turn and agent.max_tool_output_chars per tool round (before an "
+        "agent.warmstart is built, counted with the tokens it will add: an upper bound). null: no limit (an episode "
+        "that outgrows the context ends at the turn vLLM refuses).",
     )
     tool_timeout_s: Optional[float] = knob(
         30.0,
