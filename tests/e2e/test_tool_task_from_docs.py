@@ -10,7 +10,8 @@ the tool and the reward. Nothing else the page does not say: if the page's setti
 The checks: tool calls per episode rise by at least 0.5 and the reward by at least 0.3, the last 10 steps against
 the first 5 (measured 2026-12-06 in two runs: calls 0.08 -> 0.90 and 0.26 -> 0.88, the reward 0.12 -> 0.78 and
 0.28 -> 0.76), the calls answered, and nothing of the run left running. The timeout is the acceptance's 20 minutes;
-the run took 3.5 minutes with its warm start built (2 min), the replica's start (32 s) and 40 steps (30 s).
+the run took 3.5 minutes with its warm start built (2 min), the replica's start (32 s) and 40 steps (30 s); 74 s
+with the warm start cached (calls 0.15 -> 0.91, reward 0.17 -> 0.76).
 """
 
 from __future__ import annotations
