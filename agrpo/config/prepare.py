@@ -1,19 +1,19 @@
-"""compose -> validate -> resolve: the one way a run config becomes the config every part of agrpo reads.
+"""compose -> validate -> resolve: the one way a run config becomes the typed run spec every part of agrpo reads.
 
 Every entrypoint goes through `prepare`: `python -m agrpo` (agrpo/cli.py, after Hydra composed), `agrpo eval`
 (agrpo/eval/cli.py), launchers/serve_replica.py and the trainer Job (agrpo/launchers/hf_jobs/trainer.py). So a bad
-override gets the same one-paragraph ConfigError (exit 2) everywhere, and downstream code reads resolved values
-(device, dtype, served LoRA rank and count, proxy or not, queue size, eval's max tokens) instead of deriving them.
-`agrpo plot` and `agrpo push` read a finished run's `config.yaml`, which this step already resolved.
+override gets the same one-paragraph ConfigError (exit 2) everywhere, and downstream code reads the spec's final,
+frozen values (device, dtype, served LoRA rank and count, proxy or not, queue size, eval's max tokens) instead of
+deriving them (agrpo/config/spec.py). The trainer process, `agrpo plot` and `agrpo push` read a run's `config.yaml`,
+which this step resolved, with `load_spec`.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from omegaconf import DictConfig
-
 from agrpo.config.compose import compose_overrides  # noqa: F401  (entrypoints import it from here)
+from agrpo.config.schema import RunConfig
 
 
 def jobs_elsewhere(cfg: Any, jobs_on_this_machine: bool) -> bool:
@@ -63,27 +63,29 @@ def trains_here(cfg: Any) -> bool:
 def prepare(
     cfg: Any,
     check_environment: bool = True,
-    training_data: bool = True,
+    evaluating: bool = False,
     cuda_available: bool | None = None,
     jobs_on_this_machine: bool = False,
-) -> DictConfig:
+) -> RunConfig:
     """Check the installed TRL where the trainer starts from here (TrlChanged, exit 2, before anything else), validate
-    `cfg` (one ConfigError listing every problem) and return it resolved. `check_environment=False`
-    skips the checks against this machine (a replica node needs no data, rewards or trainer packages);
-    `training_data=False` skips the training data's (`agrpo eval` opens its test problems itself);
+    the composed `cfg` (one ConfigError listing every problem) and return its typed run spec, resolved and frozen.
+    `check_environment=False` skips the checks against this machine (a replica node needs no data, rewards or trainer
+    packages); `evaluating`: `agrpo eval`, which opens its test problems itself instead of the training data, adds
+    its own checks and serves eval.adapter (inference.max_lora_rank then holds its rank too: eval_checks.py);
     `jobs_on_this_machine`: launcher=hf_jobs's Hub backend runs the Jobs here (agrpo/launchers/hf_jobs/hub.py), so
     this machine's device decides what they serve on."""
+    from agrpo.config.eval_checks import served_adapter_rank
     from agrpo.config.resolve import resolve
     from agrpo.config.validate import validate
 
-    if check_environment and training_data and trains_here(cfg):
+    if check_environment and not evaluating and trains_here(cfg):
         from agrpo.trl_compat import check_trl
 
         check_trl()  # TRL's private names agrpo relies on (agrpo/trl_compat.py): reads TRL's source, imports nothing
     validate(
         cfg,
         check_environment=check_environment,
-        training_data=training_data,
+        evaluating=evaluating,
         jobs_on_this_machine=jobs_on_this_machine,
     )
     if check_environment:
@@ -92,9 +94,10 @@ def prepare(
         cfg = plan_warmstart(cfg)  # agent.warmstart: the model becomes the warm-started folder (built before the start)
     cuda = machine_has_cuda(cfg, jobs_on_this_machine) if cuda_available is None else cuda_available
     bf16 = machine_has_bf16(cfg, jobs_on_this_machine) if cuda else True
-    return resolve(cfg, cuda_available=cuda, bf16_supported=bf16)
+    rank = served_adapter_rank(cfg) if evaluating and check_environment else None
+    return resolve(cfg, cuda_available=cuda, bf16_supported=bf16, adapter_rank=rank)
 
 
-def prepare_overrides(overrides: list[str], output_dir: str | None = None, check_environment: bool = True):
+def prepare_overrides(overrides: list[str], output_dir: str | None = None, check_environment: bool = True) -> RunConfig:
     """compose -> validate -> resolve in one call."""
     return prepare(compose_overrides(overrides, output_dir), check_environment=check_environment)

@@ -171,14 +171,16 @@ def resolution_problems(cfg: Any) -> list[str]:
 
 
 def validate(
-    cfg: Any, check_environment: bool = True, training_data: bool = True, jobs_on_this_machine: bool = False
+    cfg: Any, check_environment: bool = True, evaluating: bool = False, jobs_on_this_machine: bool = False
 ) -> None:
     """Raise one ConfigError listing every problem, so the user fixes them in one go. `check_environment=False`
-    skips the checks against this machine (imports, files, packages, device); `training_data=False` skips opening
-    the training data (a command that does not train, e.g. `agrpo eval`, reads its own); `jobs_on_this_machine`: the
-    Hub backend runs launcher=hf_jobs's Jobs here (their replicas serve on this machine, whatever the flavor)."""
+    skips the checks against this machine (imports, files, packages, device); `evaluating`: `agrpo eval`, which
+    reads its own test problems instead of the training data and adds its own checks (eval_checks.py);
+    `jobs_on_this_machine`: the Hub backend runs launcher=hf_jobs's Jobs here (their replicas serve on this machine,
+    whatever the flavor)."""
     from agrpo.agents.checks import agent_problems
     from agrpo.config.environment import environment_problems
+    from agrpo.config.eval_checks import eval_problems
 
     problems = resolution_problems(cfg)  # the other checks read resolved values
     if not problems:
@@ -186,9 +188,10 @@ def validate(
     if not problems:
         problems = value_problems(cfg, jobs_on_this_machine)
         if check_environment:
-            problems += environment_problems(cfg, training_data) + machine_problems(cfg) + run_dir_problems(cfg)
+            problems += environment_problems(cfg, not evaluating) + machine_problems(cfg) + run_dir_problems(cfg)
         problems += agent_problems(cfg, check_environment)  # tools and environments (agrpo/agents/checks.py)
-    if not problems and check_environment and training_data:
+        problems += eval_problems(cfg, check_environment) if evaluating else []
+    if not problems and check_environment and not evaluating:
         problems = opened_data_problems(cfg)  # the data opened: columns, reward options, rows through the template
     if problems:
         listing = "; ".join(problems)
