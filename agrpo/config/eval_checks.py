@@ -9,21 +9,21 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from omegaconf import DictConfig
 
 ADAPTER_WEIGHTS = "adapter_model.safetensors"
 ADAPTER_CONFIG = "adapter_config.json"
 
 
-def eval_problems(cfg: Any, check_environment: bool = True) -> list[str]:
+def eval_problems(cfg: DictConfig, check_environment: bool = True) -> list[str]:
     """Which test problems, which adapter, which term decides "correct"."""
-    problems = test_file_problems(cfg)
+    problems = eval_data_problems(cfg)
     if check_environment:
         problems += adapter_problems(cfg) + correct_term_problems(cfg)
     return problems
 
 
-def test_file_problems(cfg: Any) -> list[str]:
+def eval_data_problems(cfg: DictConfig) -> list[str]:
     """A recipe that trains from a local file (data.path) must name the test file: evaluating the training file by
     accident would report training accuracy as test accuracy."""
     if cfg.eval.path or cfg.eval.name or not cfg.data.path:
@@ -34,7 +34,7 @@ def test_file_problems(cfg: Any) -> list[str]:
     ]
 
 
-def adapter_problems(cfg: Any) -> list[str]:
+def adapter_problems(cfg: DictConfig) -> list[str]:
     adapter = cfg.eval.adapter
     if not adapter or (Path(adapter) / ADAPTER_WEIGHTS).is_file() and (Path(adapter) / ADAPTER_CONFIG).is_file():
         return []
@@ -44,7 +44,7 @@ def adapter_problems(cfg: Any) -> list[str]:
     ]
 
 
-def correct_term_problems(cfg: Any) -> list[str]:
+def correct_term_problems(cfg: DictConfig) -> list[str]:
     """eval.correct_term indexes the reward terms: the run's, then those its environments add (agents/build.py)."""
     from agrpo.agents.build import Agent
     from agrpo.errors import ConfigError
@@ -59,7 +59,7 @@ def correct_term_problems(cfg: Any) -> list[str]:
     return [f"eval.correct_term={cfg.eval.correct_term} is not a reward term index (0..{count - 1})"]
 
 
-def served_adapter_rank(cfg: Any) -> int | None:
+def served_adapter_rank(cfg: DictConfig) -> int | None:
     """The LoRA rank of eval.adapter when `agrpo eval` starts the replicas that serve it (inference.max_lora_rank must
     hold it, whatever lora.r the recipe trains); None without an adapter or with inference.urls (servers of one's
     own, started with their own rank)."""

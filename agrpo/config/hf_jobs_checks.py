@@ -14,7 +14,7 @@ import os
 import re
 from typing import Any
 
-from omegaconf import OmegaConf
+from omegaconf import DictConfig, OmegaConf
 
 from agrpo.config.schema import TrainerLauncher
 
@@ -38,7 +38,7 @@ def walk(node: Any, prefix: str = ""):
         yield prefix, node
 
 
-def interpolated_secrets(cfg: Any, secret_names: list[str]) -> list[tuple[str, str]]:
+def interpolated_secrets(cfg: DictConfig, secret_names: list[str]) -> list[tuple[str, str]]:
     """(key, env name) of every `${oc.env:NAME}` reading a secret: a name in launcher.hf_jobs.secrets or one that
     looks like a credential. Resolving it would write its value into the Job's config file."""
     raw = OmegaConf.to_container(cfg, resolve=False) if OmegaConf.is_config(cfg) else cfg
@@ -120,7 +120,7 @@ def flavor_problems(jobs: Any) -> list[str]:
     return problems
 
 
-def device_problems(cfg: Any, jobs_on_this_machine: bool) -> list[str]:
+def device_problems(cfg: DictConfig, jobs_on_this_machine: bool) -> list[str]:
     """The replicas' device must match their flavor (Jobs that run on this machine serve on it, whatever the
     flavor)."""
     jobs, device = cfg.launcher.hf_jobs, cfg.inference.device
@@ -158,7 +158,7 @@ def install_problems(jobs: Any) -> list[str]:
     return problems
 
 
-def hf_jobs_problems(cfg: Any, jobs_on_this_machine: bool = False) -> list[str]:
+def hf_jobs_problems(cfg: DictConfig, jobs_on_this_machine: bool = False) -> list[str]:
     """Every problem of a launcher=hf_jobs / sync=bucket config; [] when it can launch (the planner trusts the spec
     for all of it). `jobs_on_this_machine`: the Hub backend runs the Jobs here (agrpo/launchers/hf_jobs/hub.py), which cannot
     outlive the launch."""

@@ -10,18 +10,19 @@ which this step resolved, with `load_spec`.
 
 from __future__ import annotations
 
-from typing import Any
+
+from omegaconf import DictConfig
 
 from agrpo.config.compose import compose_overrides  # noqa: F401  (entrypoints import it from here)
 from agrpo.config.schema import RunConfig
 
 
-def jobs_elsewhere(cfg: Any, jobs_on_this_machine: bool) -> bool:
+def jobs_elsewhere(cfg: DictConfig, jobs_on_this_machine: bool) -> bool:
     """Whether the run's replicas and trainer are HF Jobs on the Hub's machines, not this one."""
     return cfg.launcher.name == "hf_jobs" and cfg.role == "all" and not jobs_on_this_machine
 
 
-def machine_has_cuda(cfg: Any, jobs_on_this_machine: bool = False) -> bool:
+def machine_has_cuda(cfg: DictConfig, jobs_on_this_machine: bool = False) -> bool:
     """Whether the run's replicas and trainer have CUDA: HF Jobs always do (unless the Hub backend runs the Jobs on
     this machine); otherwise this machine decides. The one machine fact `resolve` needs."""
     if jobs_elsewhere(cfg, jobs_on_this_machine):
@@ -31,7 +32,7 @@ def machine_has_cuda(cfg: Any, jobs_on_this_machine: bool = False) -> bool:
     return torch.cuda.is_available()
 
 
-def machine_has_bf16(cfg: Any, jobs_on_this_machine: bool = False) -> bool:
+def machine_has_bf16(cfg: DictConfig, jobs_on_this_machine: bool = False) -> bool:
     """Whether the run's GPUs compute in bfloat16: the Jobs' flavors decide for HF Jobs, else this machine's GPU.
     Without it (pre-Ampere) the defaults fall back, once, with a line saying so (agrpo/config/gpu_precision.py)."""
     from agrpo.config.gpu_precision import flavor_has_bf16, local_facts
@@ -52,16 +53,16 @@ def machine_has_bf16(cfg: Any, jobs_on_this_machine: bool = False) -> bool:
     return facts.bf16 or not facts.cuda
 
 
-def trains_here(cfg: Any) -> bool:
+def trains_here(cfg: DictConfig) -> bool:
     """Whether the trainer of this run starts from this machine's packages, so TRL's private names are checked here:
     not with launcher=hf_jobs and role=all (the trainer Job checks its own TRL when it prepares the uploaded config),
-    nor for a replica node or `agrpo eval` (their callers pass check_environment=False / training_data=False: no
+    nor for a replica node or `agrpo eval` (their callers pass check_environment=False / evaluating=True: no
     trainer, and TRL may not even be installed there)."""
     return not (cfg.launcher.name == "hf_jobs" and cfg.role == "all")
 
 
 def prepare(
-    cfg: Any,
+    cfg: DictConfig,
     check_environment: bool = True,
     evaluating: bool = False,
     cuda_available: bool | None = None,

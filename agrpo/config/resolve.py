@@ -16,6 +16,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from omegaconf import DictConfig
+
 from agrpo.config.schema import RunConfig
 from agrpo.config.schema.inference import is_auto_fleet, starting_replicas
 from agrpo.config.schema.trainer import fixed_inflight, is_auto, staleness_ceiling
@@ -32,7 +34,7 @@ def round_lora_rank(rank: int) -> int:
     raise ValueError(f"LoRA rank {rank} exceeds the largest rank vLLM serves ({VLLM_LORA_RANKS[-1]})")
 
 
-def replica_count(cfg: Any) -> int:
+def replica_count(cfg: DictConfig | RunConfig) -> int:
     """Replicas at the start of the run (with inference.replicas=auto: min_replicas; the fleet then varies)."""
     return len(cfg.inference.urls) or starting_replicas(cfg.inference)
 
@@ -59,7 +61,7 @@ def served_dtype(dtype: str, device: str, bf16_supported: bool = True) -> str:
     return "float32" if device == "cpu" else ("bfloat16" if bf16_supported else "float16")
 
 
-def served_lora_rank(cfg: Any, adapter_rank: int | None = None) -> int:
+def served_lora_rank(cfg: DictConfig | RunConfig, adapter_rank: int | None = None) -> int:
     """inference.max_lora_rank: the vLLM capacity that holds lora.r; with `adapter_rank` (`agrpo eval` serving an
     adapter on replicas it starts), one that holds that adapter too, whatever lora.r the recipe trains."""
     rank = cfg.inference.max_lora_rank or round_lora_rank(cfg.lora.r)
@@ -72,12 +74,12 @@ def least_loras(trainer: Any) -> int:
     return trainer.max_staleness + 2
 
 
-def served_max_loras(cfg: Any) -> int:
+def served_max_loras(cfg: DictConfig | RunConfig) -> int:
     """inference.max_loras: `least_loras`."""
     return cfg.inference.max_loras or least_loras(cfg.trainer)
 
 
-def uses_proxy(cfg: Any) -> bool:
+def uses_proxy(cfg: DictConfig | RunConfig) -> bool:
     """inference.use_proxy: agrpo's proxy goes in front of several replicas, of a fleet that sizes itself, or when
     asked for."""
     if cfg.inference.use_proxy is not None:
@@ -107,7 +109,7 @@ def queue_size(trainer: Any) -> int:
 
 
 def derived_values(
-    cfg: Any, cuda_available: bool, bf16_supported: bool = True, adapter_rank: int | None = None
+    cfg: DictConfig | RunConfig, cuda_available: bool, bf16_supported: bool = True, adapter_rank: int | None = None
 ) -> dict[str, Any]:
     """Dotted key -> derived value, for each key whose config value asks to be derived. `bf16_supported`: the GPU
     computes in bfloat16 (False on pre-Ampere GPUs: the trainer then trains in float32, vLLM serves float16);
@@ -138,7 +140,9 @@ def derived_values(
     return derived
 
 
-def resolve(cfg: Any, cuda_available: bool, bf16_supported: bool = True, adapter_rank: int | None = None) -> RunConfig:
+def resolve(
+    cfg: DictConfig | RunConfig, cuda_available: bool, bf16_supported: bool = True, adapter_rank: int | None = None
+) -> RunConfig:
     """The typed run spec of a validated, composed `cfg`: every interpolation resolved, every derived value filled
     in, each choice field holding its Enum member (Hydra composed it as text; agrpo/config/schema/knobs.py)."""
     from agrpo.config.spec import spec_of, with_values

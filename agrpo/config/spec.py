@@ -50,7 +50,7 @@ def typed(hint: Any, value: Any) -> Any:
     return value
 
 
-def spec_of(cfg: Any) -> RunConfig:
+def spec_of(cfg: DictConfig) -> RunConfig:
     """The spec of a composed (or read) config: every interpolation resolved, nothing derived (resolve does that)."""
     return build(RunConfig, OmegaConf.to_container(cfg, resolve=True))
 

@@ -2,9 +2,9 @@
 
 import pytest
 
-from agrpo.config.compose import compose_run_config
 from agrpo.config.resolve import round_lora_rank
 from agrpo.inference.vllm_server import build_replica_launch
+from tests.specs import spec_for
 
 
 def flag(argv, name):
@@ -12,7 +12,7 @@ def flag(argv, name):
 
 
 def test_cpu_replica_command_has_the_flags_adapter_sync_needs():
-    cfg = compose_run_config(["+recipe=smoke", "trainer.max_staleness=3", "lora.r=4"], output_dir="/tmp/x")
+    cfg = spec_for("+recipe=smoke", "trainer.max_staleness=3", "lora.r=4", output_dir="/tmp/x")
     launch = build_replica_launch(cfg, 8123, device="cpu", python="python")
     argv = launch.argv
     assert argv[:3] == ["python", "-m", "vllm.entrypoints.openai.api_server"]
@@ -34,7 +34,7 @@ def test_cpu_replica_command_has_the_flags_adapter_sync_needs():
 
 
 def test_gpu_replica_pins_its_gpus_and_memory_share():
-    cfg = compose_run_config(["+recipe=gsm8k", "inference.gpu_memory_utilization=0.5"], output_dir="/tmp/x")
+    cfg = spec_for("+recipe=gsm8k", "inference.gpu_memory_utilization=0.5", output_dir="/tmp/x", cuda=True)
     launch = build_replica_launch(cfg, 9000, device="cuda", gpus=[2, 3], python="python")
     assert launch.env["CUDA_VISIBLE_DEVICES"] == "2,3"
     assert flag(launch.argv, "--gpu-memory-utilization") == "0.5"
@@ -45,13 +45,11 @@ def test_gpu_replica_pins_its_gpus_and_memory_share():
 
 
 def test_explicit_engine_values_and_extra_args_pass_through():
-    cfg = compose_run_config(
-        [
-            "+recipe=smoke",
-            "inference.max_loras=9",
-            "inference.max_lora_rank=64",
-            "inference.extra_args=[--enforce-eager]",
-        ],
+    cfg = spec_for(
+        "+recipe=smoke",
+        "inference.max_loras=9",
+        "inference.max_lora_rank=64",
+        "inference.extra_args=[--enforce-eager]",
         output_dir="/tmp/x",
     )
     argv = build_replica_launch(cfg, 1, device="cpu").argv
