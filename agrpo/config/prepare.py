@@ -4,12 +4,11 @@ Every entrypoint goes through `prepare`: `python -m agrpo` (agrpo/cli.py, after 
 (agrpo/eval/cli.py), launchers/serve_replica.py and the trainer Job (agrpo/launchers/hf_jobs/trainer.py). So a bad
 override gets the same one-paragraph ConfigError (exit 2) everywhere, and downstream code reads the spec's final,
 frozen values (device, dtype, served LoRA rank and count, proxy or not, queue size, eval's max tokens) instead of
-deriving them (agrpo/config/spec.py). The trainer process, `agrpo plot` and `agrpo push` read a run's `config.yaml`,
-which this step resolved, with `load_spec`.
+deriving them (agrpo/config/spec.py). The trainer process reads the run's `config.yaml`, which holds this spec, with
+`load_spec`; `agrpo plot` and `agrpo push` read it as plain data (a finished run, maybe of another agrpo version).
 """
 
 from __future__ import annotations
-
 
 from omegaconf import DictConfig
 

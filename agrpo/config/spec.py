@@ -4,11 +4,12 @@ Hydra composes on mutable copies of the schema (`composable`); `resolve` turns t
 spec with `spec_of`: the schema's own frozen dataclasses, each choice field an Enum member, each derived value filled.
 Its lists and dicts stay plain lists and dicts (fresh copies the spec owns: TRL, argparse and json take them as they
 are); nothing downstream changes them, and a field cannot be rebound. A value changes by `with_values` (a copy), in
-the few places that own the change (prepare's warm start, a Jobs config's role and URLs, a replica node's host).
+the few places that own the change (a Jobs config's role, URLs and inputs, a requeued trainer Job's resume, a replica
+node's host, eval's test split).
 
-`<run_dir>/config.yaml` is `spec_yaml(spec)`; `load_spec(path)` reads it back (the trainer process, `agrpo plot`,
-`agrpo push`), and `read_config(path)` gives the mutable composed form for a process that prepares it again (the
-trainer Job, on its own machine).
+`<run_dir>/config.yaml` is `spec_yaml(spec)`; `load_spec(path)` reads it back (the trainer process), and
+`read_config(path)` gives the mutable composed form for a process that prepares it again (the trainer Job, on its own
+machine).
 """
 
 from __future__ import annotations

@@ -7,7 +7,6 @@ raises one ConfigError listing everything, each problem naming the key to change
 
 from __future__ import annotations
 
-
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 

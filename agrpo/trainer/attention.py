@@ -9,7 +9,6 @@ chose it, else agrpo's SDPA.
 
 from __future__ import annotations
 
-
 import torch
 from torch.nn.attention.bias import causal_lower_right
 
