@@ -60,7 +60,7 @@ def after_run(
         bucket_name=str(cfg.sync.bucket).split("/")[-1],
         eval_overrides=eval_overrides(overrides or []),
         base_model=model,
-        lora_rank=int(cfg.lora.r),
+        served_rank=int(cfg.inference.max_lora_rank),
         samples_per_step=samples_per_step(cfg),
         launch_log=str(Path(local_dir) / LAUNCH_LOG) if local_dir else None,
     )
@@ -98,11 +98,9 @@ def pull_command(after: AfterRun, run_id: str, namespace: str, replay: list[str]
 def next_commands(after: AfterRun, run_id: str, namespace: str, replay: list[str]) -> list[str]:
     """The commands the end of a Jobs run prints, each working on this machine once the run is pulled. `replay`:
     how `agrpo pull`/`agrpo jobs` reach this run's Hub again ([] for the Hub; a stand-in's own flags, hub.py)."""
-    from agrpo.config.resolve import round_lora_rank
-
     q = shlex.quote
     run_dir, adapter = after.pull_dir, f"{after.pull_dir}/final_adapter"
-    rank = max(16, round_lora_rank(after.lora_rank))  # vLLM's default is 16
+    rank = max(16, after.served_rank)  # vLLM's default is 16
     status = ["agrpo", "jobs", "status", run_id, *(["--namespace", namespace] if not replay else []), *replay]
     return [
         "next (on this machine):",
