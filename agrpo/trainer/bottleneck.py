@@ -50,9 +50,10 @@ TRAINER_KNOBS = (
 
 @dataclass(frozen=True)
 class Verdict:
-    kind: str  # "generation-bound" | "trainer-bound" | "balanced"
+    kind: str  # "generation-bound" | "trainer-bound" | "balanced" | "no learning signal" (without_signal)
     line: str
     stale_share: float | None = None  # share of generated samples dropped as stale; None when TRL logged no counts
+    facts: str = ""  # the figures the line quotes: step time, the trainer's wait, sync, queue, stale share
 
 
 def _mean(window: list[dict[str, Any]], key: str) -> float | None:
@@ -124,9 +125,19 @@ def diagnose(window: list[dict[str, Any]]) -> Verdict | None:
             knobs = f"first stop the waste: {stale_knobs}; then {REPLICAS_KNOB}"
         else:
             knobs = GENERATION_KNOBS_AUTO if stale_knobs is STALE_KNOBS_AUTO else GENERATION_KNOBS
-        return Verdict("generation-bound", f"generation-bound ({facts}): {knobs}{sync_note}", share)
+        return Verdict("generation-bound", f"generation-bound ({facts}): {knobs}{sync_note}", share, facts)
     if backpressure > 0 or wasteful:
         detail = facts + (f", generator back-pressured {backpressure:.2f} s" if backpressure > 0 else "")
         knobs = f"{stale_knobs}; {TRAINER_KNOBS}" if wasteful else TRAINER_KNOBS
-        return Verdict("trainer-bound", f"trainer-bound ({detail}): {knobs}", share)
-    return Verdict("balanced", f"balanced ({facts}): generation and training keep pace", share)
+        return Verdict("trainer-bound", f"trainer-bound ({detail}): {knobs}", share, facts)
+    return Verdict("balanced", f"balanced ({facts}): generation and training keep pace", share, facts)
+
+
+def without_signal(verdict: Verdict, reason: str) -> Verdict:
+    """The verdict of a run that ended without a learning signal (`reason`, from agrpo/trainer/run_notices.py): its
+    steps trained nothing, so "balanced: generation and training keep pace" would read as all is well. The pace's
+    advice is kept, for once it learns, when there is one."""
+    line = f"no learning signal ({reason}): its steps trained nothing, whatever the pace ({verdict.facts})"
+    if verdict.kind != "balanced":
+        line += f"; once it learns, {verdict.line}"
+    return Verdict("no learning signal", line, verdict.stale_share, verdict.facts)

@@ -10,6 +10,9 @@ once, with vLLM's words: agrpo/trainer/rollout_loop.py):
 - an agent run called no tool in its first `NO_SIGNAL_STEPS` steps: the model does not write calls TRL can parse;
 - a tool answer was cut at `agent.max_tool_output_chars`; replies opened a tool call TRL could not parse.
 
+`no_signal` says, at the end, whether the run was still without a signal: the end summary then says so instead of
+judging the pace (agrpo/trainer/bottleneck.py: without_signal).
+
 `tool_calls_part` is the step line's tool figure in agent runs (agrpo/trainer/console.py prints both).
 """
 
@@ -110,8 +113,18 @@ class RunNotices:
             "the model does not write tool calls in its chat template's format, so GRPO has no call to reinforce. "
             "TRL's agent training needs a model already tuned for tool calling (e.g. Qwen2.5-Instruct, on a GPU); on "
             "a CPU, warm-start a small model on your tools' call format first: agent.warmstart.enabled=true "
-            "(recipes/agent_smoke.yaml has its own; docs/your_agent.md).",
+            "(as recipes/agent_smoke.yaml does; docs/your_agent.md section 4).",
         )
+
+    def no_signal(self) -> str | None:
+        """Why the run ended without a learning signal, for the end summary (agrpo/trainer/bottleneck.py:
+        without_signal); None when its last steps had one. An agent run that never called a tool, or a run whose last
+        `NO_SIGNAL_STEPS` or more steps had no reward spread."""
+        if self.agent and not self.calls and self.steps_with_episodes >= NO_SIGNAL_STEPS:
+            return f"no tool call in {int(self.episodes)} episodes"
+        if self.flat_steps >= NO_SIGNAL_STEPS:
+            return f"reward spread 0 within every prompt's group in the last {self.flat_steps} steps"
+        return None
 
     def _cut_short(self, logs: dict[str, Any]) -> list[str | None]:
         """A tool answer cut at the cap (a refused later turn is said by the rollout child itself, at once:

@@ -27,7 +27,7 @@ from agrpo.plot import LOG_HISTORY_FILE
 from agrpo.sync.resume import checkpoint_to_resume
 from agrpo.trainer.adapter_retention import default_retain_s, retain_adapter_files
 from agrpo.trainer.background_sync import BACKGROUND
-from agrpo.trainer.bottleneck import Verdict, diagnose, sample_accounting
+from agrpo.trainer.bottleneck import Verdict, diagnose, sample_accounting, without_signal
 from agrpo.config.schema.trainer import is_auto
 from agrpo.trainer.rollout_pacing import attach_pacing
 from agrpo.config.schema.inference import is_auto_fleet
@@ -308,7 +308,9 @@ def run_summary(trainer: Any, final_dir: Path, watchers: Watchers) -> dict[str, 
         log.info("serving: %s", summary_line(serving.last))
     log_agent_summary(summary, trainer.state.log_history)  # tool use, turns, continuation routing (agents only)
     if bottleneck.final is not None:
-        summary["bottleneck"] = {"kind": bottleneck.final.kind, "line": bottleneck.final.line}
+        reason = watchers.console.notices.no_signal()  # a run that learnt nothing says so, not how its pace was
+        final = without_signal(bottleneck.final, reason) if reason else bottleneck.final
+        summary["bottleneck"] = {"kind": final.kind, "line": final.line}
     return summary
 
 

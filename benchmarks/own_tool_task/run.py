@@ -1,5 +1,6 @@
-"""A tool task that is in no doc, learnt on a CPU from docs/your_agent.md alone (issue 32's acceptance). A benchmark:
-prints figures, asserts nothing. Not in the test suite: it takes 10-20 minutes on 2 cores.
+"""docs/your_agent.md's section 4 example, `units.py:convert`, trained with the page's CPU recipe ("On a CPU: a recipe
+that learns"): what the page shows, measured. A benchmark: prints figures, asserts nothing. The acceptance's task in
+no doc is the test suite's (tests/e2e/test_tool_task_from_docs.py); this one is the page's own example.
 
 The task: `units.py:convert` turns an amount of a made-up unit into zorbs with factors only that file knows, so the
 answer cannot be guessed; 120 JSONL rows (make_data.py); the reward is numeric_match on the final answer. The tiny

@@ -125,3 +125,50 @@ def test_the_budget_of_an_episode():
     first = budget(max_model_len=399).problem()
     assert first.startswith("row 7's prompt is 300 tokens with the list of 2 tools [prompt hi]; ")
     assert "that is 400 tokens, more than inference.max_model_len=399" in first
+
+
+def smoke_config(tiny_model_dir, tmp_path, *overrides: str):
+    from agrpo.cli import expand_recipe_paths
+
+    argv = ["+recipe=agent_smoke", f"model.name_or_path={tiny_model_dir}", *overrides]
+    return compose_run_config(expand_recipe_paths(argv), output_dir=str(tmp_path / "run"))
+
+
+def test_a_pending_warm_start_is_checked_with_the_tokens_it_will_add(tiny_model_dir, tmp_path):
+    """Issue 32 (audit): agent_smoke's warm start used to skip the check; now its rows are counted with the base
+    tokenizer plus the warm start's tool tokens (the tool list is one token), an upper bound on the warm model's."""
+    assert smoke_config(tiny_model_dir, tmp_path).agent.warmstart.enabled
+    assert opened_data_problems(smoke_config(tiny_model_dir, tmp_path)) == []  # the recipe's own 384 fits
+    found = opened_data_problems(smoke_config(tiny_model_dir, tmp_path, "inference.max_model_len=100"))
+    assert len(found) == 1 and "more than inference.max_model_len=100" in found[0], found
+    assert "with the list of 1 tool [prompt 'Find the secret word of " in found[0]
+    warm = prompt_tokens(found[0])
+    assert warm + 48 > 100 and warm < 100  # counted as the warm model will count it: far below the base tokenizer's
+    cold = opened_data_problems(
+        smoke_config(tiny_model_dir, tmp_path, "inference.max_model_len=100", "agent.warmstart.enabled=false")
+    )
+    assert prompt_tokens(cold[0]) > 8 * warm  # the same row with the tool list in bytes
+    long_episode = ["agent.max_tool_output_chars=2000", "agent.max_tool_calling_iterations=2"]
+    found = opened_data_problems(smoke_config(tiny_model_dir, tmp_path, *long_episode))
+    assert len(found) == 1 and found[0].startswith("an episode can need "), found
+
+
+def test_the_warm_start_check_is_an_upper_bound_on_the_warm_tokenizer(tiny_model_dir, tmp_path):
+    """The tokenizer the warm model will have (every token the build adds, the tools' real answers included) counts
+    no more than the check did."""
+    from agrpo.agents.build import Agent
+    from agrpo.agents.prompt_budget import AgentPrompts
+    from agrpo.agents.warmstart import check_tokenizer, played, sample_rows, spec_of, toy_tokens
+    from agrpo.config.data_checks import local_tokenizer
+    from agrpo.data.sample import load_sample
+
+    cfg = smoke_config(tiny_model_dir, tmp_path)
+    dataset = load_sample(cfg.data, seed=cfg.trainer.seed, keep_origin=False).select(range(32))
+    _, values, schemas = played(spec_of(cfg, sample_rows(cfg, 64)))
+    warm = local_tokenizer(cfg.model)
+    warm.add_tokens(toy_tokens(warm, schemas, values))
+    checked = AgentPrompts(cfg, dataset, check_tokenizer(cfg, local_tokenizer(cfg.model)), Agent.from_config(cfg.agent))
+    built = AgentPrompts(cfg, dataset, warm, Agent.from_config(cfg.agent))
+    lengths = [(built.length(i), checked.length(i)) for i in range(len(dataset))]
+    assert all(real <= bound for real, bound in lengths), lengths
+    assert any(real < bound for real, bound in lengths)  # the values' tokens are left out of the bound

@@ -5,7 +5,8 @@ parse is counted (agrpo/trainer/rollout_loop.py, agent_loop.py; issue 32).
 
 The stand-in replaces vLLM because a real replica would need minutes to boot for each case and cannot be made to
 refuse on cue; the loop is TRL's own, built with its constructor, the tiny tokenizer and the user's tools.
-tests/e2e/test_agent.py runs the whole loop against real replicas.
+tests/e2e/test_agent.py runs the whole loop against real replicas, and test_refused_turns_vllm.py the first two cases
+and the 6 MB answer (uncapped) against the session's real replica.
 """
 
 from __future__ import annotations
@@ -21,22 +22,13 @@ from agrpo.agents.metrics import CALLS_DONE, CONTEXT_FULL_COUNTER, MALFORMED, TR
 from agrpo.agents.tools import build_tools
 from agrpo.trainer.agent_loop import AgentCountsMixin
 from agrpo.trainer.rollout_loop import AgrpoRolloutLoop, RequestRefused, error_detail
+from tests.agents.loop_episodes import HUGE, counted
 
 TOO_LONG = (
     "This model's maximum context length is 1024 tokens. However, you requested 1090 tokens (1042 in the messages, "
     "48 in the completion). Please reduce the length of the messages or completion."
 )
 CALL = '<tool_call>\n{"name": "search", "arguments": {"query": "blorp"}}\n</tool_call><|im_end|>'
-HUGE = '''
-
-def huge(query: str) -> str:
-    """Return six megabytes.
-
-    Args:
-        query: Anything.
-    """
-    return "x" * 6_000_000
-'''
 
 
 class Loop(AgentCountsMixin, AgrpoRolloutLoop):
@@ -99,22 +91,6 @@ def play(loop: Loop, answers: list[tuple[int, object]]) -> tuple[object, list[in
             await runner.cleanup()
 
     return loop._loop.run_until_complete(scenario()), seen
-
-
-def counted(loop: Loop) -> dict[str, float]:
-    """The counters' totals since the last call: what the loop pushed to the trainer's metrics queue at each
-    episode's end, and what is left."""
-    import queue
-    from collections import Counter
-
-    totals = Counter(loop._counters)
-    loop._counters.clear()
-    while True:
-        try:
-            pushed = loop._metrics_queue.get(timeout=0.5)
-        except queue.Empty:
-            return totals
-        totals.update({key: value for key, value in pushed.items() if isinstance(value, float)})
 
 
 def test_a_refused_later_turn_ends_its_episode_at_once_and_is_counted(loop_with, caplog):

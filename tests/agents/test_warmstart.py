@@ -220,3 +220,44 @@ def test_warmstart_ranges_are_checked():
         "agent.warmstart.call_share=1.0 must be in (0, 1)",
         "agent.warmstart.steps=0 must be >= 1",
     ]
+
+
+SIZE_PY = '''
+def size(unit: str) -> str:
+    """How big a unit is.
+
+    Args:
+        unit: The unit.
+    """
+    return "big" if unit == "quib" else "small"
+'''
+
+
+def test_with_several_tools_the_examples_call_each_in_turn(task, tiny_model_dir):
+    from pathlib import Path
+
+    from agrpo.agents import warmstart
+
+    (task / "sizes.py").write_text(SIZE_PY)
+
+    def calls(*overrides):
+        cfg = planned(task, tiny_model_dir, "agent.tools=[units.py:convert,sizes.py:size]", *overrides)
+        spec = warmstart.read_spec(Path(cfg.model.name_or_path))
+        episodes, _, schemas = warmstart.played(spec)
+        return spec, [e.call for e in episodes if e.call], [s["function"]["name"] for s in schemas]
+
+    spec, made, schemas = calls()
+    assert spec["settings"]["tool"] == ["convert", "size"] and schemas == ["convert", "size"]
+    assert made[:3] == [
+        {"name": "convert", "arguments": {"amount": 2, "unit": "florp"}},  # `amount: qty` is convert's alone
+        {"name": "size", "arguments": {"unit": "quib"}},  # its own column name
+        {"name": "convert", "arguments": {"amount": 4, "unit": "florp"}},
+    ]
+    _, made, _ = calls("+agent.warmstart.arguments.size={unit: answer}")  # one tool's own mapping wins
+    assert made[1] == {"name": "size", "arguments": {"unit": 39}} and made[0]["arguments"]["unit"] == "florp"
+    _, made, _ = calls("agent.warmstart.tool=size", "~agent.warmstart.arguments.amount")
+    assert {call["name"] for call in made} == {"size"}
+    with pytest.raises(ConfigError, match=r"names \['amount'\], which no tool the examples call takes"):
+        calls("agent.warmstart.tool=size")  # `amount: qty` is for convert, which is no longer called
+    with pytest.raises(ConfigError, match=r"arguments names \['size.amount'\], which no tool the examples call"):
+        calls("+agent.warmstart.arguments.size={amount: qty}")

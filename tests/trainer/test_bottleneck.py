@@ -149,3 +149,15 @@ def test_sample_accounting_says_where_the_generated_samples_went():
     assert line.startswith("generated 56, used 48, dropped 8 as stale (14%") and "0 generated but not trained" in line
     trl_only = sample_accounting([{"batch/samples_per_step": 16.0, "sample/dropped_stale_total": 16.0}])
     assert trl_only["generated"] is None and accounting_line(trl_only).startswith("used 16, dropped 16 as stale (50%")
+
+
+def test_a_run_without_a_learning_signal_is_not_called_balanced():
+    from agrpo.trainer.bottleneck import without_signal
+
+    balanced = diagnose(steps(**{"perf/step_s": 1.0, "perf/rollout_wait_s": 0.05}))
+    said = without_signal(balanced, "no tool call in 80 episodes")
+    assert said.kind == "no learning signal" and "keep pace" not in said.line
+    assert said.line.startswith("no learning signal (no tool call in 80 episodes): its steps trained nothing")
+    assert balanced.facts in said.line and balanced.facts.startswith("step 1.00 s")
+    slow = diagnose(steps(**{"perf/step_s": 1.0, "perf/rollout_wait_s": 0.8}))
+    assert without_signal(slow, "x").line.endswith(f"; once it learns, {slow.line}")  # the pace's advice kept

@@ -329,3 +329,26 @@ def test_logging_routes_library_chatter_to_the_file_and_real_warnings_to_the_ter
         "agrpo debug detail",
     ):
         assert text in log, text
+
+
+def test_on_log_prints_a_run_notice_once_and_the_summary_says_no_learning_signal(caplog):
+    """The run notices reach the console through on_log (agrpo/trainer/run_notices.py), and a run that ended without
+    a learning signal is not called balanced at the end (agrpo/trainer/bottleneck.py: without_signal)."""
+    from agrpo.trainer.bottleneck import diagnose, without_signal
+
+    flat = [{**entry, "reward_std": 0.0} if "reward" in entry else entry for entry in HISTORY]
+    callback = ConsoleCallback(config(console_every=0, progress_bar=False), num_replicas=1)
+    with caplog.at_level(logging.INFO, logger="agrpo.console"):
+        drive(callback, flat, 60)
+    lines = [r.getMessage() for r in caplog.records if r.name == "agrpo.console"]
+    said = [line for line in lines if "every episode of a prompt got the same reward" in line]
+    assert len(said) == 1 and said[0].startswith("agrpo: for 5 steps"), lines
+    reason = callback.notices.no_signal()
+    assert reason == "reward spread 0 within every prompt's group in the last 60 steps"
+    verdict = without_signal(diagnose([e for e in flat if "perf/step_s" in e]), reason)
+    printed = callback.print_summary("/runs/smoke/1/final_adapter", verdict.line)
+    line = next(line for line in printed if line.startswith("  bottleneck"))
+    assert "no learning signal (reward spread 0" in line and "keep pace" not in line, line
+    learnt = ConsoleCallback(config(console_every=0, progress_bar=False), num_replicas=1)
+    drive(learnt, HISTORY, 60)
+    assert learnt.notices.no_signal() is None  # the real smoke run had its spread

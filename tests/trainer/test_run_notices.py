@@ -53,3 +53,18 @@ def test_the_step_line_shows_tool_calls_per_episode_in_agent_runs():
     assert tool_calls_part(logs) == "tools 0.50/episode"
     assert step_line(logs, 3, 10).endswith("  tools 0.50/episode")
     assert tool_calls_part({"reward": 0.5}) is None and "tools" not in step_line({"reward": 0.5}, 3, 10)
+
+
+def test_the_end_says_whether_the_run_was_still_without_a_signal():
+    watch = notices()
+    for _ in range(NO_SIGNAL_STEPS):
+        watch.observe(flat_step())
+    assert watch.no_signal() == f"no tool call in {16 * NO_SIGNAL_STEPS} episodes"
+    watch.observe(flat_step(**{"tools/convert/call_total": 2.0}))  # a call: the spread is what is left to judge
+    assert watch.no_signal() == f"reward spread 0 within every prompt's group in the last {NO_SIGNAL_STEPS + 1} steps"
+    watch.observe(flat_step(reward_std=0.3))
+    assert watch.no_signal() is None  # its last step learnt
+    plain = notices(agent=False)
+    for _ in range(NO_SIGNAL_STEPS - 1):
+        plain.observe({"reward": 0.0, "reward_std": 0.0})
+    assert plain.no_signal() is None  # fewer than NO_SIGNAL_STEPS flat steps

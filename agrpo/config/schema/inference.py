@@ -63,6 +63,18 @@ class FleetConfig:
         "Low, so that the trainer's GPUs seldom idle: an addition that does not raise steps/s is undone "
         "(benchmarks/fleet_simulation.py: 0.05 ran within 6% of the largest fixed fleet's time, 0.25 took 30% longer).",
     )
+    starved_wait_share: float = knob(
+        0.5,
+        doc="A trainer that waited at least this share of its first starved_steps steps (since the start or the "
+        "last change) is starved: the addition is decided then, not after window_steps (benchmarks/elastic.py, "
+        "straggler: 72-82% of each step from step 2; each step waited is a step the new replica boots later). 1.0: "
+        "never early.",
+    )
+    starved_steps: int = knob(
+        2,
+        doc="Steps that show a starved trainer (starved_wait_share) before an early addition: more than one, so one "
+        "slow step (a checkpoint, a version's first rollouts) decides nothing.",
+    )
     release_wait_share: float = knob(
         0.02,
         doc="Release one when the trainer waits less than this share of each step (the gap to add_wait_share is "

@@ -122,14 +122,16 @@ class WarmstartConfig:
     enabled: bool = knob(False, doc="Warm-start model.name_or_path on this run's tools before training.")
     tool: Optional[str] = knob(
         None,
-        doc="The tool the examples call, by name (a function of agent.tools, or an environment's method). None: the "
-        "run's only tool.",
+        doc="The tool the examples call, by name (a function of agent.tools, or an environment's method). None: "
+        "every tool of the run in turn (row i's example calls the (i mod n)-th), so each one's call format is taught "
+        "and which tool fits a question is GRPO's to learn.",
     )
-    arguments: dict[str, str] = knob(
+    arguments: dict[str, Any] = knob(
         factory=dict,
-        doc="Where each argument of the example calls comes from: {tool argument: data column}, read from the row "
-        "(so the values are the row's real ones). An argument not named here takes the column of its own name; a "
-        "required argument with neither is refused.",
+        doc="Where each argument of the example calls comes from, read from the row (so the values are the row's "
+        "real ones): {tool argument: data column} for every tool that takes the argument, or {tool: {argument: "
+        "column}} for one tool. An argument not named here takes the column of its own name; a required argument "
+        "with neither is refused.",
     )
     answer: str = knob(
         "{output}",
@@ -174,8 +176,9 @@ class AgentConfig:
         4,
         doc="Tool-calling turns per episode (TRL's max_tool_calling_iterations). With it finite, validation checks "
         "that the longest episode fits inference.max_model_len: the prompt with its tool list, one "
-        "trainer.max_completion_length per model turn and agent.max_tool_output_chars per tool round. null: no "
-        "limit (an episode that outgrows the context ends at the turn vLLM refuses).",
+        "trainer.max_completion_length per model turn and agent.max_tool_output_chars per tool round (before an "
+        "agent.warmstart is built, counted with the tokens it will add: an upper bound). null: no limit (an episode "
+        "that outgrows the context ends at the turn vLLM refuses).",
     )
     tool_timeout_s: Optional[float] = knob(
         30.0,
