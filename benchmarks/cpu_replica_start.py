@@ -31,11 +31,13 @@ CORES = [1]
 
 def launch_env(arm: str) -> tuple[list[str], dict[str, str]]:
     from agrpo.config.compose import compose_run_config
+    from agrpo.config.prepare import prepare
     from agrpo.inference.vllm_server import build_replica_launch
     from agrpo.models.resolve import prepare_model
 
-    cfg = compose_run_config(["+recipe=smoke"], output_dir=tempfile.mkdtemp())
-    cfg.model.name_or_path = prepare_model(cfg.model)  # the tiny model, built offline once
+    composed = compose_run_config(["+recipe=smoke"], output_dir=tempfile.mkdtemp())
+    composed.model.name_or_path = prepare_model(composed.model)  # the tiny model, built offline once
+    cfg = prepare(composed, check_environment=False, cuda_available=False)  # the spec a run's replicas are built from
     launch = build_replica_launch(cfg, PORT, device="cpu", python=sys.executable, cpu_cores=CORES)
     env = dict(launch.env)
     if arm == "vllm":

@@ -153,10 +153,10 @@ def run_arm(arm: str, preset_name: str, steps: int, warmup: int, work: Path) -> 
     """One arm in this process: agrpo's attention choice and TRL patches, then `warmup + steps` optimizer steps."""
     import torch
     from datasets import Dataset
-    from omegaconf import OmegaConf
     from peft import LoraConfig
 
     from agrpo.config.schema import RunConfig
+    from agrpo.config.spec import with_values
     from agrpo.config.attention_choice import choose_attention, gather_facts
     from agrpo.trainer.seam.module_patches import apply_trl_patches
 
@@ -166,8 +166,7 @@ def run_arm(arm: str, preset_name: str, steps: int, warmup: int, work: Path) -> 
     row = {"arm": arm, "preset": preset_name, "device": torch.cuda.get_device_name(0) if cuda else "cpu"}
     if bf16 and not cuda:
         return {**row, "skipped": "bf16 arms run on a GPU only"}
-    cfg = OmegaConf.structured(RunConfig)
-    cfg.trainer.bf16, cfg.trainer.attention = bf16, requested
+    cfg = with_values(RunConfig(), {"trainer.bf16": bf16, "trainer.attention": requested})
     choice = choose_attention(requested, gather_facts(cfg))
     row["attention"] = choice.banner
     if choice.problem:

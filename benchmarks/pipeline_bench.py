@@ -27,7 +27,8 @@ from pathlib import Path
 import requests
 
 from agrpo.config.compose import compose_run_config
-from agrpo.inference.vllm_server import served_lora_rank, start_replica, unload_adapters
+from agrpo.config.prepare import prepare
+from agrpo.inference.vllm_server import start_replica, unload_adapters
 from agrpo.cpus import TRAINER_CPUS_ENV, apply_trainer_cpus, format_cores, split_cpu_cores
 from agrpo.processes.ports import free_ports
 from agrpo.models.resolve import prepare_model
@@ -102,9 +103,10 @@ def main() -> None:
     args = parser.parse_args()
 
     work = Path(tempfile.mkdtemp(prefix="agrpo-pipeline-bench-"))
-    cfg = compose_run_config([f"+recipe={args.recipe}", *args.overrides], output_dir=str(work / "compose"))
-    model = prepare_model(cfg.model)
-    cfg.model.name_or_path, cfg.model.builder = model, None  # gen-only runs TRL's worker on this config
+    composed = compose_run_config([f"+recipe={args.recipe}", *args.overrides], output_dir=str(work / "compose"))
+    model = prepare_model(composed.model)
+    composed.model.name_or_path, composed.model.builder = model, None  # gen-only runs TRL's worker on this config
+    cfg = prepare(composed, check_environment=False)  # the typed run spec the trainer's builders take
     # The same core split as `python -m agrpo` on this machine: the replica's worker on its own cores, the trainer
     # (and TRL's rollout worker, its child) on the rest.
     cpus = split_cpu_cores(sorted(os.sched_getaffinity(0)), 1, cfg.inference.cpu_cores_per_replica)
@@ -116,7 +118,7 @@ def main() -> None:
         model,
         port,
         work / "vllm.log",
-        lora_rank=served_lora_rank(cfg),
+        lora_rank=cfg.inference.max_lora_rank,
         max_loras=max(cfg.trainer.max_staleness, 1) + 3,
         max_model_len=cfg.inference.max_model_len,
         cpu_cores=cpus.replica_cores[0] if cpus.replica_cores else None,

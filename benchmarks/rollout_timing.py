@@ -4,12 +4,12 @@
 from __future__ import annotations
 
 import time
-from typing import Any
 
+from agrpo.config.schema import RunConfig
 from agrpo.trainer.trl_backend import build_grpo_args, cuda_available, load_tokenizer
 
 
-def time_rollouts(cfg: Any, vllm_url: str, lora_name: str, samples: int, warmup: int) -> tuple[float, int]:
+def time_rollouts(cfg: RunConfig, vllm_url: str, lora_name: str, samples: int, warmup: int) -> tuple[float, int]:
     """(seconds, completion tokens) of TRL's own rollout worker (the generation side of the pipeline: chat template,
     /v1/completions, response parsing, rewards) delivering `samples` scored samples, with no trainer running. It
     requests the adapter `<lora_name>-v1`, which the caller has loaded. benchmarks/pipeline_bench.py: "gen-only"."""

@@ -74,6 +74,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--host", default=None, help="the address to listen on (default: inference.host)")
     args, overrides = parser.parse_known_args(argv)
     from agrpo.config.prepare import prepare_overrides
+    from agrpo.config.spec import with_values
     from agrpo.errors import AgrpoError
     from agrpo.inference.vllm_server import build_replica_launch
 
@@ -89,7 +90,7 @@ def main(argv: list[str]) -> int:
     if problem:
         print(f"serve_replica: error: {problem}.", file=sys.stderr)
         return 2
-    cfg.inference.host = host
+    cfg = with_values(cfg, {"inference.host": host})  # the address the trainer reaches this node by
     key = os.environ[REPLICA_KEY_ENV].strip()
     launch = build_replica_launch(cfg, args.port, cfg.inference.device, None, sys.executable, api_key=key)
     if cfg.launcher.dry_run:

@@ -3,6 +3,7 @@ end-of-run figures. The one place agrpo/trainer/trl_backend.py calls for agents.
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import logging
 from dataclasses import dataclass
@@ -17,9 +18,12 @@ log = logging.getLogger(__name__)
 
 
 def agent_section(agent_cfg: Any) -> dict[str, Any]:
-    """`agent:` as plain data (resolved)."""
+    """`agent:` as plain data (resolved): from the composed config the validation pass reads, the run's spec (a
+    frozen dataclass: agrpo/config/spec.py) or a plain mapping."""
     if OmegaConf.is_config(agent_cfg):
         return OmegaConf.to_container(agent_cfg, resolve=True)
+    if dataclasses.is_dataclass(agent_cfg):
+        return dataclasses.asdict(agent_cfg)
     return dict(agent_cfg)
 
 

@@ -20,7 +20,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from agrpo.config.schema import Attention
+from omegaconf import DictConfig
+
+from agrpo.config.schema import Attention, RunConfig
 
 FA3_REPO, FA3_VERSION = "kernels-community/flash-attn3", 1  # what TRL 1.16's packing._flash_attn loads
 FA3_REPO, FA3_VERSION = "kernels-community/flash-attn3", 1  # what TRL 1.16's packing._flash_attn loads
@@ -99,7 +101,7 @@ def choose_attention(requested: str, facts: AttentionFacts) -> AttentionChoice:
     return AttentionChoice("sdpa", f"FA3 not usable: {'; '.join(blockers)}")
 
 
-def queries_in_half_precision(cfg: Any, cuda: bool) -> bool:
+def queries_in_half_precision(cfg: DictConfig | RunConfig, cuda: bool) -> bool:
     """TRL autocasts to bf16 when trainer.bf16 is on (None: on a GPU), else queries keep the model's dtype."""
     extra = cfg.trainer.extra or {}
     bf16 = cuda if cfg.trainer.bf16 is None else bool(cfg.trainer.bf16)
@@ -133,7 +135,7 @@ def hub_answers(timeout_s: float = 3.0) -> bool:
         return False
 
 
-def gather_facts(cfg: Any, probe_hub: Callable[[], bool] = hub_answers) -> AttentionFacts:
+def gather_facts(cfg: DictConfig | RunConfig, probe_hub: Callable[[], bool] = hub_answers) -> AttentionFacts:
     """This machine's facts for the trainer of `cfg`; the Hub is probed only when nothing else rules FA3 out."""
     import importlib.util
 

@@ -28,7 +28,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from omegaconf import OmegaConf
+from omegaconf import DictConfig, OmegaConf
 
 from agrpo.config.ranges import did_you_mean
 from agrpo.errors import ConfigError
@@ -137,7 +137,7 @@ def sample_indices(prompts: Sequence[Any]) -> list[int]:
     return sorted(set(range(min(FIRST_ROWS, len(prompts)))) | set(longest))
 
 
-def local_tokenizer(model_cfg: Any) -> Any | None:
+def local_tokenizer(model_cfg: DictConfig) -> Any | None:
     """The model's tokenizer with `model.chat_template` applied, if it is on this machine (None otherwise: a model
     built on first use, or a Hub id not downloaded yet, is checked by the trainer)."""
     from transformers import AutoTokenizer
@@ -158,7 +158,7 @@ def local_tokenizer(model_cfg: Any) -> Any | None:
     return tokenizer
 
 
-def trl_template_problem(tokenizer: Any, model_cfg: Any) -> str | None:
+def trl_template_problem(tokenizer: Any, model_cfg: DictConfig) -> str | None:
     """TRL's rollout worker refuses a chat template it does not know ("Unrecognized chat template")."""
     import copy
 
@@ -177,7 +177,7 @@ def trl_template_problem(tokenizer: Any, model_cfg: Any) -> str | None:
     return None
 
 
-def row_label(data_cfg: Any, origins: Sequence[int]) -> Callable[[int], str]:
+def row_label(data_cfg: DictConfig, origins: Sequence[int]) -> Callable[[int], str]:
     """How a problem names row `index` of the checked dataset: the line of a JSONL file (blank lines hold no row and
     the prompts are shuffled, so neither index is it), else its place in the data as loaded, counting from 0."""
     lines: list[int] | None = None
@@ -191,7 +191,9 @@ def row_label(data_cfg: Any, origins: Sequence[int]) -> Callable[[int], str]:
     return lambda index: f"row {origins[index]} (counting from 0, before shuffling)"
 
 
-def template_problems(cfg: Any, dataset: Any, tokenizer: Any, label: Callable[[int], str] | None = None) -> list[str]:
+def template_problems(
+    cfg: DictConfig, dataset: Any, tokenizer: Any, label: Callable[[int], str] | None = None
+) -> list[str]:
     """Sampled rows render through the chat template (with the tool list, in an agent run, as training renders them:
     agrpo/agents/prompt_budget.py) and fit inference.max_model_len with the completion (and, in an agent run, the
     longest episode fits); `label` names a row by its index in `dataset` (default: `row N`)."""
@@ -236,7 +238,7 @@ def template_problems(cfg: Any, dataset: Any, tokenizer: Any, label: Callable[[i
     return problems
 
 
-def unreadable(data_cfg: Any, error: BaseException) -> str:
+def unreadable(data_cfg: DictConfig, error: BaseException) -> str:
     """The problem of data that failed to open: which key, and the reader's (or the loader's) first line."""
     first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
     if data_cfg.path:
@@ -255,7 +257,7 @@ def unreadable(data_cfg: Any, error: BaseException) -> str:
 # ---- the entry point --------------------------------------------------------------------------------------------
 
 
-def opens_here(data_cfg: Any) -> bool:
+def opens_here(data_cfg: DictConfig) -> bool:
     """Whether the checks open the training data here: a local file or the smoke task whole, a Hub dataset or a
     loader of one's own as a bounded sample (agrpo/data/sample.py)."""
     from agrpo.data.sample import sample_source
@@ -263,7 +265,7 @@ def opens_here(data_cfg: Any) -> bool:
     return sample_source(data_cfg) is not None
 
 
-def opened_data_problems(cfg: Any) -> list[str]:
+def opened_data_problems(cfg: DictConfig) -> list[str]:
     """Open the training data and check it against the rewards and the chat template (see the module docstring)."""
     if not opens_here(cfg.data):
         return []

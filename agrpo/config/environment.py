@@ -10,7 +10,7 @@ import importlib
 import pkgutil
 from typing import Any
 
-from omegaconf import OmegaConf
+from omegaconf import DictConfig, OmegaConf
 
 from agrpo.config.ranges import INTEGRATIONS, did_you_mean, module_exists
 
@@ -79,7 +79,7 @@ def reward_problem(key: str, target: Any) -> str | None:
         return callable_problem(key, target) or f"{key}={target!r} cannot be loaded: {error}"
 
 
-def code_problems(cfg: Any) -> list[str]:
+def code_problems(cfg: DictConfig) -> list[str]:
     """Reward `_target_`s and the data loader import and are callable."""
     problems = []
     for index, term in enumerate(cfg.reward.funcs or []):
@@ -89,7 +89,7 @@ def code_problems(cfg: Any) -> list[str]:
     return [p for p in problems if p]
 
 
-def data_problems(cfg: Any) -> list[str]:
+def data_problems(cfg: DictConfig) -> list[str]:
     """data.path exists; when it is built from an unset data_dir, say where data_dir comes from."""
     raw = OmegaConf.to_container(cfg.data, resolve=False).get("path")
     if raw is None:
@@ -119,7 +119,7 @@ def data_problems(cfg: Any) -> list[str]:
     return [problem]
 
 
-def package_problems(cfg: Any) -> list[str]:
+def package_problems(cfg: DictConfig) -> list[str]:
     """Each logger integration's package is installed (transformers would fail on it only at the first step)."""
     problems = []
     for entry in cfg.logger.report_to or []:
@@ -131,7 +131,7 @@ def package_problems(cfg: Any) -> list[str]:
     return problems
 
 
-def device_problems(cfg: Any) -> list[str]:
+def device_problems(cfg: DictConfig) -> list[str]:
     """inference.device=cuda needs a CUDA GPU here when the replicas start on this machine."""
     if cfg.inference.device != "cuda" or cfg.inference.urls or cfg.role != "all":
         return []
@@ -145,7 +145,7 @@ def device_problems(cfg: Any) -> list[str]:
     ]
 
 
-def trl_problems(cfg: Any) -> list[str]:
+def trl_problems(cfg: DictConfig) -> list[str]:
     """trainer.extra keys are AsyncGRPOConfig fields (imports TRL, so only when trainer.extra is set)."""
     extra = list(cfg.trainer.extra or {})
     if not extra:
@@ -170,7 +170,7 @@ def trl_problems(cfg: Any) -> list[str]:
     ]
 
 
-def environment_problems(cfg: Any, training_data: bool = True) -> list[str]:
+def environment_problems(cfg: DictConfig, training_data: bool = True) -> list[str]:
     """`training_data=False`: the training data is not this command's (`agrpo eval` reads its own test problems)."""
     problems = code_problems(cfg) + device_problems(cfg) + trl_problems(cfg)
     remote_trainer = cfg.launcher.name == "hf_jobs" and cfg.role == "all"

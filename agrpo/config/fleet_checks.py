@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from omegaconf import DictConfig
+
 from agrpo.config.schema.inference import AUTO_FLEET, is_auto_fleet
 
 # Launchers that size a fleet: local starts replica processes, hf_jobs' trainer Job launches replica Jobs.
@@ -23,7 +25,7 @@ def replicas_problems(inference: Any) -> list[str]:
     return [] if count >= 1 else ["inference.replicas must be >= 1"]
 
 
-def fleet_problems(cfg: Any) -> list[str]:
+def fleet_problems(cfg: DictConfig) -> list[str]:
     """With inference.replicas=auto: a range the launcher can start, and policy knobs that can decide."""
     inference = cfg.inference
     problems = replicas_problems(inference)

@@ -17,6 +17,7 @@ import shutil
 import subprocess
 from dataclasses import dataclass
 from typing import Any
+from omegaconf import DictConfig
 
 # HF Jobs flavors without bfloat16 (pre-Ampere GPUs); every other GPU flavor has it (A10G, L4, L40S, A100, H100, H200).
 NO_BF16_FLAVOR_PREFIXES = ("t4", "v100")
@@ -86,7 +87,7 @@ def flavor_has_bf16(flavor: str) -> bool:
     return not str(flavor).lower().startswith(NO_BF16_FLAVOR_PREFIXES)
 
 
-def precision_problems(cfg: Any, facts: GpuFacts) -> list[str]:
+def precision_problems(cfg: DictConfig, facts: GpuFacts) -> list[str]:
     """bf16 forced on a GPU without it (pure)."""
     if not facts.cuda or facts.bf16:
         return []
@@ -105,7 +106,7 @@ def precision_problems(cfg: Any, facts: GpuFacts) -> list[str]:
     return problems
 
 
-def stack_problems(cfg: Any, facts: GpuFacts) -> list[str]:
+def stack_problems(cfg: DictConfig, facts: GpuFacts) -> list[str]:
     """vLLM's CUDA build installed while torch sees no GPU, for replicas that would start here (pure)."""
     if facts.cuda or not facts.vllm_cuda_build or str(cfg.inference.device) == "cpu":
         return []
@@ -126,7 +127,7 @@ def stack_problems(cfg: Any, facts: GpuFacts) -> list[str]:
     ]
 
 
-def trainer_memory_problems(cfg: Any, facts: GpuFacts, model_config: dict[str, Any] | None) -> list[str]:
+def trainer_memory_problems(cfg: DictConfig, facts: GpuFacts, model_config: dict[str, Any] | None) -> list[str]:
     """The trainer's memory estimate (agrpo/config/memory_estimate.py) against this GPU, less a replica sharing it."""
     from agrpo.config.memory_estimate import estimate, memory_problem, trainer_tokens
 

@@ -1,7 +1,7 @@
 """Checks for launcher=hf_jobs and sync=bucket that run before any Job, bucket or file exists (pure).
 
-`hf_jobs_problems(cfg)` returns one sentence per problem, each naming the key to change; the launcher refuses a
-plan while any remains. It covers what would make the Jobs fail on first use: what the Jobs API or `HfApi.run_job`
+`hf_jobs_problems(cfg)` returns one sentence per problem, each naming the key to change; the validation pass refuses
+the config while any remains, so the planner builds from a spec that has none. It covers what would make the Jobs fail on first use: what the Jobs API or `HfApi.run_job`
 refuses (a flavor that is not one of huggingface_hub's hardware names, a label named `name` or one agrpo sets, names
 outside the Hub's tag alphabet, a timeout below one second), a secret that would be resolved into the Job's config,
 a replica asked to serve on the wrong device for its flavor. (A model or data file only this machine has is not a
@@ -14,7 +14,7 @@ import os
 import re
 from typing import Any
 
-from omegaconf import OmegaConf
+from omegaconf import DictConfig, OmegaConf
 
 from agrpo.config.schema import TrainerLauncher
 
@@ -38,7 +38,7 @@ def walk(node: Any, prefix: str = ""):
         yield prefix, node
 
 
-def interpolated_secrets(cfg: Any, secret_names: list[str]) -> list[tuple[str, str]]:
+def interpolated_secrets(cfg: DictConfig, secret_names: list[str]) -> list[tuple[str, str]]:
     """(key, env name) of every `${oc.env:NAME}` reading a secret: a name in launcher.hf_jobs.secrets or one that
     looks like a credential. Resolving it would write its value into the Job's config file."""
     raw = OmegaConf.to_container(cfg, resolve=False) if OmegaConf.is_config(cfg) else cfg
@@ -120,7 +120,7 @@ def flavor_problems(jobs: Any) -> list[str]:
     return problems
 
 
-def device_problems(cfg: Any, jobs_on_this_machine: bool) -> list[str]:
+def device_problems(cfg: DictConfig, jobs_on_this_machine: bool) -> list[str]:
     """The replicas' device must match their flavor (Jobs that run on this machine serve on it, whatever the
     flavor)."""
     jobs, device = cfg.launcher.hf_jobs, cfg.inference.device
@@ -158,10 +158,9 @@ def install_problems(jobs: Any) -> list[str]:
     return problems
 
 
-def hf_jobs_problems(cfg: Any, check_flavors: bool = True, jobs_on_this_machine: bool = False) -> list[str]:
-    """Every problem of a launcher=hf_jobs / sync=bucket config; [] when it can launch. `check_flavors=False`: a plan
-    built outside the validation pass (which checks them) prices an unknown flavor as unknown instead.
-    `jobs_on_this_machine`: the Hub backend runs the Jobs here (agrpo/launchers/hf_jobs/hub.py), which cannot
+def hf_jobs_problems(cfg: DictConfig, jobs_on_this_machine: bool = False) -> list[str]:
+    """Every problem of a launcher=hf_jobs / sync=bucket config; [] when it can launch (the planner trusts the spec
+    for all of it). `jobs_on_this_machine`: the Hub backend runs the Jobs here (agrpo/launchers/hf_jobs/hub.py), which cannot
     outlive the launch."""
     problems: list[str] = []
     sync = cfg.sync
@@ -174,8 +173,7 @@ def hf_jobs_problems(cfg: Any, check_flavors: bool = True, jobs_on_this_machine:
         problems.append(f"launcher=hf_jobs needs sync=bucket (sync.kind={sync.kind!r}): Jobs share no disk")
     if cfg.role == "all":  # the launching machine plans the replica Jobs; inside the trainer Job they exist already
         problems += device_problems(cfg, jobs_on_this_machine)
-    if check_flavors:
-        problems += flavor_problems(jobs)
+    problems += flavor_problems(jobs)
     if jobs_on_this_machine and jobs.detach:
         problems.append(
             "launcher.hf_jobs.detach=true with Jobs on this machine: their stand-in Hub stops, with every Job, "

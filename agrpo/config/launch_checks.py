@@ -10,6 +10,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from omegaconf import DictConfig
+
 from agrpo.errors import ConfigError
 from agrpo.sync.resume import resume_mode
 
@@ -49,7 +51,7 @@ def refuse_mixed_outputs(run_dir: Path, resume: Any) -> None:
         raise ConfigError(problem)
 
 
-def run_dir_problems(cfg: Any) -> list[str]:
+def run_dir_problems(cfg: DictConfig) -> list[str]:
     """The check for the run dir on this machine. A Jobs run's folder is in the bucket, where the trainer Job decides
     whether to resume (agrpo/launchers/hf_jobs/trainer.py) and its executor checks again once it has."""
     if cfg.launcher.name == "hf_jobs" or not cfg.sync.output_dir:
@@ -58,7 +60,7 @@ def run_dir_problems(cfg: Any) -> list[str]:
     return [problem] if problem else []
 
 
-def trains_under_accelerate(cfg: Any) -> bool:
+def trains_under_accelerate(cfg: DictConfig) -> bool:
     """launcher=accelerate, or a trainer Job whose inner launcher is accelerate."""
     launcher = cfg.launcher
     return launcher.name == "accelerate" or (
@@ -66,7 +68,7 @@ def trains_under_accelerate(cfg: Any) -> bool:
     )
 
 
-def accelerate_problems(cfg: Any) -> list[str]:
+def accelerate_problems(cfg: DictConfig) -> list[str]:
     """launcher.accelerate's rules, where the trainer runs under accelerate (the planner guards with the same
     function)."""
     if not trains_under_accelerate(cfg):

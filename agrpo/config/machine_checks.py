@@ -9,10 +9,10 @@
 
 from __future__ import annotations
 
-from typing import Any
+from omegaconf import DictConfig
 
 
-def setting_problems(cfg: Any) -> list[str]:
+def setting_problems(cfg: DictConfig) -> list[str]:
     from agrpo.config.schema import Attention
 
     if Attention.parse(cfg.trainer.attention) is None:
@@ -20,12 +20,12 @@ def setting_problems(cfg: Any) -> list[str]:
     return []
 
 
-def trainer_runs_here(cfg: Any) -> bool:
+def trainer_runs_here(cfg: DictConfig) -> bool:
     """The trainer is a process of this machine (not the trainer Job of a launch from here)."""
     return not (cfg.launcher.name == "hf_jobs" and cfg.role == "all")
 
 
-def attention_problems(cfg: Any) -> list[str]:
+def attention_problems(cfg: DictConfig) -> list[str]:
     if not trainer_runs_here(cfg) or setting_problems(cfg):
         return []
     from agrpo.config.attention_choice import choose_attention, gather_facts
@@ -44,7 +44,7 @@ def attention_problems(cfg: Any) -> list[str]:
     return []
 
 
-def gpu_problems(cfg: Any) -> list[str]:
+def gpu_problems(cfg: DictConfig) -> list[str]:
     """bf16 forced on a GPU without it; vLLM's CUDA build with no GPU torch can see (agrpo/config/gpu_precision.py)."""
     from agrpo.config.gpu_precision import local_facts, precision_problems, stack_problems
 
@@ -58,7 +58,7 @@ def gpu_problems(cfg: Any) -> list[str]:
     return precision_problems(cfg, facts) + stack_problems(cfg, facts) + memory
 
 
-def machine_problems(cfg: Any) -> list[str]:
+def machine_problems(cfg: DictConfig) -> list[str]:
     from agrpo.config.vllm_checks import vllm_model_problems
     from agrpo.hub_compat import config_problems as hub_problems
 

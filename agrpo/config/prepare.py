@@ -1,27 +1,27 @@
-"""compose -> validate -> resolve: the one way a run config becomes the config every part of agrpo reads.
+"""compose -> validate -> resolve: the one way a run config becomes the typed run spec every part of agrpo reads.
 
 Every entrypoint goes through `prepare`: `python -m agrpo` (agrpo/cli.py, after Hydra composed), `agrpo eval`
 (agrpo/eval/cli.py), launchers/serve_replica.py and the trainer Job (agrpo/launchers/hf_jobs/trainer.py). So a bad
-override gets the same one-paragraph ConfigError (exit 2) everywhere, and downstream code reads resolved values
-(device, dtype, served LoRA rank and count, proxy or not, queue size, eval's max tokens) instead of deriving them.
-`agrpo plot` and `agrpo push` read a finished run's `config.yaml`, which this step already resolved.
+override gets the same one-paragraph ConfigError (exit 2) everywhere, and downstream code reads the spec's final,
+frozen values (device, dtype, served LoRA rank and count, proxy or not, queue size, eval's max tokens) instead of
+deriving them (agrpo/config/spec.py). The trainer process reads the run's `config.yaml`, which holds this spec, with
+`load_spec`; `agrpo plot` and `agrpo push` read it as plain data (a finished run, maybe of another agrpo version).
 """
 
 from __future__ import annotations
 
-from typing import Any
-
 from omegaconf import DictConfig
 
 from agrpo.config.compose import compose_overrides  # noqa: F401  (entrypoints import it from here)
+from agrpo.config.schema import RunConfig
 
 
-def jobs_elsewhere(cfg: Any, jobs_on_this_machine: bool) -> bool:
+def jobs_elsewhere(cfg: DictConfig, jobs_on_this_machine: bool) -> bool:
     """Whether the run's replicas and trainer are HF Jobs on the Hub's machines, not this one."""
     return cfg.launcher.name == "hf_jobs" and cfg.role == "all" and not jobs_on_this_machine
 
 
-def machine_has_cuda(cfg: Any, jobs_on_this_machine: bool = False) -> bool:
+def machine_has_cuda(cfg: DictConfig, jobs_on_this_machine: bool = False) -> bool:
     """Whether the run's replicas and trainer have CUDA: HF Jobs always do (unless the Hub backend runs the Jobs on
     this machine); otherwise this machine decides. The one machine fact `resolve` needs."""
     if jobs_elsewhere(cfg, jobs_on_this_machine):
@@ -31,7 +31,7 @@ def machine_has_cuda(cfg: Any, jobs_on_this_machine: bool = False) -> bool:
     return torch.cuda.is_available()
 
 
-def machine_has_bf16(cfg: Any, jobs_on_this_machine: bool = False) -> bool:
+def machine_has_bf16(cfg: DictConfig, jobs_on_this_machine: bool = False) -> bool:
     """Whether the run's GPUs compute in bfloat16: the Jobs' flavors decide for HF Jobs, else this machine's GPU.
     Without it (pre-Ampere) the defaults fall back, once, with a line saying so (agrpo/config/gpu_precision.py)."""
     from agrpo.config.gpu_precision import flavor_has_bf16, local_facts
@@ -52,38 +52,40 @@ def machine_has_bf16(cfg: Any, jobs_on_this_machine: bool = False) -> bool:
     return facts.bf16 or not facts.cuda
 
 
-def trains_here(cfg: Any) -> bool:
+def trains_here(cfg: DictConfig) -> bool:
     """Whether the trainer of this run starts from this machine's packages, so TRL's private names are checked here:
     not with launcher=hf_jobs and role=all (the trainer Job checks its own TRL when it prepares the uploaded config),
-    nor for a replica node or `agrpo eval` (their callers pass check_environment=False / training_data=False: no
+    nor for a replica node or `agrpo eval` (their callers pass check_environment=False / evaluating=True: no
     trainer, and TRL may not even be installed there)."""
     return not (cfg.launcher.name == "hf_jobs" and cfg.role == "all")
 
 
 def prepare(
-    cfg: Any,
+    cfg: DictConfig,
     check_environment: bool = True,
-    training_data: bool = True,
+    evaluating: bool = False,
     cuda_available: bool | None = None,
     jobs_on_this_machine: bool = False,
-) -> DictConfig:
+) -> RunConfig:
     """Check the installed TRL where the trainer starts from here (TrlChanged, exit 2, before anything else), validate
-    `cfg` (one ConfigError listing every problem) and return it resolved. `check_environment=False`
-    skips the checks against this machine (a replica node needs no data, rewards or trainer packages);
-    `training_data=False` skips the training data's (`agrpo eval` opens its test problems itself);
+    the composed `cfg` (one ConfigError listing every problem) and return its typed run spec, resolved and frozen.
+    `check_environment=False` skips the checks against this machine (a replica node needs no data, rewards or trainer
+    packages); `evaluating`: `agrpo eval`, which opens its test problems itself instead of the training data, adds
+    its own checks and serves eval.adapter (inference.max_lora_rank then holds its rank too: eval_checks.py);
     `jobs_on_this_machine`: launcher=hf_jobs's Hub backend runs the Jobs here (agrpo/launchers/hf_jobs/hub.py), so
     this machine's device decides what they serve on."""
+    from agrpo.config.eval_checks import served_adapter_rank
     from agrpo.config.resolve import resolve
     from agrpo.config.validate import validate
 
-    if check_environment and training_data and trains_here(cfg):
+    if check_environment and not evaluating and trains_here(cfg):
         from agrpo.trl_compat import check_trl
 
         check_trl()  # TRL's private names agrpo relies on (agrpo/trl_compat.py): reads TRL's source, imports nothing
     validate(
         cfg,
         check_environment=check_environment,
-        training_data=training_data,
+        evaluating=evaluating,
         jobs_on_this_machine=jobs_on_this_machine,
     )
     if check_environment:
@@ -92,9 +94,10 @@ def prepare(
         cfg = plan_warmstart(cfg)  # agent.warmstart: the model becomes the warm-started folder (built before the start)
     cuda = machine_has_cuda(cfg, jobs_on_this_machine) if cuda_available is None else cuda_available
     bf16 = machine_has_bf16(cfg, jobs_on_this_machine) if cuda else True
-    return resolve(cfg, cuda_available=cuda, bf16_supported=bf16)
+    rank = served_adapter_rank(cfg) if evaluating and check_environment else None
+    return resolve(cfg, cuda_available=cuda, bf16_supported=bf16, adapter_rank=rank)
 
 
-def prepare_overrides(overrides: list[str], output_dir: str | None = None, check_environment: bool = True):
+def prepare_overrides(overrides: list[str], output_dir: str | None = None, check_environment: bool = True) -> RunConfig:
     """compose -> validate -> resolve in one call."""
     return prepare(compose_overrides(overrides, output_dir), check_environment=check_environment)

@@ -89,7 +89,7 @@ INTEGRATIONS = {
 NO_INTEGRATION = ("none",)
 
 
-def range_problems(cfg: Any) -> list[str]:
+def range_problems(cfg: DictConfig) -> list[str]:
     problems = []
     for key, test, requirement in RANGES:
         value = OmegaConf.select(cfg, key, default=None)
@@ -100,7 +100,7 @@ def range_problems(cfg: Any) -> list[str]:
     return problems + choice_problems(cfg)
 
 
-def choice_problems(cfg: Any) -> list[str]:
+def choice_problems(cfg: DictConfig) -> list[str]:
     """Each choice field (an Enum in the schema) not checked elsewhere names one of its choices. Hydra composes
     choice fields as text (agrpo/config/schema/knobs.py: `composable`), so a bad name arrives here."""
     problems = []
@@ -141,7 +141,7 @@ def group_options(group: str) -> list[str]:
     return sorted(p.stem for p in (CONF_DIR / group).glob("*.yaml"))
 
 
-def name_problems(cfg: Any) -> list[str]:
+def name_problems(cfg: DictConfig) -> list[str]:
     """launcher.name, sync.kind and logger.report_to must name something that exists."""
     import importlib.util
 
@@ -195,7 +195,7 @@ def most_replicas(inference: Any) -> int:
         return 1
 
 
-def proxy_problems(cfg: Any) -> list[str]:
+def proxy_problems(cfg: DictConfig) -> list[str]:
     """The proxy's own checks (ProxySettings.problems), with its CLI flags translated to `proxy.*` keys. The
     launcher fills `upstreams` with the replicas' URLs; stand-ins of the same count are checked here."""
     from agrpo.proxy.settings import ProxySettings

@@ -1,9 +1,10 @@
 """Resolve once: every "derive me" value (`auto`, None, -1) computed in one place from the config and the machine.
 
-`resolve(cfg, cuda_available)` returns a resolved copy of the config with these values filled in: what
-`<run_dir>/config.yaml` should hold, so that every process reads the values the run used instead of deriving them
-again. `derived_values` is the table of what was derived (for the dry run and for tests). Pure: the caller passes
-the one machine fact needed (does this machine have CUDA).
+`resolve(cfg, cuda_available)` returns the typed run spec (agrpo/config/spec.py): the frozen schema with these values
+filled in, what `<run_dir>/config.yaml` holds, so that every process reads the values the run used instead of
+deriving them again. `derived_values` is the table of what was derived (for the dry run and for tests). Pure: the
+caller passes the machine facts needed (does this machine have CUDA, does its GPU compute in bfloat16, the rank of
+an adapter `agrpo eval` serves besides the run's own).
 
 Left to the launcher's plan, because they depend on the GPUs and cores of the machines a plan assigns:
 `trainer.gpus`, `inference.gpus`, `trainer.cpu_threads`, `inference.gpu_memory_utilization` (depends on whether a
@@ -15,8 +16,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
+from agrpo.config.schema import RunConfig
 from agrpo.config.schema.inference import is_auto_fleet, starting_replicas
 from agrpo.config.schema.trainer import fixed_inflight, is_auto, staleness_ceiling
 
@@ -32,14 +34,13 @@ def round_lora_rank(rank: int) -> int:
     raise ValueError(f"LoRA rank {rank} exceeds the largest rank vLLM serves ({VLLM_LORA_RANKS[-1]})")
 
 
-def replica_count(cfg: Any) -> int:
+def replica_count(cfg: DictConfig | RunConfig) -> int:
     """Replicas at the start of the run (with inference.replicas=auto: min_replicas; the fleet then varies)."""
     return len(cfg.inference.urls) or starting_replicas(cfg.inference)
 
 
-# The rules below are each value's one derivation. `derived_values` applies them; the pure builders that may be
-# handed a config that was not prepared (tests, benchmarks, start_replica) call the same rule, which returns the
-# config's own value whenever it is set, as it always is after `prepare`.
+# The rules below are each value's one derivation, applied by `derived_values`. Downstream code reads the spec's
+# value instead (tests/config/test_prepare.py fails on a copy of a rule elsewhere).
 
 
 def served_device(requested: str, cuda_available: bool) -> str:
@@ -60,9 +61,11 @@ def served_dtype(dtype: str, device: str, bf16_supported: bool = True) -> str:
     return "float32" if device == "cpu" else ("bfloat16" if bf16_supported else "float16")
 
 
-def served_lora_rank(cfg: Any) -> int:
-    """inference.max_lora_rank: the vLLM capacity that holds lora.r."""
-    return cfg.inference.max_lora_rank or round_lora_rank(cfg.lora.r)
+def served_lora_rank(cfg: DictConfig | RunConfig, adapter_rank: int | None = None) -> int:
+    """inference.max_lora_rank: the vLLM capacity that holds lora.r; with `adapter_rank` (`agrpo eval` serving an
+    adapter on replicas it starts), one that holds that adapter too, whatever lora.r the recipe trains."""
+    rank = cfg.inference.max_lora_rank or round_lora_rank(cfg.lora.r)
+    return max(rank, round_lora_rank(adapter_rank)) if adapter_rank else rank
 
 
 def least_loras(trainer: Any) -> int:
@@ -71,12 +74,12 @@ def least_loras(trainer: Any) -> int:
     return trainer.max_staleness + 2
 
 
-def served_max_loras(cfg: Any) -> int:
+def served_max_loras(cfg: DictConfig | RunConfig) -> int:
     """inference.max_loras: `least_loras`."""
     return cfg.inference.max_loras or least_loras(cfg.trainer)
 
 
-def uses_proxy(cfg: Any) -> bool:
+def uses_proxy(cfg: DictConfig | RunConfig) -> bool:
     """inference.use_proxy: agrpo's proxy goes in front of several replicas, of a fleet that sizes itself, or when
     asked for."""
     if cfg.inference.use_proxy is not None:
@@ -105,9 +108,12 @@ def queue_size(trainer: Any) -> int:
     return slots if is_auto(trainer.max_inflight_tasks) else 2 * slots
 
 
-def derived_values(cfg: Any, cuda_available: bool, bf16_supported: bool = True) -> dict[str, Any]:
+def derived_values(
+    cfg: DictConfig | RunConfig, cuda_available: bool, bf16_supported: bool = True, adapter_rank: int | None = None
+) -> dict[str, Any]:
     """Dotted key -> derived value, for each key whose config value asks to be derived. `bf16_supported`: the GPU
-    computes in bfloat16 (False on pre-Ampere GPUs: the trainer then trains in float32, vLLM serves float16)."""
+    computes in bfloat16 (False on pre-Ampere GPUs: the trainer then trains in float32, vLLM serves float16);
+    `adapter_rank`: the LoRA rank of an adapter the replicas serve besides the run's own (`agrpo eval`)."""
     inference, trainer = cfg.inference, cfg.trainer
     device = served_device(inference.device, cuda_available)
     derived: dict[str, Any] = {}
@@ -115,8 +121,8 @@ def derived_values(cfg: Any, cuda_available: bool, bf16_supported: bool = True) 
         derived["inference.device"] = device
     if inference.dtype == "auto":
         derived["inference.dtype"] = served_dtype(inference.dtype, device, bf16_supported)
-    if inference.max_lora_rank is None:
-        derived["inference.max_lora_rank"] = served_lora_rank(cfg)
+    if inference.max_lora_rank is None or adapter_rank:
+        derived["inference.max_lora_rank"] = served_lora_rank(cfg, adapter_rank)
     if inference.max_loras is None:
         derived["inference.max_loras"] = served_max_loras(cfg)
     if inference.use_proxy is None:
@@ -134,14 +140,12 @@ def derived_values(cfg: Any, cuda_available: bool, bf16_supported: bool = True) 
     return derived
 
 
-def resolve(cfg: Any, cuda_available: bool, bf16_supported: bool = True) -> DictConfig:
-    """A copy of `cfg` with every interpolation resolved and every derived value filled in, typed by the schema: each
-    choice field holds its Enum member (Hydra composed it as text; agrpo/config/schema/knobs.py)."""
-    from agrpo.config.schema import RunConfig
-    from agrpo.config.schema.knobs import as_members
+def resolve(
+    cfg: DictConfig | RunConfig, cuda_available: bool, bf16_supported: bool = True, adapter_rank: int | None = None
+) -> RunConfig:
+    """The typed run spec of a validated, composed `cfg`: every interpolation resolved, every derived value filled
+    in, each choice field holding its Enum member (Hydra composed it as text; agrpo/config/schema/knobs.py)."""
+    from agrpo.config.spec import spec_of, with_values
 
-    values = as_members(OmegaConf.to_container(cfg, resolve=True), RunConfig)
-    resolved = OmegaConf.merge(OmegaConf.structured(RunConfig), values)
-    for key, value in derived_values(resolved, cuda_available, bf16_supported).items():
-        OmegaConf.update(resolved, key, value, merge=False)
-    return resolved
+    spec = spec_of(cfg)
+    return with_values(spec, derived_values(spec, cuda_available, bf16_supported, adapter_rank))

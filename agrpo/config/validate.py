@@ -7,9 +7,7 @@ raises one ConfigError listing everything, each problem naming the key to change
 
 from __future__ import annotations
 
-from typing import Any
-
-from omegaconf import OmegaConf
+from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from agrpo.config.ranges import name_problems, proxy_problems, range_problems, unknown_key_problems
@@ -28,7 +26,7 @@ ROLES = Role.values()
 DEVICES = Device.values()
 
 
-def find_problems(cfg: Any) -> list[str]:
+def find_problems(cfg: DictConfig) -> list[str]:
     """Everything wrong with the config itself, without looking at this machine."""
     problems = unknown_key_problems(cfg)
     if problems:  # other checks would read the stray keys' siblings with wrong assumptions: fix these first
@@ -36,7 +34,7 @@ def find_problems(cfg: Any) -> list[str]:
     return value_problems(cfg)
 
 
-def value_problems(cfg: Any, jobs_on_this_machine: bool = False) -> list[str]:
+def value_problems(cfg: DictConfig, jobs_on_this_machine: bool = False) -> list[str]:
     """The config's own checks, once every key is one the schema declares (`jobs_on_this_machine`: the Hub backend
     runs launcher=hf_jobs's Jobs here, agrpo/launchers/hf_jobs/hub.py)."""
     return (
@@ -48,13 +46,13 @@ def value_problems(cfg: Any, jobs_on_this_machine: bool = False) -> list[str]:
     )
 
 
-def gpu_path(cfg: Any) -> list[str]:
+def gpu_path(cfg: DictConfig) -> list[str]:
     """vLLM's start-up constraints (vllm_checks.py), the trainer.attention value (machine_checks.py) and
     launcher.accelerate's rules (launch_checks.py)."""
     return vllm_problems(cfg) + setting_problems(cfg) + accelerate_problems(cfg)
 
 
-def cross_field_problems(cfg: Any, jobs_on_this_machine: bool = False) -> list[str]:
+def cross_field_problems(cfg: DictConfig, jobs_on_this_machine: bool = False) -> list[str]:
     """Rules between fields: the adapter against what vLLM serves, the trainer's limits, the run's shape, rewards."""
     return (
         adapter_problems(cfg)
@@ -66,7 +64,7 @@ def cross_field_problems(cfg: Any, jobs_on_this_machine: bool = False) -> list[s
     )
 
 
-def adapter_problems(cfg: Any) -> list[str]:
+def adapter_problems(cfg: DictConfig) -> list[str]:
     """The LoRA adapter is one vLLM can serve, in the slots and rank the replicas have."""
     problems: list[str] = []
     trainer, inference, lora = cfg.trainer, cfg.inference, cfg.lora
@@ -102,7 +100,7 @@ def adapter_problems(cfg: Any) -> list[str]:
     return problems
 
 
-def trainer_limit_problems(cfg: Any) -> list[str]:
+def trainer_limit_problems(cfg: DictConfig) -> list[str]:
     """The trainer's lengths and counts."""
     problems: list[str] = []
     trainer, inference = cfg.trainer, cfg.inference
@@ -122,7 +120,7 @@ def trainer_limit_problems(cfg: Any) -> list[str]:
     return problems
 
 
-def run_shape_problems(cfg: Any) -> list[str]:
+def run_shape_problems(cfg: DictConfig) -> list[str]:
     """Replicas, device and role: what the launcher can start."""
     problems: list[str] = []
     inference = cfg.inference
@@ -136,7 +134,7 @@ def run_shape_problems(cfg: Any) -> list[str]:
     return problems
 
 
-def trainer_extra_problems(cfg: Any) -> list[str]:
+def trainer_extra_problems(cfg: DictConfig) -> list[str]:
     """`trainer.extra` names no field trainer.* already has."""
     shadowed = sorted(set(cfg.trainer.extra or {}) & set(cfg.trainer.keys()))
     if not shadowed:
@@ -147,7 +145,7 @@ def trainer_extra_problems(cfg: Any) -> list[str]:
     ]
 
 
-def reward_term_problems(cfg: Any) -> list[str]:
+def reward_term_problems(cfg: DictConfig) -> list[str]:
     """Some reward exists, and every term names its callable."""
     problems: list[str] = []
     funcs = cfg.reward.funcs or []
@@ -159,7 +157,7 @@ def reward_term_problems(cfg: Any) -> list[str]:
     return problems
 
 
-def resolution_problems(cfg: Any) -> list[str]:
+def resolution_problems(cfg: DictConfig) -> list[str]:
     """Every interpolation resolves (`${oc.env:...}`, `${data_dir}`, resolvers); the first failure, as a sentence."""
     try:
         OmegaConf.to_container(cfg, resolve=True, throw_on_missing=False)
@@ -171,14 +169,16 @@ def resolution_problems(cfg: Any) -> list[str]:
 
 
 def validate(
-    cfg: Any, check_environment: bool = True, training_data: bool = True, jobs_on_this_machine: bool = False
+    cfg: DictConfig, check_environment: bool = True, evaluating: bool = False, jobs_on_this_machine: bool = False
 ) -> None:
     """Raise one ConfigError listing every problem, so the user fixes them in one go. `check_environment=False`
-    skips the checks against this machine (imports, files, packages, device); `training_data=False` skips opening
-    the training data (a command that does not train, e.g. `agrpo eval`, reads its own); `jobs_on_this_machine`: the
-    Hub backend runs launcher=hf_jobs's Jobs here (their replicas serve on this machine, whatever the flavor)."""
+    skips the checks against this machine (imports, files, packages, device); `evaluating`: `agrpo eval`, which
+    reads its own test problems instead of the training data and adds its own checks (eval_checks.py);
+    `jobs_on_this_machine`: the Hub backend runs launcher=hf_jobs's Jobs here (their replicas serve on this machine,
+    whatever the flavor)."""
     from agrpo.agents.checks import agent_problems
     from agrpo.config.environment import environment_problems
+    from agrpo.config.eval_checks import eval_problems
 
     problems = resolution_problems(cfg)  # the other checks read resolved values
     if not problems:
@@ -186,9 +186,10 @@ def validate(
     if not problems:
         problems = value_problems(cfg, jobs_on_this_machine)
         if check_environment:
-            problems += environment_problems(cfg, training_data) + machine_problems(cfg) + run_dir_problems(cfg)
+            problems += environment_problems(cfg, not evaluating) + machine_problems(cfg) + run_dir_problems(cfg)
         problems += agent_problems(cfg, check_environment)  # tools and environments (agrpo/agents/checks.py)
-    if not problems and check_environment and training_data:
+        problems += eval_problems(cfg, check_environment) if evaluating else []
+    if not problems and check_environment and not evaluating:
         problems = opened_data_problems(cfg)  # the data opened: columns, reward options, rows through the template
     if problems:
         listing = "; ".join(problems)

@@ -19,6 +19,8 @@ import os
 from pathlib import Path
 from typing import Any
 
+from omegaconf import DictConfig
+
 from agrpo.config.resolve import VLLM_LORA_RANKS, served_max_loras
 from agrpo.config.schema import ServedDtype
 
@@ -72,12 +74,12 @@ def int_flag(flags: dict[str, str | None], name: str) -> int | None:
         return None
 
 
-def replicas_start_from_config(cfg: Any) -> bool:
+def replicas_start_from_config(cfg: DictConfig) -> bool:
     """Replicas are started with agrpo's flags (locally or as Jobs), not servers someone else runs (inference.urls)."""
     return not cfg.inference.urls or cfg.launcher.name == "hf_jobs"
 
 
-def lora_problems(cfg: Any, flags: dict[str, str | None]) -> list[str]:
+def lora_problems(cfg: DictConfig, flags: dict[str, str | None]) -> list[str]:
     problems = []
     rank = cfg.inference.max_lora_rank
     if rank is not None and rank not in VLLM_LORA_RANKS:
@@ -98,7 +100,7 @@ def lora_problems(cfg: Any, flags: dict[str, str | None]) -> list[str]:
 DEFAULT_MAX_NUM_SEQS = {"cpu": 128, "cuda": 256}
 
 
-def scheduler_problems(cfg: Any, flags: dict[str, str | None]) -> list[str]:
+def scheduler_problems(cfg: DictConfig, flags: dict[str, str | None]) -> list[str]:
     problems = []
     batched, seqs = int_flag(flags, "--max-num-batched-tokens"), int_flag(flags, "--max-num-seqs")
     default_seqs = seqs is None
@@ -120,7 +122,7 @@ def scheduler_problems(cfg: Any, flags: dict[str, str | None]) -> list[str]:
     return problems
 
 
-def vllm_problems(cfg: Any) -> list[str]:
+def vllm_problems(cfg: DictConfig) -> list[str]:
     """The replicas' flags as agrpo will start them, against vLLM's own start-up checks (pure)."""
     if not replicas_start_from_config(cfg):
         return []
@@ -169,7 +171,7 @@ def derived_max_length(config: dict[str, Any]) -> int | None:
     return int(max(longest, declared) if isinstance(declared, int) else longest)
 
 
-def vllm_model_problems(cfg: Any) -> list[str]:
+def vllm_model_problems(cfg: DictConfig) -> list[str]:
     """Checks that need the model's config.json, when this machine has it (a local folder or the Hub cache)."""
     if not replicas_start_from_config(cfg):
         return []

@@ -18,8 +18,12 @@ import os
 import sys
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from agrpo.errors import AgrpoError
+
+if TYPE_CHECKING:
+    from omegaconf import DictConfig
 
 USAGE = __doc__.split(":", 1)[0]
 
@@ -54,16 +58,17 @@ def run_dir_of(adapter: str | None) -> Path | None:
     return folder.parent if (folder.parent / "config.yaml").is_file() else None
 
 
-def output_dir(cfg) -> Path:
+def output_dir(composed: DictConfig) -> Path:
     """eval.output_dir; else <run dir>/eval/<date_time> for a run's adapter; else outputs/eval/<run_name>/<date_time>
-    under the working directory (as Hydra's run dirs)."""
-    if cfg.eval.output_dir:
-        return Path(cfg.eval.output_dir).expanduser().resolve()
+    under the working directory (as Hydra's run dirs). Read from the composed config: it is prepare's input
+    (sync.output_dir)."""
+    if composed.eval.output_dir:
+        return Path(composed.eval.output_dir).expanduser().resolve()
     stamp = time.strftime("%Y-%m-%d_%H-%M-%S")
-    run_dir = run_dir_of(cfg.eval.adapter)
+    run_dir = run_dir_of(composed.eval.adapter)
     if run_dir is not None:
         return run_dir / "eval" / stamp
-    return Path("outputs", "eval", str(cfg.run_name), stamp).resolve()
+    return Path("outputs", "eval", str(composed.run_name), stamp).resolve()
 
 
 def main(argv: list[str]) -> int:
@@ -76,17 +81,17 @@ def main(argv: list[str]) -> int:
     from datasets.utils import logging as datasets_logging
 
     datasets_logging.disable_progress_bar()  # loading a test file in milliseconds needs no bars; sampling has its own
-    from omegaconf import OmegaConf
+    from agrpo.config.spec import write_spec
 
     try:
         from agrpo.config.prepare import compose_overrides, prepare
         from agrpo.eval.runner import run_eval
         from agrpo.eval.scoring import render_table
 
-        cfg = compose_overrides(list(argv))  # +recipe= takes a YAML path too
-        out = output_dir(cfg)
-        cfg.sync.output_dir = str(out)
-        cfg = prepare(cfg, training_data=False)  # the run's checks and resolution (agrpo/config/prepare.py)
+        composed = compose_overrides(list(argv))  # +recipe= takes a YAML path too
+        out = output_dir(composed)
+        composed.sync.output_dir = str(out)  # an input of prepare, as a Hydra run's own directory is
+        cfg = prepare(composed, evaluating=True)  # the run's checks and eval's, then the spec (config/prepare.py)
         summary = run_eval(cfg, out)
     except AgrpoError as error:
         if os.environ.get("AGRPO_DEBUG") == "1":
@@ -96,7 +101,7 @@ def main(argv: list[str]) -> int:
     what = f"adapter {cfg.eval.adapter}" if cfg.eval.adapter else "base model"
     print(render_table(summary, f"agrpo eval: {cfg.run_name}, {cfg.model.name_or_path}, {what}"))
     print(f"\nper-problem results: {out / cfg.eval.results_file}\nsummary: {out / cfg.eval.summary_file}")
-    OmegaConf.save(cfg, out / "config.yaml", resolve=True)
+    write_spec(cfg, out / "config.yaml")
     return 0
 
 

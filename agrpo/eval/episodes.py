@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from agrpo.agents.build import Agent
+from agrpo.config.schema import RunConfig
 from agrpo.agents.environments import tool_methods
 from agrpo.eval.scoring import ProblemResult, is_correct, problem_of, total_rewards
 from agrpo.rewards.contract import call_reward
@@ -150,7 +151,15 @@ class AgentEpisodes:
         observation = environment.reset(**{k: v for k, v in row.items() if not (multi and k == "environment")})
         return environment, folded_prompt(row.get("prompt") or [{"role": "user", "content": ""}], observation)
 
-    def score(self, index: int, row: dict[str, Any], episodes: list[Episode], rewards: list[Any], names, cfg):
+    def score(
+        self,
+        index: int,
+        row: dict[str, Any],
+        episodes: list[Episode],
+        rewards: list[Any],
+        names: list[str],
+        cfg: RunConfig,
+    ) -> ProblemResult:
         """One problem's episodes scored with every reward term, then each environment's reward column."""
         n = len(episodes)
         columns = {key: [value] * n for key, value in row.items() if key != "prompt"}

@@ -17,8 +17,10 @@ from typing import Any
 
 import requests
 import requests.adapters
-from omegaconf import OmegaConf
 
+from agrpo.config.schema import DataConfig, EvalConfig, RunConfig
+from agrpo.config.eval_checks import ADAPTER_WEIGHTS
+from agrpo.config.spec import with_values
 from agrpo.errors import ConfigError, LaunchError
 from agrpo.eval.scoring import ProblemResult, is_correct, problem_of, summarize, term_names, total_rewards
 from agrpo.inference.replica_guard import trainer_bearer
@@ -28,28 +30,18 @@ log = logging.getLogger(__name__)
 REQUEST_TIMEOUT_S = 1800.0
 
 
-def eval_data_config(cfg: Any) -> Any:
-    """The data config for the test problems: eval.path (local file) > eval.name > data.name with eval.split.
-
-    A recipe that trains from a local file (data.path) must name the test file: evaluating the training file by
-    accident would report training accuracy as test accuracy.
-    """
-    data = OmegaConf.create(OmegaConf.to_container(cfg.data, resolve=True))
+def eval_data_config(cfg: RunConfig) -> DataConfig:
+    """The data config for the test problems: eval.path (local file) > eval.name > data.name with eval.split (the
+    validation pass refused a training file, data.path, with neither: agrpo/config/eval_checks.py)."""
     ev = cfg.eval
     if ev.path:
-        data.path, data.name = ev.path, None
-    elif ev.name:
-        data.path, data.name = None, ev.name
-    elif data.path:
-        raise ConfigError(
-            f"data.path={data.path!r} is the training file: set eval.path to a test file "
-            "(e.g. eval.path=${data_dir}/gsm8k/test.jsonl) or eval.name to a dataset"
-        )
-    data.split = ev.split
-    return data
+        return with_values(cfg.data, {"path": ev.path, "name": None, "split": ev.split})
+    if ev.name:
+        return with_values(cfg.data, {"path": None, "name": ev.name, "split": ev.split})
+    return with_values(cfg.data, {"split": ev.split})
 
 
-def load_problems(cfg: Any):
+def load_problems(cfg: RunConfig):
     """The test problems in file order (no shuffling), capped at eval.max_problems."""
     from hydra.utils import get_method
 
@@ -67,18 +59,10 @@ def load_problems(cfg: Any):
 
 def adapter_name(path: str) -> str:
     """A name that always means one set of weights (vLLM keys its prefix cache by adapter name): a hash of the
-    adapter's weights file, so a retrained adapter at the same path gets a new name."""
-    weights = Path(path) / "adapter_model.safetensors"
-    if not weights.is_file():
-        raise ConfigError(
-            f"eval.adapter={path!r} holds no adapter_model.safetensors (expected a peft adapter folder, "
-            "e.g. <run dir>/final_adapter)"
-        )
+    adapter's weights file (the validation pass checked it is there), so a retrained adapter at the same path gets
+    a new name."""
+    weights = Path(path) / ADAPTER_WEIGHTS
     return "agrpo-eval-" + hashlib.sha256(weights.read_bytes()).hexdigest()[:12]
-
-
-def adapter_rank(path: str) -> int:
-    return int(json.loads((Path(path) / "adapter_config.json").read_text())["r"])
 
 
 def connection_pool_size(concurrency: int) -> int:
@@ -129,7 +113,7 @@ class Endpoint:
 
 
 @contextlib.contextmanager
-def served(cfg: Any, out_dir: Path) -> Iterator[tuple[str, str | None]]:
+def served(cfg: RunConfig, out_dir: Path) -> Iterator[tuple[str, str | None]]:
     """Yield the URL to evaluate against and the token to send there (the proxy's admin token, or the key of the one
     replica started here; None for inference.urls without a proxy): inference.urls (behind
     the proxy when several), or replicas (+ proxy) this call starts from the config with the local launcher's plan,
@@ -144,16 +128,6 @@ def served(cfg: Any, out_dir: Path) -> Iterator[tuple[str, str | None]]:
         yield plan.vllm_url, trainer_bearer(plan.trainer.env)  # the proxy's admin token, or the replica's key
     finally:
         stop_all(list(reversed(started)), plan.supervision.stop_timeout_s)
-
-
-def serving_config(cfg: Any) -> Any:
-    """The config replicas are started with: room for the adapter's rank, whatever lora.r the recipe trains."""
-    from agrpo.config.resolve import round_lora_rank, served_lora_rank
-
-    cfg = OmegaConf.create(OmegaConf.to_container(cfg, resolve=True))
-    if cfg.eval.adapter and not cfg.inference.urls:
-        cfg.inference.max_lora_rank = max(served_lora_rank(cfg), round_lora_rank(adapter_rank(cfg.eval.adapter)))
-    return cfg
 
 
 def sample_all(
@@ -186,7 +160,7 @@ def progress_bar(total: int, description: str):
 
 
 def score_problem(
-    index: int, row: dict[str, Any], choices: list[dict], rewards: list[Any], names: list[str], cfg: Any
+    index: int, row: dict[str, Any], choices: list[dict], rewards: list[Any], names: list[str], cfg: RunConfig
 ) -> ProblemResult:
     """Score one problem's samples with every reward term, called as in training (agrpo/rewards/contract.py: each
     completion as chat messages, dataset columns repeated per sample); a failing term is one RewardError."""
@@ -212,19 +186,16 @@ def score_problem(
     )
 
 
-def eval_rewards(cfg: Any, agent: Any) -> tuple[list[Any], list[str]]:
-    """(the reward callables, every term's name: theirs, then the environments'); refuses an eval.correct_term that
-    names no term."""
+def eval_rewards(cfg: RunConfig, agent: Any) -> tuple[list[Any], list[str]]:
+    """(the reward callables, every term's name: theirs, then the environments'; eval.correct_term indexes them, as
+    the validation pass checked)."""
     from agrpo.rewards.registry import build_reward_funcs
 
     rewards = build_reward_funcs(cfg.reward.funcs) if cfg.reward.funcs or agent is None else []
-    names = term_names([r.__name__ for r in rewards] + (agent.reward_names() if agent else []))
-    if not 0 <= cfg.eval.correct_term < len(names):
-        raise ConfigError(f"eval.correct_term={cfg.eval.correct_term} is not a reward term index (0..{len(names) - 1})")
-    return rewards, names
+    return rewards, term_names([r.__name__ for r in rewards] + (agent.reward_names() if agent else []))
 
 
-def eval_prompts(cfg: Any, problems: Any) -> tuple[Any, list[list[int]]]:
+def eval_prompts(cfg: RunConfig, problems: Any) -> tuple[Any, list[list[int]]]:
     """(the model's tokenizer with the run's chat template, each problem's prompt as token ids)."""
     from transformers import AutoTokenizer
 
@@ -246,12 +217,13 @@ def eval_prompts(cfg: Any, problems: Any) -> tuple[Any, list[list[int]]]:
 
 
 def sample_served(
-    cfg: Any, out_dir: Path, lora: str | None, count: int, sampler: Callable[..., Any]
+    cfg: RunConfig, out_dir: Path, lora: str | None, count: int, sampler: Callable[..., Any]
 ) -> tuple[list[Any], str, str]:
     """(each problem's outputs, the model name served, the URL): serve, load eval.adapter as `lora` if set, sample
-    every problem with `sampler(endpoint, model, index)`, unload the adapter."""
+    every problem with `sampler(endpoint, model, index)`, unload the adapter. The replicas hold the adapter's rank:
+    prepare sized inference.max_lora_rank for it."""
     ev = cfg.eval
-    with served(serving_config(cfg), out_dir) as (url, admin_token):
+    with served(cfg, out_dir) as (url, admin_token):
         endpoint = Endpoint(url, ev.concurrency, admin_token)
         model = endpoint.base_model()
         if lora:
@@ -266,14 +238,14 @@ def sample_served(
     return outputs, model, url
 
 
-def write_eval(out_dir: Path, ev: Any, results: list[ProblemResult], summary: dict[str, Any]) -> None:
+def write_eval(out_dir: Path, ev: EvalConfig, results: list[ProblemResult], summary: dict[str, Any]) -> None:
     with open(out_dir / ev.results_file, "w") as handle:
         for result in results:
             handle.write(json.dumps(result.to_json()) + "\n")
     (out_dir / ev.summary_file).write_text(json.dumps(summary, indent=2))
 
 
-def run_eval(cfg: Any, out_dir: Path) -> dict[str, Any]:
+def run_eval(cfg: RunConfig, out_dir: Path) -> dict[str, Any]:
     """Evaluate, write `eval.results_file` (one JSON line per problem) and `eval.summary_file`; return the summary."""
     from agrpo.agents.build import Agent
     from agrpo.config.data_checks import reward_problems

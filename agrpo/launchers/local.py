@@ -16,11 +16,12 @@ import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from dataclasses import asdict
 from typing import Any
 
-from omegaconf import OmegaConf
-
-from agrpo.config.resolve import inflight_slots, served_device, uses_proxy
+from agrpo.config.resolve import inflight_slots
+from agrpo.config.schema import FleetConfig, ProxySettings, RunConfig
+from agrpo.config.spec import spec_yaml
 from agrpo.config.schema.trainer import is_auto
 from agrpo.errors import LaunchError
 from agrpo.inference.replica_guard import REPLICA_KEY_ENV
@@ -52,7 +53,7 @@ def is_loopback_url(url: str) -> bool:
     return host == "localhost" or host.startswith("127.") or host == "::1"
 
 
-def share_cpu_cores(cfg: Any, cpu_ids: Sequence[int], pinned_replicas: int, most_replicas: int = 0) -> CpuSplit:
+def share_cpu_cores(cfg: RunConfig, cpu_ids: Sequence[int], pinned_replicas: int, most_replicas: int = 0) -> CpuSplit:
     """This process's cores shared out: each replica the plan starts on CPU pins its own, the trainer has the rest
     (a replica on this machine that the plan does not start takes one too). With a fleet that grows to
     `most_replicas`, the replica slots are those of the largest fleet (agrpo/cpus.py)."""
@@ -68,7 +69,7 @@ def share_cpu_cores(cfg: Any, cpu_ids: Sequence[int], pinned_replicas: int, most
 
 
 def split_gpus(
-    cfg: Any, replicas: int, num_gpus: int, visible_gpus: list[str] | None
+    cfg: RunConfig, replicas: int, num_gpus: int, visible_gpus: list[str] | None
 ) -> tuple[list[int | str] | None, list[list[int]] | None, str | None]:
     """(the trainer's GPUs by machine id, each replica's GPU indices, a note on GPUs left idle) for this machine;
     `replicas`: how many this machine may start (0: they run elsewhere; an auto fleet's most)."""
@@ -84,7 +85,7 @@ def split_gpus(
 
 
 def build_local_plan(
-    cfg: Any,
+    cfg: RunConfig,
     run_dir: str,
     ports: list[int],
     device: str,
@@ -118,13 +119,13 @@ def build_local_plan(
         fleet = fleet_plan(cfg, slots, fewest) if is_auto_fleet(inference) else None
     vllm_url = upstreams[0] if upstreams else ""
     token_env: dict[str, str] = {}
-    if uses_proxy(cfg):
+    if cfg.inference.use_proxy:
         keyed = starts_replicas and bool(replica_key)
         proxy = proxy_spec(cfg, ports[-1], upstreams, python, logs, admin_token, replica_key if keyed else "")
         services.append(proxy)
         vllm_url = f"http://127.0.0.1:{proxy.port}"
         token_env = {ADMIN_TOKEN_ENV: admin_token}  # state changes need it; only the trainer gets it besides the proxy
-    direct_key = replica_key if starts_replicas and not uses_proxy(cfg) else ""  # it talks to its one replica
+    direct_key = replica_key if starts_replicas and not cfg.inference.use_proxy else ""  # it talks to its one replica
     trainer = trainer_spec(run_dir, vllm_url, len(upstreams), trainer_gpus, token_env, direct_key, device, cpus, python)
     return Plan(
         launcher="local",
@@ -154,15 +155,15 @@ def slot_devices(
     ]
 
 
-def fleet_plan(cfg: Any, slots: list[ProcessSpec], fewest: int) -> FleetPlan:
+def fleet_plan(cfg: RunConfig, slots: list[ProcessSpec], fewest: int) -> FleetPlan:
     """inference.replicas=auto: the slots beyond the first `fewest` are started on demand by the fleet controller."""
     ceiling = inflight_slots(cfg.trainer) if is_auto(cfg.trainer.max_inflight_tasks) else None
     return FleetPlan(fewest, len(slots), slots[fewest:], fleet_policy_knobs(cfg.inference.fleet), ceiling)
 
 
-def fleet_policy_knobs(fleet_cfg: Any) -> dict[str, float]:
+def fleet_policy_knobs(fleet_cfg: FleetConfig) -> dict[str, float]:
     """inference.fleet.* as the plan carries them (the dry run prints them; the fleet controller reads them)."""
-    return {key: float(value) for key, value in OmegaConf.to_container(fleet_cfg, resolve=True).items()}
+    return {key: float(value) for key, value in asdict(fleet_cfg).items()}
 
 
 def trainer_spec(
@@ -173,7 +174,7 @@ def trainer_spec(
     token_env: dict[str, str],
     replica_key: str,
     device: str,
-    cpus: Any,
+    cpus: CpuSplit,
     python: str,
 ) -> ProcessSpec:
     """The trainer process: the resolved config it reads, the URL it talks to, its GPUs or CPU threads, the proxy's
@@ -193,7 +194,7 @@ def trainer_spec(
 
 
 def replica_spec(
-    cfg: Any,
+    cfg: RunConfig,
     index: int,
     port: int,
     device: str,
@@ -222,7 +223,7 @@ def replica_spec(
 
 
 def proxy_spec(
-    cfg: Any, port: int, upstreams: list[str], python: str, logs: Path, admin_token: str, replica_key: str
+    cfg: RunConfig, port: int, upstreams: list[str], python: str, logs: Path, admin_token: str, replica_key: str
 ) -> ProcessSpec:
     """agrpo's proxy in front of `upstreams`. State changes need the admin token (agrpo/trainer/seam/module_patches.py sends
     it); with `replica_key` (replicas this plan starts) the replicas' API key is its upstream token, which the
@@ -247,7 +248,7 @@ def proxy_spec(
     )
 
 
-def supervision(cfg: Any, services: Sequence[ProcessSpec]) -> Supervision:
+def supervision(cfg: RunConfig, services: Sequence[ProcessSpec]) -> Supervision:
     """Replicas are restarted only behind a proxy (it routes around a dead one meanwhile: agrpo/launchers/supervise.py)."""
     restarts = bool(cfg.inference.restart_on_failure) and any(s.role == "proxy" for s in services)
     return Supervision(
@@ -258,12 +259,12 @@ def supervision(cfg: Any, services: Sequence[ProcessSpec]) -> Supervision:
     )
 
 
-def proxy_knob_flags(proxy_cfg: Any, skip: Sequence[str] = ()) -> list[str]:
+def proxy_knob_flags(proxy_cfg: ProxySettings, skip: Sequence[str] = ()) -> list[str]:
     """CLI flags for every proxy knob that differs from its default (upstreams/host/port are set by the plan, and so
     are the knobs named in `skip`)."""
     from dataclasses import fields
 
-    from agrpo.proxy.settings import ProxySettings, flag_name
+    from agrpo.proxy.settings import flag_name
 
     defaults = ProxySettings()
     flags = []
@@ -283,14 +284,14 @@ def proxy_knob_flags(proxy_cfg: Any, skip: Sequence[str] = ()) -> list[str]:
 _HELD_FOR_PROCESS: list[PortReservation] = []  # reservations nobody releases early: kept until this process ends
 
 
-def plan_on_this_machine(cfg: Any, run_dir: str, reservations: list[PortReservation] | None = None) -> Plan:
+def plan_on_this_machine(cfg: RunConfig, run_dir: str, reservations: list[PortReservation] | None = None) -> Plan:
     """The local plan for this machine: its GPUs (as CUDA_VISIBLE_DEVICES exposes them), ports reserved for this run
     (appended to `reservations` for the caller to release; by default held until the process ends) and the CPU
-    cores this process may use."""
+    cores this process may use. The replicas serve on the spec's inference.device (prepare resolved it)."""
     import torch
 
     num_gpus = torch.cuda.device_count()
-    device = served_device(cfg.inference.device, num_gpus > 0)  # a prepared config's inference.device, as resolved
+    device = str(cfg.inference.device)
     most = fleet_bounds(cfg.inference)[1]
     reservation = reserve_ports(most + 1, cfg.inference.base_port, cfg.inference.host)
     (reservations if reservations is not None else _HELD_FOR_PROCESS).append(reservation)
@@ -334,9 +335,9 @@ class LocalLauncher(Launcher):
     def __init__(self) -> None:
         self.reservations: list[PortReservation] = []  # the plan's ports, held until execute ends
 
-    def build_plan(self, cfg: Any) -> Plan:
+    def build_plan(self, cfg: RunConfig) -> Plan:
         plan = plan_on_this_machine(cfg, cfg.sync.output_dir, self.reservations)
-        plan.files[RESOLVED_CONFIG] = OmegaConf.to_yaml(cfg, resolve=True)  # what every process of the run reads
+        plan.files[RESOLVED_CONFIG] = spec_yaml(cfg)  # what every process of the run reads (load_spec)
         return plan
 
     def execute(self, plan: Plan) -> dict[str, Any]:

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 
 from agrpo.proxy.prompts import Prompt
 from agrpo.proxy.request_fields import RoutingFields
+from agrpo.proxy.settings import ProxySettings
 
 AFFINITY, SPILL, COLD = "affinity", "spill", "cold"
 
@@ -85,7 +86,7 @@ class Router:
         self._cold_placed: dict[int, int] = {}  # tie-break so idle replicas take turns
 
     @classmethod
-    def from_settings(cls, settings) -> "Router":
+    def from_settings(cls, settings: ProxySettings) -> "Router":
         return cls(
             block_size=settings.block_size,
             text_chars_per_token=settings.text_chars_per_token,

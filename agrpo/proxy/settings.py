@@ -22,7 +22,7 @@ def _knob(default, why: str, **kwargs):
     return field(default=default, metadata={"help": why}, **kwargs)
 
 
-@dataclass
+@dataclass(frozen=True)
 class ProxySettings:
     """Configuration of one proxy in front of N vLLM replicas."""
 

@@ -156,7 +156,8 @@ def usage_section(run: Mapping[str, Any]) -> list[str]:
     repo_id, base = run["repo_id"], run["base_model"]
     name = lora_module_name(repo_id)
     config = run.get("config") or {}
-    rank = round_lora_rank(int(_get(config, "lora.r", 8) or 8))
+    # the rank the run's replicas served (its config.yaml holds it resolved); a config without it: lora.r's capacity
+    rank = _get(config, "inference.max_lora_rank") or round_lora_rank(int(_get(config, "lora.r", 8) or 8))
     lines = ["## Use it", ""]
     if not run.get("base_model_on_hub"):
         lines += [f"The base model was a local folder (`{base}`): replace it below with where you keep that model.", ""]

@@ -11,9 +11,8 @@ import logging
 import signal
 import sys
 
-from omegaconf import OmegaConf
-
 from agrpo.config.schema import RunConfig
+from agrpo.config.spec import load_spec
 from agrpo.errors import AgrpoError
 from agrpo.trainer.trainer_error import report_trainer_error
 from agrpo.cpus import apply_trainer_cpus
@@ -39,7 +38,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--vllm-url", required=True, help="base URL of the vLLM server or of agrpo's proxy")
     parser.add_argument("--num-replicas", type=int, default=1, help="replicas behind the URL (scales in-flight work)")
     args = parser.parse_args(argv)
-    cfg = OmegaConf.merge(OmegaConf.structured(RunConfig), OmegaConf.load(args.config))
+    cfg = load_spec(args.config)  # the run's typed spec, as prepare resolved it: nothing is derived again
     pinned = apply_trainer_cpus()  # before torch starts its threads; TRL's rollout worker inherits it
     from agrpo.trainer.logs import setup_trainer_logging
 
@@ -64,7 +63,7 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def report_disk_full(error: Exception, cfg) -> int:
+def report_disk_full(error: Exception, cfg: RunConfig) -> int:
     """A full disk is one paragraph (agrpo/trainer/disk_full.py), its traceback in trainer.log if it still fits;
     any other error is raised as it is."""
     from agrpo.trainer.disk_full import disk_figures, disk_full_cause, disk_full_message

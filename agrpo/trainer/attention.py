@@ -9,11 +9,10 @@ chose it, else agrpo's SDPA.
 
 from __future__ import annotations
 
-from typing import Any
-
 import torch
 from torch.nn.attention.bias import causal_lower_right
 
+from agrpo.config.schema import RunConfig
 from agrpo.config.attention_choice import (
     AttentionChoice,
     choose_attention,
@@ -66,7 +65,7 @@ def varlen_causal_attention(
     return torch.cat(outputs, dim=0)
 
 
-def trainer_attention(cfg: Any) -> AttentionChoice:
+def trainer_attention(cfg: RunConfig) -> AttentionChoice:
     """The choice for this process's trainer, decided by LOADING the kernel, before the model loads: the facts
     (validation's pass) say FA3 could run; only a load says it does (a missing build for this torch/CUDA, a 403/429,
     a blocked download). A forced fa3 that cannot run raises ConfigError; under auto any failure falls back to SDPA."""

@@ -18,6 +18,7 @@ from typing import Any, TextIO
 
 from transformers import TrainerCallback
 
+from agrpo.config.schema import RunConfig
 from agrpo.plot import CURVES_PNG
 from agrpo.trainer.bottleneck import accounting_line, sample_accounting, stale_share
 from agrpo.trainer.logs import CONSOLE_LOGGER, level_number, current_log_file
@@ -230,7 +231,7 @@ def summary_lines(
     return lines
 
 
-def serve_command(cfg: Any, adapter: str, device: str) -> str:
+def serve_command(cfg: RunConfig, adapter: str, device: str) -> str:
     """The command that served this run's replicas (agrpo/inference/vllm_server.py), on port 8000, with the adapter
     loaded under the run's name: it works wherever the run's own replicas did."""
     from agrpo.inference.vllm_server import build_replica_launch
@@ -252,7 +253,7 @@ class ConsoleCallback(TrainerCallback):
 
     def __init__(
         self,
-        cfg: Any,
+        cfg: RunConfig,
         num_replicas: int = 1,
         vllm_url: str | None = None,
         log_file: str | None = None,
@@ -355,13 +356,8 @@ class ConsoleCallback(TrainerCallback):
         miss."""
         if not self.main:
             return []
-        import torch
-
-        from agrpo.config.resolve import served_device
         from agrpo.config.recipe_files import typed_overrides
         from agrpo.rewards.registry import term_weights
-
-        cuda = torch.cuda.is_available()  # only for a config that was not prepared: its inference.device wins
 
         figures = run_summary(self.history)
         if samples is not None:
@@ -371,7 +367,7 @@ class ConsoleCallback(TrainerCallback):
             run_dir=self.run_dir,
             adapter=str(final_adapter),
             overrides=typed_overrides(self.run_dir),
-            serve=serve_command(self.cfg, str(final_adapter), served_device(self.cfg.inference.device, cuda)),
+            serve=serve_command(self.cfg, str(final_adapter), str(self.cfg.inference.device)),
             base_model=str(self.cfg.model.name_or_path),
             weights=term_weights(self.cfg.reward.funcs),
             repo_name=f"{self.cfg.run_name}-lora".replace("_", "-"),

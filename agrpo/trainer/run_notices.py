@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from agrpo.config.schema import RunConfig
 from agrpo.agents.metrics import EPISODES, MALFORMED, TRUNCATED
 
 NO_SIGNAL_STEPS = 5  # steps in a row without a reward spread (or, in an agent run, without a tool call)
@@ -53,7 +54,7 @@ class RunNotices:
         self.said: set[str] = set()
 
     @classmethod
-    def for_config(cls, cfg: Any) -> RunNotices:
+    def for_config(cls, cfg: RunConfig) -> RunNotices:
         from agrpo.agents.build import agent_enabled
 
         agent = agent_enabled(cfg.agent)

@@ -17,10 +17,10 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from omegaconf import OmegaConf
 from transformers import TrainerCallback
 
-from agrpo.config.resolve import inflight_slots, queue_size, uses_proxy
+from agrpo.config.resolve import inflight_slots
+from agrpo.config.schema import LoraConfig, ModelConfig, RunConfig
 from agrpo.errors import ConfigError
 from agrpo.models.chat_template import resolve_chat_template
 from agrpo.plot import LOG_HISTORY_FILE
@@ -50,7 +50,7 @@ def cuda_available() -> bool:
     return torch.cuda.is_available()
 
 
-def build_peft_config(lora_cfg: Any):
+def build_peft_config(lora_cfg: LoraConfig):
     from peft import LoraConfig
 
     return LoraConfig(
@@ -65,12 +65,12 @@ def build_peft_config(lora_cfg: Any):
     )
 
 
-def build_grpo_args(cfg: Any, vllm_url: str, num_replicas: int, use_gpu: bool):
-    """Map the run config onto TRL's AsyncGRPOConfig. `trainer.extra` passes any other TRL field through."""
+def build_grpo_args(cfg: RunConfig, vllm_url: str, num_replicas: int, use_gpu: bool):
+    """Map the run spec onto TRL's AsyncGRPOConfig. `trainer.extra` passes any other TRL field through (the
+    validation pass checked its names against TRL's dataclass)."""
     from trl.experimental.async_grpo import AsyncGRPOConfig
 
     trainer = cfg.trainer
-    bf16 = use_gpu if trainer.bf16 is None else trainer.bf16
     output_dir = cfg.sync.output_dir
     kwargs: dict[str, Any] = dict(
         output_dir=output_dir,
@@ -86,10 +86,10 @@ def build_grpo_args(cfg: Any, vllm_url: str, num_replicas: int, use_gpu: bool):
         max_staleness=trainer.max_staleness,
         weight_sync_steps=trainer.weight_sync_steps,
         max_inflight_tasks=inflight_slots(trainer),  # with auto, a ceiling: agrpo/trainer/rollout_pacing.py paces
-        queue_maxsize=queue_size(trainer),
+        queue_maxsize=trainer.queue_maxsize,
         token_budget=trainer.token_budget,
         gradient_checkpointing=trainer.gradient_checkpointing,
-        bf16=bf16,
+        bf16=trainer.bf16,
         epsilon=trainer.epsilon,
         epsilon_high=trainer.epsilon_high,
         logging_steps=trainer.logging_steps,
@@ -104,17 +104,7 @@ def build_grpo_args(cfg: Any, vllm_url: str, num_replicas: int, use_gpu: bool):
         disable_tqdm=not cfg.logger.progress_bar,
         use_cpu=not use_gpu,
     )
-    from agrpo.config.environment import trl_problems
-
-    unknown = trl_problems(cfg)  # the validation pass's own check; here for a config that was not prepared
-    if unknown:
-        raise ConfigError("; ".join(unknown))
-    extra = (
-        OmegaConf.to_container(trainer.extra, resolve=True)
-        if OmegaConf.is_config(trainer.extra)
-        else dict(trainer.extra)
-    )
-    kwargs.update(extra)
+    kwargs.update(trainer.extra)
     return AsyncGRPOConfig(**kwargs)
 
 
@@ -158,7 +148,7 @@ class BottleneckCallback(TrainerCallback):
         return verdict
 
 
-def load_tokenizer(model_cfg: Any):
+def load_tokenizer(model_cfg: ModelConfig):
     """The model's tokenizer, with `model.chat_template` applied; None lets TRL load it unchanged."""
     if not model_cfg.chat_template:
         return None
@@ -185,7 +175,7 @@ def gate_loads(trainer: Any, store: Any, timeout_s: float, gate: bool = True) ->
     client.load_through(Visibility(store, timeout_s, record) if gate else None, loaded_record=record)
 
 
-def choose_sync(trainer: Any, cfg: Any, store: Any, via_proxy: bool) -> Any:
+def choose_sync(trainer: Any, cfg: RunConfig, store: Any, via_proxy: bool) -> Any:
     """`sync.mode`: background (agrpo/trainer/sync_mode.py) or TRL's blocking sync with agrpo's loads. Returns the
     context to train in."""
     timeout_s, gate = cfg.inference.startup_timeout_s, cfg.sync.visibility_gate
@@ -209,12 +199,12 @@ def save_final_adapter(trainer: Any, final_dir: Path) -> None:
         trainer.processing_class.save_pretrained(final_dir)
 
 
-def is_paced(cfg: Any) -> bool:
+def is_paced(cfg: RunConfig) -> bool:
     """Whether the rollout child is paced: an automatic in-flight budget, or adapters published in the background."""
     return is_auto(cfg.trainer.max_inflight_tasks) or cfg.sync.mode == BACKGROUND
 
 
-def build_trainer(cfg: Any, args: Any) -> Any:
+def build_trainer(cfg: RunConfig, args: Any) -> Any:
     """agrpo's AsyncGRPOTrainer (agrpo/trainer/seam/trainer.py) on the run's data, rewards and agent, with the rollout
     loop class its child will run."""
     from agrpo.agents.build import agent_enabled, prepare_agent
@@ -254,14 +244,14 @@ class Watchers:
     bottleneck: BottleneckCallback
 
 
-def watch_run(trainer: Any, cfg: Any, vllm_url: str, num_replicas: int, banner: str) -> tuple[Any, Watchers]:
+def watch_run(trainer: Any, cfg: RunConfig, vllm_url: str, num_replicas: int, banner: str) -> tuple[Any, Watchers]:
     """(the sync context to train in, the watchers): the adapter sync, the rollout guard, the serving figures, the
     console and the bottleneck verdicts, installed on a built trainer."""
     from agrpo.sync import get_store
     from agrpo.trainer.console import ConsoleCallback, quiet_trainer
     from agrpo.trainer.rollout_guard import guard_rollout_worker  # a failing reward or a hung child ends the run
 
-    via_proxy = uses_proxy(cfg)  # resolved inference.use_proxy: the plan put a proxy in front exactly then
+    via_proxy = cfg.inference.use_proxy  # resolved: the plan put a proxy in front exactly then
     syncing = choose_sync(trainer, cfg, get_store(cfg), via_proxy)
     serving = ServingCollector(vllm_url, via_proxy=via_proxy)
     guard_rollout_worker(trainer, trainer.args.output_dir, cfg.logger.level)
@@ -279,7 +269,7 @@ def watch_run(trainer: Any, cfg: Any, vllm_url: str, num_replicas: int, banner: 
     return syncing, Watchers(console, serving, bottleneck)
 
 
-def train(trainer: Any, cfg: Any, syncing: Any) -> None:
+def train(trainer: Any, cfg: RunConfig, syncing: Any) -> None:
     """Resume from the checkpoint `trainer.resume` names, if any, and train with adapter retention, pacing and the
     adapter sync around `train()`."""
     args = trainer.args
@@ -292,7 +282,9 @@ def train(trainer: Any, cfg: Any, syncing: Any) -> None:
     retain_s = cfg.inference.adapter_retention_s
     with (
         retain_adapter_files(
-            trainer, default_retain_s(args.request_timeout) if retain_s is None else retain_s, not uses_proxy(cfg)
+            trainer,
+            default_retain_s(args.request_timeout) if retain_s is None else retain_s,
+            not cfg.inference.use_proxy,
         ),
         attach_pacing(trainer, auto=is_auto(cfg.trainer.max_inflight_tasks))
         if is_paced(cfg)
@@ -336,7 +328,7 @@ def write_run_files(trainer: Any, summary: dict[str, Any], final_dir: Path, cons
     console.print_summary(str(final_dir), summary.get("bottleneck", {}).get("line"), samples=summary.get("samples"))
 
 
-def run_training(cfg: Any, vllm_url: str, num_replicas: int) -> dict[str, Any]:
+def run_training(cfg: RunConfig, vllm_url: str, num_replicas: int) -> dict[str, Any]:
     """Train with TRL's AsyncGRPOTrainer against `vllm_url`; return the summary written to metrics.json."""
     started = time.monotonic()
     from agrpo.trainer.attention import trainer_attention

@@ -10,10 +10,10 @@ import pytest
 from omegaconf import OmegaConf
 
 from agrpo.agents.build import Agent
-from agrpo.config.compose import compose_run_config
 from agrpo.errors import ConfigError
 from agrpo.launchers.hf_jobs.inputs import upload_pairs
 from agrpo.launchers.hf_jobs.planner import build_jobs_plan
+from tests.specs import spec_for
 
 JOBS = ["launcher=hf_jobs", "sync=bucket", "launcher.hf_jobs.run_id=run1", "launcher.hf_jobs.namespace=alice"]
 PINNED = "launcher.hf_jobs.install='agrpo==0.1.0'"  # no wheel build: these tests are about the inputs
@@ -26,7 +26,7 @@ CODE = [
 
 
 def plan_for(*overrides):
-    return build_jobs_plan(compose_run_config(["+recipe=agent_smoke", *JOBS, *overrides, PINNED]), launch_id="L1")
+    return build_jobs_plan(spec_for("+recipe=agent_smoke", *JOBS, *overrides, PINNED), launch_id="L1")
 
 
 @pytest.fixture()

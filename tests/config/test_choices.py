@@ -4,19 +4,20 @@ one-paragraph message naming the key, a prepared config holds the members, and e
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
+from dataclasses import FrozenInstanceError
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 import yaml
-from omegaconf import OmegaConf
-
 from agrpo.config.compose import compose_run_config
 from agrpo.config.prepare import prepare
 from agrpo.config.schema import Choice, LogLevel, MixedPrecision, RunConfig, SyncMode, choice_fields
+from agrpo.config.spec import as_dict, load_spec, with_values
 from agrpo.config.validate import find_problems
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -53,8 +54,11 @@ def test_a_composed_config_holds_text_and_a_prepared_one_members(tmp_path):
     assert prepared.logger.level is LogLevel.DEBUG  # any case names the level, as logging takes it
     assert prepared.launcher.accelerate.mixed_precision is MixedPrecision.bf16
     assert f"{prepared.sync.mode}" == "background" and json.dumps(prepared.sync.mode) == '"background"'
-    with pytest.raises(Exception, match="Invalid value 'eager'"):
-        prepared.sync.mode = "eager"  # a typed config refuses a bad name on assignment
+    with pytest.raises(FrozenInstanceError):
+        prepared.sync.mode = "eager"  # the spec is frozen: a value changes by with_values, typed
+    with pytest.raises(ValueError, match="'eager' is not a valid SyncMode"):
+        with_values(prepared, {"sync.mode": "eager"})
+    assert with_values(prepared, {"sync.mode": "blocking"}).sync.mode is SyncMode.blocking
 
 
 def plain_strings(values, path=""):
@@ -67,8 +71,8 @@ def plain_strings(values, path=""):
 
 
 def test_the_run_dirs_config_yaml_is_text_and_reads_back(tmp_path):
-    """LocalLauncher writes <run_dir>/config.yaml from the prepared config; the trainer process merges it into the
-    schema (agrpo/trainer/__main__.py) and gets the members again."""
+    """LocalLauncher writes <run_dir>/config.yaml from the prepared spec; the trainer process loads it back
+    (load_spec: agrpo/trainer/__main__.py) and gets the same spec, members again."""
     from agrpo.launchers.local import RESOLVED_CONFIG, LocalLauncher
 
     prepared = prepare(smoke("inference.device=cpu", "logger.level=warning", output_dir=str(tmp_path)))
@@ -82,11 +86,11 @@ def test_the_run_dirs_config_yaml_is_text_and_reads_back(tmp_path):
     assert saved["sync"]["mode"] == "background" and saved["logger"]["level"] == "WARNING"
     assert saved["role"] == "all" and saved["trainer"]["attention"] == "sdpa"
     (tmp_path / "config.yaml").write_text(text)
-    read = OmegaConf.merge(OmegaConf.structured(RunConfig), OmegaConf.load(tmp_path / "config.yaml"))
+    read = load_spec(tmp_path / "config.yaml")
     assert read.logger.level is LogLevel.WARNING and read.sync.mode is SyncMode.background
-    container = OmegaConf.to_container(prepared, resolve=True)
-    assert json.loads(json.dumps(container))["inference"]["dtype"] == "float32"
-    assert plain_strings(OmegaConf.to_container(prepared, resolve=True, enum_to_str=True)) == []
+    assert read == prepared  # every value, as prepare resolved it
+    assert json.loads(json.dumps(dataclasses.asdict(prepared)))["inference"]["dtype"] == "float32"
+    assert plain_strings(as_dict(prepared)) == []
 
 
 def test_the_trainer_jobs_config_is_text_and_plans(tmp_path):

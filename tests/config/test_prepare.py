@@ -12,6 +12,7 @@ import pytest
 
 from agrpo.config.compose import compose_run_config
 from agrpo.config.prepare import prepare
+from agrpo.config.spec import with_values
 from agrpo.errors import ConfigError
 
 REPO = Path(__file__).resolve().parents[2]
@@ -140,7 +141,7 @@ def test_the_replica_command_serves_what_resolve_decided():
 
     cfg = prepared("lora.r=4")
     assert (cfg.inference.max_lora_rank, cfg.inference.max_loras, cfg.inference.dtype) == (8, 3, "float32")
-    cfg.inference.max_lora_rank, cfg.inference.max_loras, cfg.inference.dtype = 64, 9, "bfloat16"
+    cfg = with_values(cfg, {"inference.max_lora_rank": 64, "inference.max_loras": 9, "inference.dtype": "bfloat16"})
     argv = build_replica_launch(cfg, 8000, cfg.inference.device).argv
     assert (flag(argv, "--max-lora-rank"), flag(argv, "--max-loras"), flag(argv, "--dtype")) == ("64", "9", "bfloat16")
 
@@ -156,7 +157,7 @@ def test_the_local_plan_runs_on_the_resolved_device(monkeypatch):
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 0)
     plan = plan_on_this_machine(cfg, "/tmp/agrpo-prepare", reservations=[])
     assert "--distributed-executor-backend" in plan.services[0].argv  # vLLM's CPU flags
-    cfg.inference.device = "cuda"  # a resolved value wins over the machine
+    cfg = with_values(cfg, {"inference.device": "cuda"})  # a resolved value wins over the machine
     plan = plan_on_this_machine(cfg, "/tmp/agrpo-prepare", reservations=[])
     assert "--gpu-memory-utilization" in plan.services[0].argv
 
@@ -164,14 +165,11 @@ def test_the_local_plan_runs_on_the_resolved_device(monkeypatch):
 def test_proxy_or_not_is_one_resolved_value_for_the_plan_and_the_trainer():
     """Two replica URLs with use_proxy=false: no proxy in the plan, and the trainer does not treat its URL as one
     (it used to: `num_replicas > 1 or use_proxy`)."""
-    from agrpo.config.resolve import uses_proxy
     from agrpo.launchers.local import build_local_plan
-    from agrpo.trainer import trl_backend
 
     cfg = prepared("inference.urls=[http://127.0.0.1:9001,http://127.0.0.1:9002]", "inference.use_proxy=false")
     plan = build_local_plan(cfg, "/tmp/r", [8100, 8101, 8102], "cpu", 0, [0, 1])
     assert [s.role for s in plan.services] == [] and cfg.inference.use_proxy is False
-    assert trl_backend.uses_proxy is uses_proxy and uses_proxy(cfg) is False
     two = prepared("inference.replicas=2")
     assert (
         two.inference.use_proxy is True
@@ -181,7 +179,7 @@ def test_proxy_or_not_is_one_resolved_value_for_the_plan_and_the_trainer():
 
 
 def test_the_jobs_replicas_serve_on_the_resolved_device():
-    from agrpo.launchers.hf_jobs.planner import replica_device
+    from agrpo.launchers.hf_jobs.planner import replica_job
 
     cfg = prepared(
         "launcher=hf_jobs",
@@ -192,9 +190,10 @@ def test_the_jobs_replicas_serve_on_the_resolved_device():
         cuda=True,
         output_dir=None,
     )
-    assert cfg.inference.device == "cuda" and replica_device(cfg) == "cuda"
-    cfg.inference.device = "cpu"
-    assert replica_device(cfg) == "cpu"
+    assert cfg.inference.device == "cuda"
+    assert "--gpu-memory-utilization" in replica_job(cfg, 0, "ns/runs", "r1", "L1").command
+    cpu = with_values(cfg, {"inference.device": "cpu"})
+    assert "--distributed-executor-backend" in replica_job(cpu, 0, "ns/runs", "r1", "L1").command
 
 
 RULES = {  # token sequences only agrpo/config/resolve.py may hold (strings other than these names are blanked)
@@ -228,4 +227,22 @@ def test_no_derivation_is_copied_outside_resolve():
             continue
         for line in code_lines(path):
             found += [f"{path.relative_to(REPO)}: {what}: {line}" for rule, what in RULES.items() if rule in line]
+    assert found == []
+
+
+RULE_FUNCTIONS = ("served_device", "served_dtype", "served_lora_rank", "served_max_loras", "uses_proxy", "queue_size")
+
+
+def test_no_rule_is_applied_again_downstream():
+    """Downstream code reads the spec's value (prepare resolved it) instead of calling resolve's rule on it again:
+    only agrpo/config applies a rule (the spec's builders included)."""
+    import ast
+
+    found = []
+    for path in sorted((REPO / "agrpo").rglob("*.py")):
+        if path.is_relative_to(REPO / "agrpo" / "config"):
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module == "agrpo.config.resolve":
+                found += [f"{path.relative_to(REPO)}: {a.name}" for a in node.names if a.name in RULE_FUNCTIONS]
     assert found == []

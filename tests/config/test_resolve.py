@@ -1,10 +1,11 @@
-"""Resolve once: derived values match what today's consumers compute, and the resolved config holds no "derive me"."""
+"""Resolve once: the spec holds what each rule derives, and nothing left to derive."""
 
 import pytest
-from omegaconf import OmegaConf
 
 from agrpo.config.compose import compose_run_config
 from agrpo.config.resolve import derived_values, resolve
+from agrpo.config.schema import TrainerConfig
+from agrpo.config.spec import spec_yaml
 
 CASES = [
     ["+recipe=smoke"],
@@ -20,12 +21,10 @@ def composed(overrides):
 
 @pytest.mark.parametrize("overrides", CASES)
 @pytest.mark.parametrize("cuda", [False, True])
-def test_derived_values_agree_with_the_consumers(overrides, cuda):
-    """Until every consumer reads the resolved file, the rules live twice: they must agree."""
+def test_the_spec_holds_each_rules_value(overrides, cuda):
+    """Each derived value is its rule's (agrpo/config/resolve.py), applied once to the composed config."""
+    from agrpo.config.resolve import queue_size, served_lora_rank, served_max_loras, uses_proxy
     from agrpo.config.resolve import served_device as resolve_device
-    from agrpo.config.resolve import served_lora_rank, served_max_loras
-    from agrpo.launchers.local import uses_proxy
-    from agrpo.config.resolve import queue_size
 
     cfg = composed(overrides)
     resolved = resolve(cfg, cuda_available=cuda)
@@ -41,13 +40,13 @@ def test_derived_values_agree_with_the_consumers(overrides, cuda):
 
 def test_resolved_config_has_nothing_left_to_derive():
     resolved = resolve(composed(["+recipe=smoke"]), cuda_available=False)
-    text = OmegaConf.to_yaml(resolved).replace("max_inflight_tasks: auto", "")  # the controller's, at run time
+    text = spec_yaml(resolved).replace("max_inflight_tasks: auto", "")  # the controller's, at run time
     assert "${" not in text and "auto" not in text
     assert resolved.trainer.token_budget == 0  # the recipe's own value is kept
     assert resolved.eval.max_tokens == resolved.trainer.max_completion_length == 16
     assert resolved.trainer.max_inflight_tasks == "auto"
     assert resolved.trainer.queue_maxsize == 16 * 1 * 1  # the controller's ceiling: C x W x max(S, 1)
-    assert OmegaConf.get_type(resolved.trainer).__name__ == "TrainerConfig"  # still typed: unknown keys fail
+    assert type(resolved.trainer) is TrainerConfig  # the schema's own (frozen) class
 
 
 def test_values_the_user_set_are_not_derived():

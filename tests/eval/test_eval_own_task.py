@@ -5,25 +5,23 @@ from __future__ import annotations
 
 import json
 
-from agrpo.config.compose import compose_run_config
 from agrpo.eval.runner import load_problems, problem_of, score_problem
 from agrpo.rewards.registry import build_reward_funcs
+from tests.specs import spec_for
 
 
 def test_jsonl_test_file_columns_reach_the_rewards(tmp_path):
     test_file = tmp_path / "test.jsonl"
     test_file.write_text("".join(json.dumps({"question": f"Capital {i}?", "city": f"C{i}"}) + "\n" for i in range(3)))
-    cfg = compose_run_config(
-        [
-            "+recipe=smoke",
-            "data=jsonl",
-            f"data.path={tmp_path}/train.jsonl",
-            "reward=exact_match",
-            "reward.funcs.0.column=city",
-            "+data.columns.question=prompt",
-            f"eval.path={test_file}",
-            "eval.max_problems=2",
-        ],
+    cfg = spec_for(
+        "+recipe=smoke",
+        "data=jsonl",
+        f"data.path={tmp_path}/train.jsonl",
+        "reward=exact_match",
+        "reward.funcs.0.column=city",
+        "+data.columns.question=prompt",
+        f"eval.path={test_file}",
+        "eval.max_problems=2",
         output_dir=str(tmp_path / "out"),
     )
     problems = load_problems(cfg)
@@ -47,15 +45,13 @@ def test_a_term_reading_a_missing_column_fails_before_any_server_starts(tmp_path
 
     test_file = tmp_path / "test.jsonl"
     test_file.write_text(json.dumps({"prompt": "Capital of France?", "city": "Paris"}) + "\n")
-    cfg = compose_run_config(
-        [
-            "+recipe=smoke",
-            "data=jsonl",
-            f"data.path={test_file}",
-            "reward=exact_match",
-            f"eval.path={test_file}",
-            "inference.urls=[http://127.0.0.1:9]",
-        ],
+    cfg = spec_for(
+        "+recipe=smoke",
+        "data=jsonl",
+        f"data.path={test_file}",
+        "reward=exact_match",
+        f"eval.path={test_file}",
+        "inference.urls=[http://127.0.0.1:9]",
         output_dir=str(tmp_path / "out"),
     )
     with pytest.raises(ConfigError, match=r"reads column\(s\) \['answer'\].*\['city', 'prompt'\]"):

@@ -8,15 +8,18 @@ from pathlib import Path
 import pytest
 
 from agrpo.config.compose import compose_run_config
-from agrpo.errors import ConfigError
-from agrpo.eval.runner import adapter_name, eval_data_config, load_problems, score_problem, serving_config
+from agrpo.config.eval_checks import adapter_problems, eval_data_problems
+from agrpo.config.prepare import prepare
+from agrpo.config.resolve import round_lora_rank
+from agrpo.eval.runner import adapter_name, eval_data_config, load_problems, score_problem
 from agrpo.rewards.registry import build_reward_funcs
+from tests.specs import spec_for
 
 GSM8K_TEST = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "gsm8k" / "test.jsonl"
 
 
 def cfg_for(*overrides: str):
-    return compose_run_config(list(overrides), output_dir="/tmp/agrpo-eval-test")
+    return spec_for(*overrides, output_dir="/tmp/agrpo-eval-test")
 
 
 def test_eval_path_wins_and_split_comes_from_eval():
@@ -29,8 +32,11 @@ def test_eval_path_wins_and_split_comes_from_eval():
 
 
 def test_a_training_file_is_never_evaluated_by_accident():
-    with pytest.raises(ConfigError, match="eval.path"):
-        eval_data_config(cfg_for("+recipe=gsm8k", "data.path=/x/train.jsonl"))
+    """The validation pass of `agrpo eval` refuses it (agrpo/config/eval_checks.py)."""
+    composed = compose_run_config(["+recipe=gsm8k", "data.path=/x/train.jsonl"], output_dir="/tmp/agrpo-eval-test")
+    [problem] = eval_data_problems(composed)
+    assert problem.startswith("data.path='/x/train.jsonl' is the training file: set eval.path")
+    assert eval_data_problems(compose_run_config(["+recipe=gsm8k", "data.path=/x/train.jsonl", "eval.name=x"])) == []
 
 
 def test_gsm8k_cpu_recipe_evaluates_the_local_test_file():
@@ -48,15 +54,29 @@ def test_adapter_name_follows_the_weights(tmp_path):
     assert first.startswith("agrpo-eval-") and first == adapter_name(str(tmp_path))
     (tmp_path / "adapter_model.safetensors").write_bytes(b"two")
     assert adapter_name(str(tmp_path)) != first
-    with pytest.raises(ConfigError, match="adapter_model.safetensors"):
-        adapter_name(str(tmp_path / "missing"))
 
 
-def test_served_rank_fits_the_adapter(tmp_path):
-    (tmp_path / "adapter_config.json").write_text(json.dumps({"r": 16}))
-    cfg = serving_config(cfg_for("+recipe=smoke", f"eval.adapter={tmp_path}"))
-    assert cfg.inference.max_lora_rank == 16
-    assert serving_config(cfg_for("+recipe=smoke")).inference.max_lora_rank is None  # derived from lora.r as usual
+def test_a_folder_without_an_adapter_is_refused_by_the_validation_pass(tmp_path):
+    [problem] = adapter_problems(compose_run_config(["+recipe=smoke", f"eval.adapter={tmp_path}/missing"]))
+    assert "adapter_model.safetensors" in problem and problem.startswith("eval.adapter=")
+
+
+def test_the_served_rank_holds_the_adapter(tmp_path):
+    """prepare sizes inference.max_lora_rank for the evaluated adapter, whatever lora.r the recipe trains."""
+    adapter = tmp_path / "adapter"
+    adapter.mkdir()
+    (adapter / "adapter_config.json").write_text(json.dumps({"r": 16}))
+    (adapter / "adapter_model.safetensors").write_bytes(b"weights")
+
+    def evaluated(*overrides):
+        composed = compose_run_config(["+recipe=smoke", *overrides], output_dir=str(tmp_path / "out"))
+        return prepare(composed, evaluating=True, cuda_available=False)
+
+    cfg = evaluated(f"eval.adapter={adapter}")
+    assert cfg.inference.max_lora_rank == 16 and cfg.lora.r < 16
+    assert evaluated().inference.max_lora_rank == round_lora_rank(cfg.lora.r)  # no adapter: lora.r's capacity
+    own = evaluated(f"eval.adapter={adapter}", "inference.urls=[http://127.0.0.1:9]")
+    assert own.inference.max_lora_rank == round_lora_rank(cfg.lora.r)  # servers of one's own: not started here
 
 
 def test_score_problem_uses_every_term_and_the_length_rule():

@@ -9,6 +9,7 @@ from agrpo.config.resolve import replica_count, uses_proxy
 from agrpo.config.schema.inference import fleet_bounds, is_auto_fleet
 from agrpo.config.validate import find_problems
 from agrpo.launchers.local import build_local_plan
+from tests.specs import spec_for
 
 AUTO = ["inference.replicas=auto", "inference.min_replicas=1", "inference.max_replicas=2"]
 
@@ -70,7 +71,7 @@ def test_the_trainer_jobs_config_may_carry_its_replica_jobs_urls():
 
 
 def test_the_plan_starts_min_and_holds_the_spares_on_their_own_cores():
-    cfg = compose(*AUTO)
+    cfg = spec_for("+recipe=smoke", *AUTO, output_dir="/runs/r1")
     plan = build_local_plan(cfg, "/runs/r1", [8100, 8101, 8102], "cpu", 0, range(2), python="py", replica_key="k")
     assert [s.name for s in plan.services] == ["vllm-0", "proxy"]
     assert "--upstream http://127.0.0.1:8100" in " ".join(plan.services[1].argv)

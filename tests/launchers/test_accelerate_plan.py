@@ -5,15 +5,15 @@ import sys
 
 import pytest
 
-from agrpo.config.compose import compose_run_config
 from agrpo.errors import ConfigError
 from agrpo.launchers.accelerate import build_accelerate_plan
 from agrpo.launchers.fsdp import build_fsdp_config, layer_cls_from_model_config
 from agrpo.launchers.local import build_local_plan
+from tests.specs import spec_for
 
 
 def plans_for(*overrides, num_gpus=4, device="cuda", cpu_count=2, layer_cls="Qwen2DecoderLayer"):
-    cfg = compose_run_config(["+recipe=smoke", "launcher=accelerate", *overrides], output_dir="/runs/r1")
+    cfg = spec_for("+recipe=smoke", "launcher=accelerate", *overrides, output_dir="/runs/r1", cuda=device == "cuda")
     ports = [8100 + i for i in range(cfg.inference.replicas + 1)]
     local = build_local_plan(cfg, "/runs/r1", ports, device, num_gpus, range(cpu_count), python="py")
     plan, accelerate_config = build_accelerate_plan(cfg, local, 29501, layer_cls, python="py")
@@ -21,13 +21,11 @@ def plans_for(*overrides, num_gpus=4, device="cuda", cpu_count=2, layer_cls="Qwe
 
 
 def test_fsdp2_config_from_our_config():
-    cfg = compose_run_config(
-        [
-            "+recipe=smoke",
-            "launcher=accelerate",
-            "launcher.accelerate.reshard_after_forward=false",
-            "launcher.accelerate.activation_checkpointing=true",
-        ],
+    cfg = spec_for(
+        "+recipe=smoke",
+        "launcher=accelerate",
+        "launcher.accelerate.reshard_after_forward=false",
+        "launcher.accelerate.activation_checkpointing=true",
         output_dir="/x",
     )
     config = build_fsdp_config(cfg.launcher.accelerate, 3, 29501, "Qwen2DecoderLayer", on_cpu=False)
@@ -43,14 +41,14 @@ def test_fsdp2_config_from_our_config():
 
 
 def test_explicit_layer_class_wins_and_none_leaves_it_to_accelerate():
-    cfg = compose_run_config(["+recipe=smoke", "launcher.accelerate.transformer_layer_cls=MyLayer"], output_dir="/x")
+    cfg = spec_for("+recipe=smoke", "launcher.accelerate.transformer_layer_cls=MyLayer", output_dir="/x")
     assert (
         build_fsdp_config(cfg.launcher.accelerate, 2, 1, "Qwen2DecoderLayer", False)["fsdp_config"][
             "fsdp_transformer_layer_cls_to_wrap"
         ]
         == "MyLayer"
     )
-    cfg = compose_run_config(["+recipe=smoke"], output_dir="/x")
+    cfg = spec_for("+recipe=smoke", output_dir="/x")
     assert (
         "fsdp_transformer_layer_cls_to_wrap"
         not in build_fsdp_config(cfg.launcher.accelerate, 2, 1, None, False)["fsdp_config"]
@@ -156,7 +154,7 @@ def test_the_plan_carries_every_file_the_executor_writes(tmp_path):
     """The dry run lists the accelerate config and the resolved run config; the executor writes exactly those."""
     from agrpo.launchers.accelerate import ACCELERATE_CONFIG_FILE, AccelerateLauncher
 
-    cfg = compose_run_config(["+recipe=smoke", "launcher=accelerate"], output_dir=str(tmp_path))
+    cfg = spec_for("+recipe=smoke", "launcher=accelerate", output_dir=str(tmp_path))
     plan = AccelerateLauncher().build_plan(cfg)
     assert set(plan.files) == {"config.yaml", ACCELERATE_CONFIG_FILE}
     assert "distributed_type" in plan.files[ACCELERATE_CONFIG_FILE]
@@ -167,9 +165,13 @@ def test_the_plan_carries_every_file_the_executor_writes(tmp_path):
 def test_a_fleet_that_sizes_itself_keeps_its_spares_under_accelerate():
     """inference.replicas=auto with launcher=accelerate: the local plan's fleet (one replica started, the spare on its
     own GPU on demand) travels into the accelerate plan, whose executor is local's, fleet controller included."""
-    cfg = compose_run_config(
-        ["+recipe=smoke", "launcher=accelerate", "inference.replicas=auto", "inference.max_replicas=2"],
+    cfg = spec_for(
+        "+recipe=smoke",
+        "launcher=accelerate",
+        "inference.replicas=auto",
+        "inference.max_replicas=2",
         output_dir="/runs/r1",
+        cuda=True,
     )
     local = build_local_plan(cfg, "/runs/r1", [8100, 8101, 8102], "cuda", 4, range(2), python="py")
     plan, _ = build_accelerate_plan(cfg, local, 29501, "Qwen2DecoderLayer", python="py")

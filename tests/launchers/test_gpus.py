@@ -2,10 +2,10 @@
 
 import pytest
 
-from agrpo.config.compose import compose_run_config
 from agrpo.errors import ConfigError
 from agrpo.launchers.gpus import to_physical, visible_devices
 from agrpo.launchers.local import build_local_plan
+from tests.specs import spec_for
 
 
 @pytest.mark.parametrize(
@@ -34,7 +34,7 @@ def test_to_physical_maps_through_the_parents_list():
 
 
 def plan_with(visible, *overrides, num_gpus=2):
-    cfg = compose_run_config(["+recipe=smoke", *overrides], output_dir="/runs/r1")
+    cfg = spec_for("+recipe=smoke", *overrides, output_dir="/runs/r1")
     ports = [8100 + i for i in range(cfg.inference.replicas + 1)]
     return build_local_plan(cfg, "/runs/r1", ports, "cuda", num_gpus, range(2), python="py", visible_gpus=visible)
 

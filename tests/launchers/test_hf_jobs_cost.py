@@ -4,7 +4,6 @@ its flavor's price, $ per 1,000 samples, the dry run's CPU suggestion, and what 
 from datetime import datetime, timedelta, timezone
 from types import SimpleNamespace
 
-from agrpo.config.compose import compose_run_config
 from agrpo.launchers.hf_jobs.after import next_commands
 from agrpo.launchers.hf_jobs.cost import (
     HUB_SOURCE,
@@ -19,6 +18,7 @@ from agrpo.launchers.hf_jobs.cost import (
 )
 from agrpo.launchers.hf_jobs.planner import build_jobs_plan
 from agrpo.launchers.hf_jobs.terminal import JobLogView, banner_lines
+from tests.specs import spec_for
 
 JOBS = ["launcher=hf_jobs", "sync=bucket", "launcher.hf_jobs.run_id=r1", "launcher.hf_jobs.namespace=alice"]
 
@@ -77,16 +77,16 @@ def test_samples_trained_is_the_mean_logged_batch_times_the_steps():
 
 
 def test_the_dry_run_suggests_cpu_flavors_for_a_model_agrpo_builds():
-    smoke = build_jobs_plan(compose_run_config(["+recipe=smoke", *JOBS, "inference.replicas=2"]), launch_id="L")
+    smoke = build_jobs_plan(spec_for("+recipe=smoke", *JOBS, "inference.replicas=2"), launch_id="L")
     note = next(n for n in smoke.notes if "small enough for CPU" in n)
     assert "~$0.09/hour instead of ~$15.00/hour" in note and "launcher.hf_jobs.replica_flavor=cpu-upgrade" in note
     assert "estimated cost: $15.00/hour" in smoke.render() and note in smoke.render()
-    gsm8k = build_jobs_plan(compose_run_config(["+recipe=gsm8k", *JOBS]), launch_id="L")
+    gsm8k = build_jobs_plan(spec_for("+recipe=gsm8k", *JOBS), launch_id="L")
     assert not any("small enough for CPU" in n for n in gsm8k.notes)  # a Hub model: the config's flavors stand
 
 
 def test_the_commands_printed_after_a_run_name_the_pulled_copy():
-    plan = build_jobs_plan(compose_run_config(["+recipe=smoke", *JOBS, "lora.r=4"]), launch_id="L")
+    plan = build_jobs_plan(spec_for("+recipe=smoke", *JOBS, "lora.r=4"), launch_id="L")
     plan.after.eval_overrides = ["+recipe=smoke", "lora.r=4"]
     lines = next_commands(plan.after, "r1", "alice", [])
     assert lines[0] == "next (on this machine):"
@@ -103,7 +103,7 @@ def test_the_commands_printed_after_a_run_name_the_pulled_copy():
     rehearsed = next_commands(plan.after, "r1", "rehearsal", ["--rehearsal-dir", "/tmp/r"])
     assert rehearsed[1].split()[1:5] == ["agrpo", "pull", "r1", "--rehearsal-dir"]
     assert rehearsed[-1].split()[1:] == ["agrpo", "jobs", "status", "r1", "--rehearsal-dir", "/tmp/r"]
-    other = compose_run_config(["+recipe=smoke", *JOBS, "sync.bucket=team-runs"])
+    other = spec_for("+recipe=smoke", *JOBS, "sync.bucket=team-runs")
     assert "agrpo pull alice/team-runs/r1" in next_commands(build_jobs_plan(other).after, "r1", "alice", [])[1]
 
 
@@ -111,7 +111,7 @@ def test_the_jobs_next_block_is_not_echoed_and_the_banner_names_the_files():
     view = JobLogView()
     lines = ["step 3/3  reward 0.5", "next:", "  evaluate  agrpo eval eval.adapter=/bucket/r1/final_adapter", "done"]
     assert [line for line in lines if view.shows(line)] == ["step 3/3  reward 0.5", "done"]
-    plan = build_jobs_plan(compose_run_config(["+recipe=gsm8k", *JOBS]), launch_id="L")
+    plan = build_jobs_plan(spec_for("+recipe=gsm8k", *JOBS), launch_id="L")
     plan.after.launch_log = "outputs/gsm8k/x/logs/launch.log"
     banner = "\n".join(banner_lines(plan))
     assert "hf://buckets/alice/agrpo-runs/r1" in banner and "outputs/gsm8k/x/logs/launch.log" in banner

@@ -14,7 +14,6 @@ import json
 
 from fakes.fake_hub import FAKE_TOKEN, FakeHub, use_fake_hub
 
-from agrpo.config.compose import compose_run_config
 from agrpo.fleet import files
 from agrpo.launchers.hf_jobs.client import make_api
 from agrpo.launchers.hf_jobs.executor import JobsRun
@@ -22,17 +21,18 @@ from agrpo.launchers.hf_jobs.fleet_jobs import jobs_fleet_plan
 from agrpo.launchers.hf_jobs.planner import build_jobs_plan
 from agrpo.launchers.plan import Plan, ProcessSpec, Supervision
 from agrpo.proxy.settings import ADMIN_TOKEN_ENV
+from tests.specs import spec_for, with_values
 
 BUCKET = "alice/agrpo-runs"
 
 
 def plan_for(hub, tmp_path, *extra):
-    cfg = compose_run_config(
-        ["+recipe=gsm8k", "launcher=hf_jobs", "sync=bucket", "launcher.hf_jobs.run_id=run1"]
-        + ["launcher.hf_jobs.namespace=alice", "launcher.hf_jobs.install='agrpo==0.1.0'"]
-        + ["inference.replicas=auto", "inference.min_replicas=1", "inference.max_replicas=2"]
-        + ["launcher.hf_jobs.poll_interval_s=0.01", "launcher.hf_jobs.ready_timeout_s=2"]
-        + [f"launcher.hf_jobs.replica_url='{hub.replica_url_template()}'", *extra]
+    cfg = spec_for(
+        *["+recipe=gsm8k", "launcher=hf_jobs", "sync=bucket", "launcher.hf_jobs.run_id=run1"],
+        *["launcher.hf_jobs.namespace=alice", "launcher.hf_jobs.install='agrpo==0.1.0'"],
+        *["inference.replicas=auto", "inference.min_replicas=1", "inference.max_replicas=2"],
+        *["launcher.hf_jobs.poll_interval_s=0.01", "launcher.hf_jobs.ready_timeout_s=2"],
+        *[f"launcher.hf_jobs.replica_url='{hub.replica_url_template()}'", *extra],
     )
     return cfg, build_jobs_plan(cfg, launch_id="L1")
 
@@ -72,8 +72,7 @@ def test_the_trainer_jobs_fleet_launches_checks_replaces_and_cancels_replica_job
         run_dir = tmp_path / "run"
         run_dir.mkdir()
         (run_dir / "fleet.json").write_text(plan.fleet.to_json())  # as uploaded, read through the mount
-        cfg.sync.output_dir = str(run_dir)
-        fleet = jobs_fleet_plan(cfg, make_api())
+        fleet = jobs_fleet_plan(with_values(cfg, {"sync.output_dir": str(run_dir)}), make_api())
         proxy = ProcessSpec("proxy", "proxy", ["proxy"], {ADMIN_TOKEN_ENV: "admin"}, port=8101)
         local = Plan("local", str(run_dir), [proxy], ProcessSpec("t", "trainer", ["t"]), "", fleet=fleet)
         local.supervision = Supervision(600.0)

@@ -17,7 +17,7 @@ from agrpo.launchers.hf_jobs.planner import build_jobs_plan
 from agrpo.launchers.plan import Plan, ProcessSpec, Supervision
 from agrpo.proxy.settings import ADMIN_TOKEN_ENV
 
-from agrpo.config.compose import compose_run_config
+from tests.specs import spec_for
 
 SECRET = "hf_fake_token_for_the_fleet_tests"
 
@@ -95,11 +95,11 @@ def fleet_of(tmp_path, monkeypatch):
     monkeypatch.setenv("HF_TOKEN", SECRET)
 
     def build(min_replicas: int, max_replicas: int, *overrides):
-        cfg = compose_run_config(
-            ["+recipe=gsm8k", "launcher=hf_jobs", "sync=bucket", "launcher.hf_jobs.run_id=run1"]
-            + ["launcher.hf_jobs.namespace=alice", "inference.replicas=auto"]
-            + [f"inference.min_replicas={min_replicas}", f"inference.max_replicas={max_replicas}"]
-            + ["inference.fleet.cooldown_s=0", *overrides]
+        cfg = spec_for(
+            *["+recipe=gsm8k", "launcher=hf_jobs", "sync=bucket", "launcher.hf_jobs.run_id=run1"],
+            *["launcher.hf_jobs.namespace=alice", "inference.replicas=auto"],
+            *[f"inference.min_replicas={min_replicas}", f"inference.max_replicas={max_replicas}"],
+            *["inference.fleet.cooldown_s=0", *overrides],
         )
         jobs_plan = build_jobs_plan(cfg, launch_id="L1")
         api = Jobs()

@@ -17,15 +17,15 @@ from agrpo.launchers.hf_jobs.cost import RunEstimate
 from agrpo.launchers.hf_jobs.fleet import JobsFleet
 from agrpo.launchers.hf_jobs.planner import build_jobs_plan
 from agrpo.launchers.hf_jobs.trainer import expected_replicas
+from tests.specs import spec_for
 
 BASE = ["+recipe=gsm8k", "launcher=hf_jobs", "sync=bucket", "launcher.hf_jobs.run_id=run1"]
 AUTO = ["inference.replicas=auto", "inference.min_replicas=1", "inference.max_replicas=4"]
 
 
 def plan_of(*overrides):
-    cfg = compose_run_config([*BASE, "launcher.hf_jobs.namespace=alice", *overrides])
-    assert find_problems(cfg) == []
-    return build_jobs_plan(cfg, launch_id="L1")
+    assert find_problems(compose_run_config([*BASE, "launcher.hf_jobs.namespace=alice", *overrides])) == []
+    return build_jobs_plan(spec_for(*BASE, "launcher.hf_jobs.namespace=alice", *overrides), launch_id="L1")
 
 
 def test_the_launcher_starts_min_replicas_and_the_template_is_a_replica_job_of_the_plan():
@@ -105,7 +105,8 @@ def test_a_rehearsal_binds_the_gateway_port_in_the_template_too():
 
     cfg = compose_run_config([*BASE, "launcher.hf_jobs.namespace=alice", *AUTO, "inference.device=cpu"])
     assert value_problems(cfg, jobs_on_this_machine=True) == []  # CPU replicas on GPU flavors: Jobs run here
-    plan = build_jobs_plan(cfg, launch_id="L1", hub=RehearsalHub())
+    spec = spec_for(*BASE, "launcher.hf_jobs.namespace=alice", *AUTO, "inference.device=cpu", jobs_on_this_machine=True)
+    plan = build_jobs_plan(spec, launch_id="L1", hub=RehearsalHub())
     bound = bind_placeholder(plan, GATEWAY_PLACEHOLDER, "4242")
     assert GATEWAY_PLACEHOLDER not in json.dumps(dataclasses.asdict(bound))
     assert bound.fleet.replica.url.endswith(".hf.jobs:4242")

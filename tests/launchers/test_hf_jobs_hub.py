@@ -10,12 +10,12 @@ import json
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from agrpo.config.compose import compose_run_config
 from agrpo.launchers import get_launcher
 from agrpo.launchers.hf_jobs import executor
 from agrpo.launchers.hf_jobs.hub import HubConnection, RealHub, backend_from_argv
 from agrpo.launchers.hf_jobs.launcher import HFJobsLauncher
 from agrpo.launchers.hf_jobs.plan import NAMESPACE_PLACEHOLDER
+from tests.specs import spec_for
 
 JOBS = ["+recipe=smoke", "launcher=hf_jobs", "sync=bucket", "launcher.hf_jobs.run_id=r1"]
 PORT_PLACEHOLDER = "<test-gateway-port>"
@@ -50,12 +50,12 @@ class HereHub:
 
 
 def test_the_plan_takes_the_backends_capabilities():
-    cfg = compose_run_config([*JOBS, "inference.device=cpu"])
+    cfg = spec_for(*JOBS, "inference.device=cpu", jobs_on_this_machine=True)
     plan = HFJobsLauncher(HereHub()).build_plan(cfg)
     assert plan.jobs_on_this_machine and plan.hub_lines == ["here: every Job on this machine"]
     assert plan.replicas[0].url == f"http://<vllm-0-job-id>--8000.local:{PORT_PLACEHOLDER}"
     assert "here: every Job on this machine" in plan.render()
-    real = HFJobsLauncher().build_plan(compose_run_config(JOBS))
+    real = HFJobsLauncher().build_plan(spec_for(*JOBS))
     assert not real.jobs_on_this_machine and real.hub_lines == []
     assert real.replicas[0].url == "https://<vllm-0-job-id>--8000.hf.jobs"
 
@@ -73,7 +73,7 @@ def test_execute_hands_the_executor_what_the_backend_yields_with_its_placeholder
     monkeypatch.setattr(executor, "JobsRun", RecordingRun)
     hub = HereHub()
     launcher = HFJobsLauncher(hub)
-    plan = launcher.build_plan(compose_run_config([*JOBS, "inference.device=cpu"]))
+    plan = launcher.build_plan(spec_for(*JOBS, "inference.device=cpu", jobs_on_this_machine=True))
     assert plan.namespace == NAMESPACE_PLACEHOLDER
     assert launcher.execute(plan) == {"reward_last": 1.0, "where": "here"}
     assert hub.connected == [None]  # no namespace in the config: the backend's own

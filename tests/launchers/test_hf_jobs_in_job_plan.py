@@ -6,24 +6,22 @@ from __future__ import annotations
 
 from fakes.fake_hub import FakeHub, use_fake_hub
 
-from agrpo.config.compose import compose_run_config
 from agrpo.launchers.hf_jobs.planner import build_jobs_plan
+from tests.specs import spec_for
 
 
 def jobs_plan(tmp_path, *overrides, replica_url=None):
     extra = [f"launcher.hf_jobs.replica_url='{replica_url}'"] if replica_url else []
-    cfg = compose_run_config(
-        [
-            "+recipe=gsm8k",
-            "launcher=hf_jobs",
-            "sync=bucket",
-            "launcher.hf_jobs.run_id=run1",
-            "launcher.hf_jobs.namespace=alice",
-            "inference.replicas=2",
-            f"sync.mount_path={tmp_path}",
-            *extra,
-            *overrides,
-        ]
+    cfg = spec_for(
+        "+recipe=gsm8k",
+        "launcher=hf_jobs",
+        "sync=bucket",
+        "launcher.hf_jobs.run_id=run1",
+        "launcher.hf_jobs.namespace=alice",
+        "inference.replicas=2",
+        f"sync.mount_path={tmp_path}",
+        *extra,
+        *overrides,
     )
     return build_jobs_plan(cfg, launch_id="L5")
 

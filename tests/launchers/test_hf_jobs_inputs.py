@@ -19,13 +19,14 @@ from agrpo.launchers.hf_jobs.client import make_api
 from agrpo.launchers.hf_jobs.executor import JobsRun
 from agrpo.launchers.hf_jobs.inputs import upload_pairs
 from agrpo.launchers.hf_jobs.planner import build_jobs_plan
+from tests.specs import spec_for
 
 JOBS = ["launcher=hf_jobs", "sync=bucket", "launcher.hf_jobs.run_id=run1", "launcher.hf_jobs.namespace=alice"]
 PINNED = "launcher.hf_jobs.install='agrpo==0.1.0'"  # no wheel build: these tests are about the inputs
 
 
 def plan_for(*overrides, launch_id="L1"):
-    return build_jobs_plan(compose_run_config([*JOBS, *overrides]), launch_id=launch_id)
+    return build_jobs_plan(spec_for(*JOBS, *overrides), launch_id=launch_id)
 
 
 def job_config(plan):
@@ -42,8 +43,8 @@ def fine_tune(folder: Path) -> Path:
 
 
 def test_the_smoke_recipes_built_model_is_planned_for_a_real_launch_through_the_bucket():
-    cfg = compose_run_config(["+recipe=smoke", *JOBS])
-    assert hf_jobs_problems(cfg) == []  # used to be refused: the Jobs could not see a model built here
+    assert hf_jobs_problems(compose_run_config(["+recipe=smoke", *JOBS])) == []  # used to be refused: built here
+    cfg = spec_for("+recipe=smoke", *JOBS)
     plan = build_jobs_plan(cfg, launch_id="L1")
     [model] = plan.inputs
     assert model.key == "model.name_or_path" and model.builder == "agrpo.models.tiny.build_tiny_model"

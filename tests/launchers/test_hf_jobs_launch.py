@@ -16,12 +16,12 @@ from fakes.fake_hub import FAKE_TOKEN, FakeHub, trainer_completes, use_fake_hub
 from hub_lines import EXPOSE_8000_BODY, PRIVATE_BUCKET_BODY, needs_run_job_attempts
 from omegaconf import OmegaConf
 
-from agrpo.config.compose import compose_run_config
 from agrpo.errors import LaunchError
 from agrpo.launchers.hf_jobs.client import make_api
 from agrpo.launchers.hf_jobs.executor import JobsRun
 from agrpo.launchers.hf_jobs.planner import GPU_EXTRAS, build_jobs_plan
 from agrpo.launchers.plan import SAFE_ENV_VALUES
+from tests.specs import spec_for
 
 USER = [
     "+recipe=gsm8k",
@@ -36,14 +36,12 @@ PINNED = "launcher.hf_jobs.install='agrpo==0.1.0'"  # most tests skip the wheel 
 
 
 def make_plan(hub, *extra):
-    cfg = compose_run_config(
-        [
-            *USER,
-            "launcher.hf_jobs.poll_interval_s=0.01",
-            "launcher.hf_jobs.ready_timeout_s=1",
-            f"launcher.hf_jobs.replica_url='{hub.replica_url_template()}'",
-            *extra,
-        ]
+    cfg = spec_for(
+        *USER,
+        "launcher.hf_jobs.poll_interval_s=0.01",
+        "launcher.hf_jobs.ready_timeout_s=1",
+        f"launcher.hf_jobs.replica_url='{hub.replica_url_template()}'",
+        *extra,
     )
     return build_jobs_plan(cfg, launch_id="L1")
 

@@ -18,6 +18,7 @@ from agrpo.inference.vllm_server import build_replica_launch
 from agrpo.config.hf_jobs_checks import hf_jobs_problems
 from agrpo.launchers.hf_jobs.plan import PRICE_PER_HOUR_USD, bind_namespace
 from agrpo.launchers.hf_jobs.planner import GPU_EXTRAS, build_jobs_plan, vllm_serve_argv
+from tests.specs import spec_for, with_values
 
 BASE = ["+recipe=gsm8k", "launcher=hf_jobs", "sync=bucket", "launcher.hf_jobs.run_id=run1"]
 IMAGE = "vllm/vllm-openai:v0.31.0"
@@ -27,13 +28,16 @@ def jobs_cfg(*overrides):
     return compose_run_config([*BASE, *overrides])
 
 
+def jobs_spec(*overrides):
+    return spec_for(*BASE, *overrides)
+
+
 def test_two_replica_plan_serves_the_local_vllm_flags_with_the_images_vllm_serve():
-    cfg = jobs_cfg("inference.replicas=2", "launcher.hf_jobs.namespace=alice")
+    cfg = jobs_spec("inference.replicas=2", "launcher.hf_jobs.namespace=alice")
     plan = build_jobs_plan(cfg, launch_id="L1")
     assert [job.name for job in plan.replicas] == ["run1-vllm-0", "run1-vllm-1"]
     replica = plan.replicas[0]
-    cfg.inference.host = "0.0.0.0"
-    local = build_replica_launch(cfg, 8000, "cuda", None, "python3").argv
+    local = build_replica_launch(with_values(cfg, {"inference.host": "0.0.0.0"}), 8000, "cuda", None, "python3").argv
     assert replica.command == vllm_serve_argv(local)
     assert replica.command[:3] == ["vllm", "serve", "Qwen/Qwen2.5-0.5B-Instruct"] and "--model" not in replica.command
     assert replica.command[3:] == local[5:]  # every flag the local launcher derives, after the model
@@ -47,7 +51,7 @@ def test_two_replica_plan_serves_the_local_vllm_flags_with_the_images_vllm_serve
 
 
 def test_module_entrypoint_stays_available_for_images_without_the_vllm_command():
-    plan = build_jobs_plan(jobs_cfg("launcher.hf_jobs.replica_vllm_serve=false"))
+    plan = build_jobs_plan(jobs_spec("launcher.hf_jobs.replica_vllm_serve=false"))
     assert plan.replicas[0].command[:5] == [
         "python3",
         "-m",
@@ -58,7 +62,7 @@ def test_module_entrypoint_stays_available_for_images_without_the_vllm_command()
 
 
 def test_trainer_job_installs_the_uploaded_wheel_without_moving_the_images_vllm_and_runs_the_uploaded_config():
-    plan = build_jobs_plan(jobs_cfg("launcher.hf_jobs.namespace=alice"), launch_id="L1")
+    plan = build_jobs_plan(jobs_spec("launcher.hf_jobs.namespace=alice"), launch_id="L1")
     wheel = plan.wheel
     assert wheel.filename.startswith("agrpo-") and wheel.filename.endswith("-py3-none-any.whl")
     assert wheel.path_in_bucket == f"run1/.agrpo/{wheel.filename}"
@@ -96,7 +100,7 @@ def test_the_install_script_runs_under_bash_and_execs_the_trainer_after_pip(tmp_
     """The script itself, with a stand-in python that records its calls: constraints, retries, then exec."""
     import subprocess
 
-    plan = build_jobs_plan(jobs_cfg("launcher.hf_jobs.namespace=alice", "launcher.hf_jobs.install_attempts=2"))
+    plan = build_jobs_plan(jobs_spec("launcher.hf_jobs.namespace=alice", "launcher.hf_jobs.install_attempts=2"))
     log = tmp_path / "calls"
     fake_python = tmp_path / "python3"
     fake_python.write_text(
@@ -136,7 +140,7 @@ def test_the_install_is_retried_with_growing_waits_and_the_trainer_runs_only_aft
     for tool in ("sleep", "python3"):
         (bin_dir / tool).chmod(0o755)
     env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}"}
-    plan = build_jobs_plan(jobs_cfg("launcher.hf_jobs.install='agrpo==0.1.0'", "launcher.hf_jobs.install_attempts=3"))
+    plan = build_jobs_plan(jobs_spec("launcher.hf_jobs.install='agrpo==0.1.0'", "launcher.hf_jobs.install_attempts=3"))
     done = subprocess.run(plan.trainer.command, env=env, capture_output=True, text=True, timeout=30)
     calls = log.read_text().splitlines()
     assert done.returncode == 0, done.stderr
@@ -159,19 +163,21 @@ def test_the_install_is_retried_with_growing_waits_and_the_trainer_runs_only_aft
 
 def test_pinned_requirement_and_prebuilt_image_replace_the_wheel():
     pinned = build_jobs_plan(
-        jobs_cfg("launcher.hf_jobs.install='agrpo==0.1.0'", "launcher.hf_jobs.trainer_flavor=cpu-upgrade")
+        jobs_spec("launcher.hf_jobs.install='agrpo==0.1.0'", "launcher.hf_jobs.trainer_flavor=cpu-upgrade")
     )
     assert pinned.wheel is None
     assert pinned.trainer.command[3:6] == ["agrpo-install", "agrpo==0.1.0", "--"]  # no kernels on a CPU flavor
     prebuilt = build_jobs_plan(
-        jobs_cfg("launcher.hf_jobs.trainer_image=me/agrpo-trainer:1", "launcher.hf_jobs.trainer_image_has_agrpo=true")
+        jobs_spec("launcher.hf_jobs.trainer_image=me/agrpo-trainer:1", "launcher.hf_jobs.trainer_image_has_agrpo=true")
     )
     assert prebuilt.wheel is None and prebuilt.trainer.image == "me/agrpo-trainer:1"
     assert prebuilt.trainer.command == ["python3", "-m", "agrpo.launchers.hf_jobs.trainer", "/bucket/run1/config.yaml"]
 
 
 def test_the_uploaded_config_is_the_resolved_run_config_with_the_trainer_jobs_role():
-    cfg = jobs_cfg("inference.replicas=2", "lora.r=1", "trainer.learning_rate=3e-5", "launcher.hf_jobs.namespace=alice")
+    cfg = jobs_spec(
+        "inference.replicas=2", "lora.r=1", "trainer.learning_rate=3e-5", "launcher.hf_jobs.namespace=alice"
+    )
     job = OmegaConf.create(build_jobs_plan(cfg).config.text)
     assert (job.lora.r, job.trainer.learning_rate, job.inference.replicas) == (1, 3e-5, 2)
     assert (job.role, job.inference.use_proxy, job.proxy.token_env) == ("trainer", True, "HF_TOKEN")
@@ -190,16 +196,14 @@ def test_a_user_recipe_file_and_an_override_reach_the_trainer_jobs_config_unchan
     (tmp_path / "recipe" / "mine_for_jobs.yaml").write_text(
         "# @package _global_\ndefaults:\n  - /recipe/gsm8k\nrun_name: mine\nlora:\n  alpha: 7\n"
     )
-    cfg = compose_run_config(
-        [
-            f"hydra.searchpath=[file://{tmp_path}]",
-            "+recipe=mine_for_jobs",
-            "launcher=hf_jobs",
-            "sync=bucket",
-            "launcher.hf_jobs.run_id=run1",
-            "trainer.top_p=0.93",
-            "launcher.hf_jobs.namespace=alice",
-        ]
+    cfg = spec_for(
+        f"hydra.searchpath=[file://{tmp_path}]",
+        "+recipe=mine_for_jobs",
+        "launcher=hf_jobs",
+        "sync=bucket",
+        "launcher.hf_jobs.run_id=run1",
+        "trainer.top_p=0.93",
+        "launcher.hf_jobs.namespace=alice",
     )
     plan = build_jobs_plan(cfg)
     job = OmegaConf.create(plan.config.text)
@@ -208,19 +212,20 @@ def test_a_user_recipe_file_and_an_override_reach_the_trainer_jobs_config_unchan
 
 
 def test_cost_estimate_sums_every_job_and_names_unknown_flavors():
-    plan = build_jobs_plan(jobs_cfg("inference.replicas=2"))
+    plan = build_jobs_plan(jobs_spec("inference.replicas=2"))
     assert plan.cost_per_hour() == (3 * PRICE_PER_HOUR_USD["h200"], [])
-    bigger = build_jobs_plan(jobs_cfg("launcher.hf_jobs.trainer_flavor=h200x2"))
+    bigger = build_jobs_plan(jobs_spec("launcher.hf_jobs.trainer_flavor=h200x2"))
     assert bigger.cost_per_hour() == (PRICE_PER_HOUR_USD["h200"] + PRICE_PER_HOUR_USD["h200x2"], [])
-    odd = build_jobs_plan(jobs_cfg("launcher.hf_jobs.replica_flavor=future-gpu"))
+    # A flavor huggingface_hub knows (the validation pass refuses others) that agrpo's price table does not.
+    odd = build_jobs_plan(with_values(jobs_spec(), {"launcher.hf_jobs.replica_flavor": "future-gpu"}))
     assert odd.cost_per_hour() == (PRICE_PER_HOUR_USD["h200"], ["future-gpu"])
     assert "no price known for ['future-gpu']" in odd.render()
 
 
 def test_binding_the_namespace_changes_only_the_placeholder():
-    plan = build_jobs_plan(jobs_cfg("inference.replicas=2"), launch_id="L1")
+    plan = build_jobs_plan(jobs_spec("inference.replicas=2"), launch_id="L1")
     bound = bind_namespace(plan, "alice")
-    named = build_jobs_plan(jobs_cfg("inference.replicas=2", "launcher.hf_jobs.namespace=alice"), launch_id="L1")
+    named = build_jobs_plan(jobs_spec("inference.replicas=2", "launcher.hf_jobs.namespace=alice"), launch_id="L1")
     named.notes = bound.notes
     assert bound == named
 
@@ -259,8 +264,8 @@ def test_an_interpolated_secret_is_refused_pointing_at_the_secrets_key(monkeypat
     cfg = jobs_cfg("+proxy.token='${oc.env:HF_TOKEN}'")
     problems = hf_jobs_problems(cfg)
     assert any("proxy.token reads the secret HF_TOKEN" in p and "launcher.hf_jobs.secrets" in p for p in problems)
-    with pytest.raises(ConfigError) as error:
-        build_jobs_plan(cfg)
+    with pytest.raises(ConfigError, match="run_name reads the secret HF_TOKEN") as error:
+        jobs_spec("run_name='${oc.env:HF_TOKEN}'")  # the validation pass refuses it: no plan is built
     assert "hf_should_never_show" not in str(error.value)
     other = jobs_cfg("+logger.extra_key='${oc.env:MY_SERVICE_PASSWORD,x}'")
     assert any("MY_SERVICE_PASSWORD" in p for p in hf_jobs_problems(other))
@@ -270,7 +275,7 @@ def test_an_interpolated_secret_is_refused_pointing_at_the_secrets_key(monkeypat
 def test_a_secret_value_written_literally_is_refused(monkeypatch):
     monkeypatch.setenv("HF_TOKEN", "hf_literal_secret_123")
     with pytest.raises(ConfigError, match=r"secret\(s\) \['HF_TOKEN'\] is written in the config at \['run_name'\]"):
-        build_jobs_plan(jobs_cfg("run_name=hf_literal_secret_123"))
+        build_jobs_plan(jobs_spec("run_name=hf_literal_secret_123"))
 
 
 @pytest.mark.parametrize(
@@ -329,7 +334,7 @@ def test_the_sanity_recipe_is_the_blogs_run_on_jobs():
     )
     assert t.gradient_checkpointing is True
     assert cfg.data.system_prompt == r"Please reason step by step, and put your final answer within \boxed{}."
-    plan = build_jobs_plan(cfg)
+    plan = build_jobs_plan(spec_for("+recipe=sanity", "launcher=hf_jobs", "sync=bucket", "launcher.hf_jobs.run_id=s1"))
     assert [(j.flavor, j.image) for j in plan.jobs()] == [("h200", IMAGE)] * 2 + [("h200x2", IMAGE)]
     served = plan.replicas[0].command
     assert served[:3] == ["vllm", "serve", "Qwen/Qwen2.5-Math-1.5B"]
@@ -341,6 +346,6 @@ def test_the_sanity_recipe_is_the_blogs_run_on_jobs():
 
 
 def test_rendered_commands_round_trip_through_a_shell():
-    plan = build_jobs_plan(jobs_cfg())
+    plan = build_jobs_plan(jobs_spec())
     line = next(li for li in plan.render().splitlines() if li.startswith("  cmd: bash"))
     assert shlex.split(line[len("  cmd: ") :]) == plan.trainer.command

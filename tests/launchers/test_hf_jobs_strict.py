@@ -27,6 +27,7 @@ from agrpo.rehearsal.hub_api import FILES_ROUTE
 from agrpo.rehearsal.plain_transfer import plain_transfer_api
 from agrpo.rehearsal.server import Listeners
 from agrpo.rehearsal.standin import StandIn
+from tests.specs import spec_for
 
 REPO = Path(__file__).resolve().parents[2]
 BASE = ["+recipe=gsm8k", "launcher=hf_jobs", "sync=bucket", "launcher.hf_jobs.run_id=run1"]
@@ -159,16 +160,13 @@ def test_agrpo_refuses_each_first_in_the_dry_run_naming_the_key(override, fragme
 
 
 def test_cpu_flavors_plan_cpu_replicas():
-    cfg = compose_run_config(
-        [
-            *BASE,
-            "launcher.hf_jobs.replica_flavor=cpu-upgrade",
-            "launcher.hf_jobs.trainer_flavor=cpu-upgrade",
-            "inference.device=cpu",
-        ]
-    )
-    assert hf_jobs_problems(cfg) == []
-    plan = build_jobs_plan(cfg)
+    on_cpu = [
+        "launcher.hf_jobs.replica_flavor=cpu-upgrade",
+        "launcher.hf_jobs.trainer_flavor=cpu-upgrade",
+        "inference.device=cpu",
+    ]
+    assert hf_jobs_problems(compose_run_config([*BASE, *on_cpu])) == []
+    plan = build_jobs_plan(spec_for(*BASE, *on_cpu))
     assert "--distributed-executor-backend" in plan.replicas[0].command and "--dtype" in plan.replicas[0].command
     assert "trl[kernels]==1.16.*" not in plan.trainer.command
 
@@ -199,14 +197,12 @@ def test_a_refused_job_creation_is_one_line_and_cancels_what_was_launched(monkey
     """A plan built around the validation pass (an API user) with a label run_job refuses: no traceback."""
     with FakeHub(on_create=trainer_completes("done")) as fake:
         use_fake_hub(monkeypatch, fake)
-        cfg = compose_run_config(
-            [
-                *BASE,
-                "launcher.hf_jobs.namespace=alice",
-                "launcher.hf_jobs.install='agrpo==0.1.0'",
-                f"launcher.hf_jobs.replica_url='{fake.replica_url_template()}'",
-                "launcher.hf_jobs.poll_interval_s=0.01",
-            ]
+        cfg = spec_for(
+            *BASE,
+            "launcher.hf_jobs.namespace=alice",
+            "launcher.hf_jobs.install='agrpo==0.1.0'",
+            f"launcher.hf_jobs.replica_url='{fake.replica_url_template()}'",
+            "launcher.hf_jobs.poll_interval_s=0.01",
         )
         plan = build_jobs_plan(cfg, launch_id="L1")
         plan.trainer.labels["name"] = "mine"

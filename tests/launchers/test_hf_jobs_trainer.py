@@ -11,28 +11,26 @@ import pytest
 from omegaconf import OmegaConf
 from fakes.fake_hub import FakeHub, use_fake_hub
 
-from agrpo.config.compose import compose_run_config
+from tests.specs import spec_for
 from agrpo.errors import LaunchError
 from agrpo.launchers.hf_jobs.client import make_api
 from agrpo.launchers.hf_jobs.trainer import ATTEMPTS_FILE, next_attempt, run_trainer_job
 
 
 def trainer_cfg(run_dir, *extra):
-    return compose_run_config(
-        [
-            "+recipe=gsm8k",
-            "launcher=hf_jobs",
-            "sync=bucket",
-            "role=trainer",
-            "inference.urls=[https://a--8000.hf.jobs]",
-            "inference.use_proxy=true",
-            "proxy.token_env=HF_TOKEN",
-            "launcher.hf_jobs.run_id=run1",
-            "launcher.hf_jobs.namespace=alice",
-            f"sync.mount_path={run_dir.parent}",
-            f"sync.output_dir={run_dir}",
-            *extra,
-        ]
+    return spec_for(
+        "+recipe=gsm8k",
+        "launcher=hf_jobs",
+        "sync=bucket",
+        "role=trainer",
+        "inference.urls=[https://a--8000.hf.jobs]",
+        "inference.use_proxy=true",
+        "proxy.token_env=HF_TOKEN",
+        "launcher.hf_jobs.run_id=run1",
+        "launcher.hf_jobs.namespace=alice",
+        f"sync.mount_path={run_dir.parent}",
+        f"sync.output_dir={run_dir}",
+        *extra,
     )
 
 
@@ -56,15 +54,13 @@ def uploaded_config(tmp_path, launch_id, *overrides):
     with the bucket mounted at tmp_path."""
     from agrpo.launchers.hf_jobs.planner import build_jobs_plan
 
-    cfg = compose_run_config(
-        [
-            "+recipe=gsm8k",
-            "launcher=hf_jobs",
-            "sync=bucket",
-            "launcher.hf_jobs.run_id=run1",
-            f"sync.mount_path={tmp_path}",
-            *overrides,
-        ]
+    cfg = spec_for(
+        "+recipe=gsm8k",
+        "launcher=hf_jobs",
+        "sync=bucket",
+        "launcher.hf_jobs.run_id=run1",
+        f"sync.mount_path={tmp_path}",
+        *overrides,
     )
     plan = build_jobs_plan(cfg, launch_id=launch_id)
     path = tmp_path / "run1" / "config.yaml"
@@ -102,9 +98,11 @@ def test_success_resumes_from_the_bucket_and_cancels_only_this_runs_replicas(hub
 
 
 def test_a_fresh_run_does_not_resume(hub, tmp_path):
-    cfg = trainer_cfg(tmp_path / "run1")
-    run_trainer_job(cfg, None, lambda plan: {}, api=make_api())
-    assert cfg.trainer.resume == "false"
+    built = []
+    run_trainer_job(
+        trainer_cfg(tmp_path / "run1"), lambda cfg: built.append(cfg.trainer.resume), lambda plan: {}, api=make_api()
+    )
+    assert built == ["false"]
 
 
 def test_a_failed_attempt_keeps_the_replicas_for_the_requeued_trainer_until_the_last(hub, tmp_path, monkeypatch):

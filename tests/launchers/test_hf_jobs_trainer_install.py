@@ -15,10 +15,10 @@ from pathlib import Path
 
 from fakes.fake_hub import FakeHub, use_fake_hub
 
-from agrpo.config.compose import compose_run_config
 from agrpo.launchers.hf_jobs.client import make_api
 from agrpo.launchers.hf_jobs.executor import JobsRun
 from agrpo.launchers.hf_jobs.planner import build_jobs_plan
+from tests.specs import spec_for
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -44,19 +44,17 @@ def test_the_trainer_jobs_command_installs_the_uploaded_wheel_into_the_job_and_r
     with FakeHub() as hub:
         use_fake_hub(monkeypatch, hub)
         hub.buckets["alice/agrpo-runs"] = bucket  # the mount: uploads land here
-        cfg = compose_run_config(
-            [
-                "+recipe=gsm8k",
-                "launcher=hf_jobs",
-                "sync=bucket",
-                "launcher.hf_jobs.run_id=r1",
-                "launcher.hf_jobs.namespace=alice",
-                f"sync.mount_path={bucket}",
-                "lora.alpha=9",
-                "launcher.hf_jobs.trainer_flavor=cpu-upgrade",
-                "launcher.hf_jobs.install_attempts=1",
-                f"launcher.hf_jobs.replica_url='{hub.replica_url_template()}'",
-            ]
+        cfg = spec_for(
+            "+recipe=gsm8k",
+            "launcher=hf_jobs",
+            "sync=bucket",
+            "launcher.hf_jobs.run_id=r1",
+            "launcher.hf_jobs.namespace=alice",
+            f"sync.mount_path={bucket}",
+            "lora.alpha=9",
+            "launcher.hf_jobs.trainer_flavor=cpu-upgrade",
+            "launcher.hf_jobs.install_attempts=1",
+            f"launcher.hf_jobs.replica_url='{hub.replica_url_template()}'",
         )
         plan = build_jobs_plan(cfg, launch_id="L1")
         run = JobsRun(plan, make_api(), echo=lambda line: None)

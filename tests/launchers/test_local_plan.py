@@ -2,14 +2,14 @@
 
 import pytest
 
-from agrpo.config.compose import compose_run_config
 from agrpo.errors import ConfigError
 from agrpo.launchers.gpus import assign_gpus
 from agrpo.launchers.local import build_local_plan, proxy_knob_flags
+from tests.specs import spec_for
 
 
 def plan_for(*overrides, device="cpu", num_gpus=0, cpu_count=2):
-    cfg = compose_run_config(["+recipe=smoke", *overrides], output_dir="/runs/r1")
+    cfg = spec_for("+recipe=smoke", *overrides, output_dir="/runs/r1", cuda=device == "cuda")
     ports = [8100 + i for i in range(cfg.inference.replicas + 1)]
     return build_local_plan(cfg, "/runs/r1", ports, device, num_gpus, range(cpu_count), python="py")
 
@@ -66,7 +66,7 @@ def test_proxy_can_be_forced_for_one_replica_and_gets_changed_knobs_only():
 
 
 def test_defaults_produce_no_proxy_flags():
-    cfg = compose_run_config(["+recipe=smoke"], output_dir="/x")
+    cfg = spec_for("+recipe=smoke", output_dir="/x")
     assert proxy_knob_flags(cfg.proxy) == []
 
 
@@ -170,7 +170,7 @@ def test_trainer_only_role_on_a_gpu_machine_gives_an_accelerate_trainer_every_gp
 
 
 def test_the_proxy_admin_token_goes_to_the_proxy_and_the_trainer_only():
-    cfg = compose_run_config(["+recipe=smoke", "inference.replicas=2", "proxy.lean_front=false"], output_dir="/tmp/r")
+    cfg = spec_for("+recipe=smoke", "inference.replicas=2", "proxy.lean_front=false", output_dir="/tmp/r")
     plan = build_local_plan(cfg, "/tmp/r", [8100, 8101, 8102], "cpu", 0, cpu_ids=(0, 1), admin_token="tok-123")
     proxy = next(s for s in plan.services if s.role == "proxy")
     assert proxy.argv[proxy.argv.index("--admin-token-env") + 1] == "AGRPO_PROXY_ADMIN_TOKEN"
@@ -182,7 +182,7 @@ def test_the_proxy_admin_token_goes_to_the_proxy_and_the_trainer_only():
 
 def test_replicas_get_a_run_key_in_their_environment_never_on_a_command_line():
     """Only the proxy (its upstream token) or, with one replica and no proxy, the trainer holds the key."""
-    cfg = compose_run_config(["+recipe=smoke", "inference.replicas=2", "proxy.token_env=MINE"], output_dir="/tmp/r")
+    cfg = spec_for("+recipe=smoke", "inference.replicas=2", "proxy.token_env=MINE", output_dir="/tmp/r")
     plan = build_local_plan(cfg, "/tmp/r", [8100, 8101, 8102], "cpu", 0, cpu_ids=(0, 1), replica_key="key-42")
     replicas = [s for s in plan.services if s.role == "replica"]
     proxy = next(s for s in plan.services if s.role == "proxy")
@@ -196,7 +196,7 @@ def test_replicas_get_a_run_key_in_their_environment_never_on_a_command_line():
     assert all("key-42" not in " ".join(s.argv) for s in [*plan.services, plan.trainer])
     assert "key-42" not in plan.render()
     alone = build_local_plan(
-        compose_run_config(["+recipe=smoke"], output_dir="/tmp/r"),
+        spec_for("+recipe=smoke", output_dir="/tmp/r"),
         "/tmp/r",
         [8100, 8101],
         "cpu",

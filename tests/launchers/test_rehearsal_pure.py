@@ -7,6 +7,7 @@ from agrpo.config.compose import compose_run_config
 from agrpo.config.hf_jobs_checks import hf_jobs_problems
 from agrpo.launchers.hf_jobs.plan import bind_placeholder
 from agrpo.launchers.hf_jobs.planner import build_jobs_plan
+from tests.specs import spec_for
 from agrpo.rehearsal import jobs as J
 from agrpo.rehearsal.bucket import Visibility, listing
 from agrpo.rehearsal.backend import RehearsalHub, RehearsalSettings
@@ -128,18 +129,18 @@ def test_a_job_gets_its_env_and_secrets_not_the_launching_environment(tmp_path, 
     assert env["PATH"].startswith(f"{tmp_path / 'bin'}:") and env["PIP_NO_INDEX"] == "1"
 
 
+REHEARSAL = [
+    "+recipe=smoke",
+    "launcher=hf_jobs",
+    "sync=bucket",
+    "inference.replicas=2",
+    "inference.device=cpu",
+    "launcher.hf_jobs.run_id=r1",
+]
+
+
 def rehearsal_cfg(*extra):
-    return compose_run_config(
-        [
-            "+recipe=smoke",
-            "launcher=hf_jobs",
-            "sync=bucket",
-            "inference.replicas=2",
-            "inference.device=cpu",
-            "launcher.hf_jobs.run_id=r1",
-            *extra,
-        ]
-    )
+    return compose_run_config([*REHEARSAL, *extra])
 
 
 def test_rehearsal_allows_cpu_replicas_but_a_real_launch_does_not():
@@ -151,7 +152,8 @@ def test_rehearsal_allows_cpu_replicas_but_a_real_launch_does_not():
 
 
 def test_the_rehearsal_plan_reaches_replicas_through_the_gateway_and_serves_on_cpu():
-    plan = build_jobs_plan(rehearsal_cfg(), launch_id="L1", hub=RehearsalHub())
+    spec = spec_for(*REHEARSAL, jobs_on_this_machine=True)
+    plan = build_jobs_plan(spec, launch_id="L1", hub=RehearsalHub())
     assert plan.jobs_on_this_machine
     model = plan.inputs[0]  # built here and carried through the bucket, as on a real launch
     assert (model.key, model.builder) == ("model.name_or_path", "agrpo.models.tiny.build_tiny_model")

@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from agrpo.config.compose import compose_run_config
 from agrpo.config.schema import HFJobsConfig
 from agrpo.inference.replica_guard import REPLICA_KEY_ENV
 from agrpo.launchers.hf_jobs.planner import build_jobs_plan
+from tests.specs import spec_for
 
 REPO = Path(__file__).resolve().parents[2]
 LAUNCHERS = REPO / "launchers"
@@ -205,15 +205,13 @@ def test_dockerfile_builds_the_pinned_vllm_image_plus_the_wheel_and_is_the_train
     run = re.search(r"^RUN (.*?)(?=^\S)", text, re.M | re.S).group(1).replace("\\\n", " ")
     assert subprocess.run(["bash", "-n", "-c", run]).returncode == 0
     assert '--constraint /tmp/pins.txt /tmp/wheels/agrpo-*.whl "trl[kernels]==1.16.*"' in run
-    cfg = compose_run_config(
-        [
-            "+recipe=gsm8k",
-            "launcher=hf_jobs",
-            "sync=bucket",
-            "launcher.hf_jobs.run_id=img1",
-            "launcher.hf_jobs.trainer_image=me/agrpo-trainer:0.1.0",
-            "launcher.hf_jobs.trainer_image_has_agrpo=true",
-        ]
+    cfg = spec_for(
+        "+recipe=gsm8k",
+        "launcher=hf_jobs",
+        "sync=bucket",
+        "launcher.hf_jobs.run_id=img1",
+        "launcher.hf_jobs.trainer_image=me/agrpo-trainer:0.1.0",
+        "launcher.hf_jobs.trainer_image_has_agrpo=true",
     )
     plan = build_jobs_plan(cfg)
     assert plan.wheel is None and plan.trainer.image == "me/agrpo-trainer:0.1.0"

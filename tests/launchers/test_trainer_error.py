@@ -30,8 +30,8 @@ def test_a_trainer_started_alone_prints_its_error(monkeypatch, capsys):
 
 
 def test_the_local_plan_tells_the_trainer_where_to_write_it(tmp_path):
-    from agrpo.config.compose import compose_run_config
+    from tests.specs import spec_for
 
-    cfg = compose_run_config(["+recipe=smoke"], output_dir=str(tmp_path))
+    cfg = spec_for("+recipe=smoke", output_dir=str(tmp_path))
     plan = build_local_plan(cfg, str(tmp_path), [8100, 8101], "cpu", 0, [0, 1])
     assert plan.trainer.env[TRAINER_ERROR_ENV] == str(tmp_path / "logs" / "trainer_error.txt")

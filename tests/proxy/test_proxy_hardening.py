@@ -177,7 +177,9 @@ def test_readmission_is_bounded_and_replays_state_that_changed_meanwhile():
             await wait_for(lambda: "--admit-timeout-s" in proxy.replicas[1].last_error)
             assert not proxy.replicas[1].healthy
             # now it loads slowly; a new adapter published during its replay reaches it too
-            proxy.settings.admit_timeout_s = 30
+            # the settings are frozen (agrpo/proxy/settings.py); the test changes the one instance the running proxy
+            # and its health loop share, as a restart with a longer timeout would
+            object.__setattr__(proxy.settings, "admit_timeout_s", 30)
             fakes[1].hang_paths.clear()
             fakes[1].load_delay_s = 0.4
             await wait_for(lambda: proxy.replicas[1].admitting)

@@ -7,11 +7,11 @@ from __future__ import annotations
 
 import pytest
 import torch
-from omegaconf import OmegaConf
 
 from agrpo.config import attention_choice
 from agrpo.config.attention_choice import AttentionFacts, choose_attention, fa3_blockers, gather_facts, kernel_in_cache
 from agrpo.config.schema import RunConfig
+from agrpo.config.spec import with_values
 from agrpo.trainer import attention
 
 H100 = dict(cuda=True, capability=(9, 0), half_precision=True, kernels_installed=True)
@@ -70,11 +70,7 @@ def test_forced_choices_that_can_run():
 
 
 def cfg(**trainer):
-    config = OmegaConf.structured(RunConfig)
-    config.model.name_or_path = "m"
-    for key, value in trainer.items():
-        OmegaConf.update(config, key, value, force_add=True)
-    return config
+    return with_values(RunConfig(), {"model.name_or_path": "m", **trainer})
 
 
 @pytest.mark.parametrize(

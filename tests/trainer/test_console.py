@@ -14,9 +14,9 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-from omegaconf import OmegaConf
 
 from agrpo.config.schema import RunConfig
+from agrpo.config.spec import with_values
 from agrpo.trainer.console import (
     ConsoleCallback,
     banner_lines,
@@ -143,11 +143,10 @@ def vllm_missing() -> str | None:
 
 @pytest.mark.requires(vllm_missing())
 def test_the_serve_line_is_the_runs_own_replica_command_with_the_adapter(tmp_path):
-    from agrpo.config.compose import compose_run_config
-    from agrpo.config.resolve import resolve
     from agrpo.inference.vllm_server import build_replica_launch
+    from tests.specs import spec_for
 
-    cfg = resolve(compose_run_config(["+recipe=smoke"], output_dir=str(tmp_path)), cuda_available=False)
+    cfg = spec_for("+recipe=smoke", output_dir=str(tmp_path), cuda=False)
     line = serve_command(cfg, "/runs/smoke/1/final_adapter", "cpu")
     launch = build_replica_launch(cfg, 8000, "cpu", python="python")
     assert line == (
@@ -209,13 +208,8 @@ def test_quiet_trainer_removes_the_callbacks_that_print_metric_dicts():
 
 
 def config(**logger):
-    cfg = OmegaConf.structured(RunConfig)
-    cfg.sync.output_dir = "/runs/smoke/1"
-    cfg.run_name = "smoke"
-    cfg.model.name_or_path = "/models/tiny-qwen2"
-    for key, value in logger.items():
-        cfg.logger[key] = value
-    return cfg
+    values = {"sync.output_dir": "/runs/smoke/1", "run_name": "smoke", "model.name_or_path": "/models/tiny-qwen2"}
+    return with_values(RunConfig(), {**values, **{f"logger.{key}": value for key, value in logger.items()}})
 
 
 def drive(callback, history, max_steps):

@@ -3,14 +3,16 @@
 import pytest
 
 from agrpo.config.compose import compose_run_config
+from agrpo.config.prepare import prepare
 from agrpo.errors import ConfigError
 from agrpo.config.resolve import VLLM_LORA_RANKS
 from agrpo.trainer.summary import final_metrics
 from agrpo.trainer.trl_backend import build_grpo_args, build_peft_config
+from tests.specs import spec_for
 
 
 def cfg_for(*overrides, tmp="/tmp/agrpo-args"):
-    return compose_run_config(["+recipe=smoke", *overrides], output_dir=tmp)
+    return spec_for("+recipe=smoke", *overrides, output_dir=tmp, cuda=False)
 
 
 def test_grpo_args_carry_the_config_values(tmp_path):
@@ -47,14 +49,16 @@ def test_a_fixed_inflight_is_kept_with_twice_the_queue(tmp_path):
 def test_extra_passes_through_and_unknown_extra_fails(tmp_path):
     cfg = cfg_for("+trainer.extra.top_k=5", tmp=str(tmp_path))
     assert build_grpo_args(cfg, "http://x", 1, False).top_k == 5
-    bad = cfg_for("+trainer.extra.not_a_trl_field=1", tmp=str(tmp_path))
+    bad = compose_run_config(["+recipe=smoke", "+trainer.extra.not_a_trl_field=1"], output_dir=str(tmp_path))
     with pytest.raises(ConfigError, match="not_a_trl_field"):
-        build_grpo_args(bad, "http://x", 1, False)
+        prepare(bad)  # the validation pass reads TRL's dataclass: no trainer is built from it
 
 
-def test_bf16_auto_follows_the_device(tmp_path):
-    cfg = cfg_for(tmp=str(tmp_path))
-    assert build_grpo_args(cfg, "http://x", 1, use_gpu=False).bf16 is False
+def test_bf16_is_the_specs(tmp_path):
+    """trainer.bf16 as prepare resolved it (bf16 on a GPU that computes in it: agrpo/config/gpu_precision.py)."""
+    assert build_grpo_args(cfg_for(tmp=str(tmp_path)), "http://x", 1, use_gpu=False).bf16 is False
+    on_gpu = spec_for("+recipe=smoke", output_dir=str(tmp_path), cuda=True)
+    assert on_gpu.trainer.bf16 is True and build_grpo_args(on_gpu, "http://x", 1, use_gpu=False).bf16 is True
 
 
 def test_peft_config_from_lora_group():

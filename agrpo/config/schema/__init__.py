@@ -23,12 +23,21 @@ from agrpo.config.schema.choices import (
     SyncMode,
     TrainerLauncher,
 )
-from agrpo.config.schema.inference import InferenceConfig, SyncConfig
+from agrpo.config.schema.inference import FleetConfig, InferenceConfig, SyncConfig
 from agrpo.config.schema.knobs import Knob, choice_fields, composable, knob, walk
 from agrpo.config.schema.launcher import AccelerateConfig, HFJobsConfig, LauncherConfig
-from agrpo.config.schema.model import ALL_LINEAR, AgentConfig, DataConfig, LoraConfig, ModelConfig, RewardConfig
+from agrpo.config.schema.model import (
+    ALL_LINEAR,
+    AgentConfig,
+    DataConfig,
+    LoraConfig,
+    ModelConfig,
+    RewardConfig,
+    WarmstartConfig,
+)
 from agrpo.config.schema.run import EvalConfig, LoggerConfig, RunConfig
 from agrpo.config.schema.trainer import TrainerConfig
+from agrpo.proxy.settings import ProxySettings
 
 __all__ = [
     "ALL_LINEAR",
@@ -39,6 +48,7 @@ __all__ = [
     "DataConfig",
     "Device",
     "EvalConfig",
+    "FleetConfig",
     "HFJobsConfig",
     "InferenceConfig",
     "Knob",
@@ -49,6 +59,7 @@ __all__ = [
     "MixedPrecision",
     "ModelConfig",
     "ModelDtype",
+    "ProxySettings",
     "RewardConfig",
     "Role",
     "RunConfig",
@@ -57,6 +68,7 @@ __all__ = [
     "SyncMode",
     "TrainerConfig",
     "TrainerLauncher",
+    "WarmstartConfig",
     "choice_fields",
     "composable",
     "knob",

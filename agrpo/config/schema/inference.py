@@ -31,7 +31,7 @@ def starting_replicas(inference: Any) -> int:
     return fleet_bounds(inference)[0]
 
 
-@dataclass
+@dataclass(frozen=True)
 class FleetConfig:
     """inference.replicas=auto: when the run adds or releases a replica (agrpo/fleet/policy.py, docs/elastic.md)."""
 
@@ -113,7 +113,7 @@ class FleetConfig:
     )
 
 
-@dataclass
+@dataclass(frozen=True)
 class InferenceConfig:
     """vLLM replicas: how many, with which engine flags, on which devices."""
 
@@ -189,7 +189,7 @@ class InferenceConfig:
     max_restarts: int = knob(3, doc="Restarts per replica before giving up on it.")
 
 
-@dataclass
+@dataclass(frozen=True)
 class SyncConfig:
     """Where adapters travel: a directory that the trainer writes and every replica reads at the same path."""
 

@@ -4,10 +4,12 @@ The doc of each field is dataclass field metadata under "help" (the key agrpo/pr
 own knobs), so `python -m agrpo --help GROUP`, `agrpo eval --help` and docs/config.md (agrpo/config/reference.py) all
 read the same words.
 
-`composable(schema)` is the schema Hydra composes on: the same classes with every choice field typed `str`, so a bad
-name reaches the validation pass and gets its one-paragraph message (exit 2, naming the key) instead of OmegaConf's
-merge error, with every other problem listed beside it. `resolve` (agrpo/config/resolve.py) then types the validated
-config by the schema itself, so from `prepare` on each choice field holds its enum member.
+The schema's classes are frozen: an instance is the typed run spec `prepare` returns (agrpo/config/spec.py).
+`composable(schema)` is the schema Hydra composes on: mutable copies of the same classes with every choice field typed
+`str`, so overrides merge into it and a bad name reaches the validation pass and gets its one-paragraph message (exit
+2, naming the key) instead of OmegaConf's merge error, with every other problem listed beside it. (OmegaConf cannot
+merge into a structured config of a frozen class, nested ones included.) `resolve` (agrpo/config/resolve.py) then
+builds the frozen spec from the validated config, each choice field holding its enum member.
 """
 
 from __future__ import annotations
@@ -122,9 +124,8 @@ COMPOSED: dict[str, type] = {}  # "ComposableTrainerConfig" -> the copy, as `com
 
 @functools.cache
 def composable(schema: type) -> type:
-    """`schema` as Hydra composes it: each choice field (also in nested groups) typed `str`, defaults as text."""
-    if not choice_fields(schema):
-        return schema
+    """`schema` as Hydra composes it: a mutable copy (also of each nested group), each choice field typed `str`, defaults
+    as text."""
     types_of = hints(schema)
     fields = []
     for field in dataclasses.fields(schema):

@@ -9,7 +9,7 @@ from agrpo.config.schema.choices import MixedPrecision, TrainerLauncher
 from agrpo.config.schema.knobs import group, knob
 
 
-@dataclass
+@dataclass(frozen=True)
 class HFJobsConfig:
     """launcher=hf_jobs: R vLLM replica Jobs plus one trainer Job on Hugging Face Jobs (docs/hf_jobs.md)."""
 
@@ -114,7 +114,7 @@ class HFJobsConfig:
     )
 
 
-@dataclass
+@dataclass(frozen=True)
 class AccelerateConfig:
     """launcher=accelerate: the trainer runs under `accelerate launch` with an FSDP2 config generated from these
     knobs (agrpo/launchers/fsdp.py); the replicas and the proxy are planned exactly as by launcher=local."""
@@ -162,7 +162,7 @@ class AccelerateConfig:
     )
 
 
-@dataclass
+@dataclass(frozen=True)
 class LauncherConfig:
     """How the run's processes start (launcher=NAME picks one)."""
 

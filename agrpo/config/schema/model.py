@@ -13,7 +13,7 @@ from agrpo.config.schema.knobs import group, knob
 ALL_LINEAR = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 
 
-@dataclass
+@dataclass(frozen=True)
 class ModelConfig:
     """The base model the trainer and every replica load."""
 
@@ -45,7 +45,7 @@ class ModelConfig:
     )
 
 
-@dataclass
+@dataclass(frozen=True)
 class LoraConfig:
     """The LoRA adapter: the only weights that train and the only ones that travel to the replicas."""
 
@@ -69,7 +69,7 @@ class LoraConfig:
     )
 
 
-@dataclass
+@dataclass(frozen=True)
 class DataConfig:
     """The training prompts: where they come from and how each becomes a chat prompt."""
 
@@ -99,7 +99,7 @@ class DataConfig:
     )
 
 
-@dataclass
+@dataclass(frozen=True)
 class RewardConfig:
     """The reward: a weighted sum of terms, each a callable with TRL's reward signature."""
 
@@ -111,7 +111,7 @@ class RewardConfig:
     )
 
 
-@dataclass
+@dataclass(frozen=True)
 class WarmstartConfig:
     """A warm start for a model that does not write tool calls yet (the small CPU models): before the run, a minute
     of supervised steps on episodes built from the run's own tools and a sample of its rows, rendered with its chat
@@ -155,7 +155,7 @@ class WarmstartConfig:
     )
 
 
-@dataclass
+@dataclass(frozen=True)
 class AgentConfig:
     """Multi-turn agent rollouts: tools the policy may call and environments that answer (docs/your_agent.md). They
     run in the trainer's rollout worker (TRL's `tools` / `environment_factory`), never on the replicas."""

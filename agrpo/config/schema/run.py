@@ -14,7 +14,7 @@ from agrpo.config.schema.trainer import TrainerConfig
 from agrpo.proxy.settings import ProxySettings
 
 
-@dataclass
+@dataclass(frozen=True)
 class LoggerConfig:
     """What the console shows and where the metrics go."""
 
@@ -44,7 +44,7 @@ class LoggerConfig:
     )
 
 
-@dataclass
+@dataclass(frozen=True)
 class EvalConfig:
     """`agrpo eval +recipe=NAME`: score the base model or an adapter on a test split (docs/eval.md)."""
 
@@ -89,7 +89,7 @@ class EvalConfig:
     summary_file: str = knob("eval_summary.json", doc="The scores (mean@k, pass@1, pass@k ...), in eval.output_dir.")
 
 
-@dataclass
+@dataclass(frozen=True)
 class RunConfig:
     """One run: every group, plus the few keys that belong to the run as a whole."""
 

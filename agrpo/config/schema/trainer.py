@@ -30,7 +30,7 @@ def staleness_ceiling(samples_per_step: int, group_size: int, weight_sync_steps:
     return max(group_size, samples_per_step * weight_sync_steps * max(max_staleness, 1))
 
 
-@dataclass
+@dataclass(frozen=True)
 class TrainerConfig:
     """GRPO and async-pipeline knobs, passed to TRL's AsyncGRPOConfig (see agrpo/trainer/trl_backend.py)."""
 

@@ -12,8 +12,8 @@ from __future__ import annotations
 import re
 import shlex
 from pathlib import Path
-from typing import Any
 
+from agrpo.config.schema import RunConfig
 from agrpo.launchers.hf_jobs.cost import PRICE_PER_HOUR_USD
 from agrpo.launchers.hf_jobs.plan import AfterRun, LaunchRecord, LocalInput
 
@@ -38,7 +38,7 @@ def eval_overrides(overrides: list[str]) -> list[str]:
     return [o for o in overrides if o.startswith(keep)]
 
 
-def samples_per_step(cfg: Any) -> int | None:
+def samples_per_step(cfg: RunConfig) -> int | None:
     """Samples per optimizer step when the config fixes it (no token budget), for $ per 1,000 samples."""
     trainer, jobs = cfg.trainer, cfg.launcher.hf_jobs
     if trainer.token_budget:
@@ -51,7 +51,7 @@ def samples_per_step(cfg: Any) -> int | None:
 
 
 def after_run(
-    cfg: Any, run_id: str, inputs: list[LocalInput], local_dir: str | None, overrides: list[str] | None
+    cfg: RunConfig, run_id: str, inputs: list[LocalInput], local_dir: str | None, overrides: list[str] | None
 ) -> AfterRun:
     model = next((i.source for i in inputs if i.key == "model.name_or_path"), str(cfg.model.name_or_path))
     return AfterRun(
@@ -60,7 +60,7 @@ def after_run(
         bucket_name=str(cfg.sync.bucket).split("/")[-1],
         eval_overrides=eval_overrides(overrides or []),
         base_model=model,
-        lora_rank=int(cfg.lora.r),
+        served_rank=int(cfg.inference.max_lora_rank),
         samples_per_step=samples_per_step(cfg),
         launch_log=str(Path(local_dir) / LAUNCH_LOG) if local_dir else None,
     )
@@ -74,7 +74,7 @@ def launch_record(run_dir_in_bucket: str, overrides: list[str] | None) -> Launch
     return LaunchRecord(f"{run_dir_in_bucket}/.hydra/overrides.yaml", yaml.safe_dump(list(overrides)))
 
 
-def cpu_flavor_note(cfg: Any, flavors: list[str]) -> str | None:
+def cpu_flavor_note(cfg: RunConfig, flavors: list[str]) -> str | None:
     """A model agrpo builds (model.builder: tiny, SmolLM2-135M) trains on CPU: say what CPU flavors would cost."""
     if not cfg.model.builder or all(f.startswith("cpu-") for f in flavors):
         return None
@@ -98,11 +98,9 @@ def pull_command(after: AfterRun, run_id: str, namespace: str, replay: list[str]
 def next_commands(after: AfterRun, run_id: str, namespace: str, replay: list[str]) -> list[str]:
     """The commands the end of a Jobs run prints, each working on this machine once the run is pulled. `replay`:
     how `agrpo pull`/`agrpo jobs` reach this run's Hub again ([] for the Hub; a stand-in's own flags, hub.py)."""
-    from agrpo.config.resolve import round_lora_rank
-
     q = shlex.quote
     run_dir, adapter = after.pull_dir, f"{after.pull_dir}/final_adapter"
-    rank = max(16, round_lora_rank(after.lora_rank))  # vLLM's default is 16
+    rank = max(16, after.served_rank)  # vLLM's default is 16
     status = ["agrpo", "jobs", "status", run_id, *(["--namespace", namespace] if not replay else []), *replay]
     return [
         "next (on this machine):",

@@ -16,17 +16,17 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from omegaconf import OmegaConf
-
 from agrpo.config.hf_jobs_checks import under_mount
+from agrpo.config.schema import RunConfig
+from agrpo.config.spec import as_dict
 from agrpo.errors import ConfigError
 
 CODE_DIR = "code"  # under the run's inputs folder
 
 
-def code_targets(cfg: Any) -> Iterator[tuple[str, str]]:
+def code_targets(cfg: RunConfig) -> Iterator[tuple[str, str]]:
     """(config key holding a `_target_`, the target) for every tool, environment factory and reward term."""
-    agent = OmegaConf.to_container(cfg.agent, resolve=True)
+    agent = as_dict(cfg.agent)
     for index, entry in enumerate(agent.get("tools") or []):
         if isinstance(entry, dict):  # the mapping form, with options bound: its `_target_` is the code
             yield f"agent.tools.{index}._target_", entry.get("_target_")
@@ -38,7 +38,7 @@ def code_targets(cfg: Any) -> Iterator[tuple[str, str]]:
     elif isinstance(environment, dict):
         for name, entry in environment.items():
             yield f"agent.environment.{name}._target_", entry.get("_target_") if isinstance(entry, dict) else entry
-    for index, term in enumerate(OmegaConf.to_container(cfg.reward.funcs, resolve=True) or []):
+    for index, term in enumerate(cfg.reward.funcs):
         if isinstance(term, dict):
             yield f"reward.funcs.{index}._target_", term.get("_target_")
 
@@ -64,7 +64,7 @@ def local_code(key: str, target: Any, cwd: Path) -> tuple[Path, str] | None:
     return None
 
 
-def code_inputs(cfg: Any, placed: Callable[[str, str, str], Any]) -> list[Any]:
+def code_inputs(cfg: RunConfig, placed: Callable[[str, str, str], Any]) -> list[Any]:
     """The LocalInputs for every code file here, built with `placed(key, source, name)` (agrpo's inputs.py), each
     with the Jobs' value `<copy on the bucket>:<name>`."""
     inputs = []

@@ -13,8 +13,8 @@ from __future__ import annotations
 import dataclasses
 import json
 from dataclasses import dataclass, field
-from typing import Any
 
+from agrpo.config.schema import RunConfig
 from agrpo.launchers.hf_jobs.cost import PRICE_PER_HOUR_USD, RunEstimate
 from agrpo.launchers.hf_jobs.plan import JobSpec
 
@@ -65,7 +65,7 @@ class JobsFleet:
         ]
 
 
-def jobs_fleet(cfg: Any, template: JobSpec, run_id: str, run_dir: str, run_dir_in_bucket: str) -> JobsFleet:
+def jobs_fleet(cfg: RunConfig, template: JobSpec, run_id: str, run_dir: str, run_dir_in_bucket: str) -> JobsFleet:
     """The fleet record of an auto run from its config and the replica Job template (planner.replica_job)."""
     from agrpo.config.resolve import inflight_slots
     from agrpo.config.schema.trainer import is_auto
@@ -85,7 +85,7 @@ def jobs_fleet(cfg: Any, template: JobSpec, run_id: str, run_dir: str, run_dir_i
     )
 
 
-def run_estimate(cfg: Any, fewest: int, most: int) -> RunEstimate:
+def run_estimate(cfg: RunConfig, fewest: int, most: int) -> RunEstimate:
     jobs = cfg.launcher.hf_jobs
     return RunEstimate(
         steps=int(cfg.trainer.max_steps),

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from agrpo.config.schema import RunConfig
 from agrpo.fleet.controller import FleetController, http
 from agrpo.hub_compat import supported_kwargs
 from agrpo.launchers.fleet_run import controller_settings, fleet_setting, policy_knobs
@@ -201,7 +202,7 @@ class JobsFleetPlan(FleetPlan):
         )
 
 
-def jobs_fleet_plan(cfg: Any, api: Any = None) -> JobsFleetPlan:
+def jobs_fleet_plan(cfg: RunConfig, api: Any = None) -> JobsFleetPlan:
     """The trainer Job's fleet from the record the launcher uploaded into the run's folder (read through the mount)."""
     record = JobsFleet.from_json((Path(str(cfg.sync.output_dir)) / FLEET_FILE).read_text())
     jobs = cfg.launcher.hf_jobs

@@ -9,23 +9,22 @@ starts. Inputs already under `sync.mount_path`, and Hub ids, stay as they are.
 
 from __future__ import annotations
 
-import copy
 import os
 from pathlib import Path
-from typing import Any
-
-from omegaconf import OmegaConf
 
 from agrpo.config.hf_jobs_checks import under_mount
+from agrpo.config.schema import RunConfig
+from agrpo.config.spec import select, with_values
 from agrpo.errors import ConfigError
 from agrpo.launchers.hf_jobs.code_inputs import code_inputs
 from agrpo.launchers.hf_jobs.plan import LocalInput
+from agrpo.launchers.plan import ModelStep
 from agrpo.models.resolve import looks_like_path
 
 INPUTS_DIR = "inputs"  # under the run's folder on the bucket
 
 
-def local_model(cfg: Any) -> tuple[str, str | None] | None:
+def local_model(cfg: RunConfig) -> tuple[str, str | None] | None:
     """(folder here, builder) when the model lives or is built on this machine; None for a Hub id or the bucket."""
     name, builder = str(cfg.model.name_or_path), cfg.model.builder or None
     path = os.path.expanduser(name)
@@ -41,9 +40,9 @@ def local_model(cfg: Any) -> tuple[str, str | None] | None:
     return None
 
 
-def local_file(cfg: Any, key: str) -> str | None:
+def local_file(cfg: RunConfig, key: str) -> str | None:
     """The local file or folder at `key` when the Jobs cannot see it; None when unset or already on the bucket."""
-    value = OmegaConf.select(cfg, key)
+    value = select(cfg, key)
     if not value:
         return None
     value = str(value)
@@ -60,7 +59,7 @@ def local_file(cfg: Any, key: str) -> str | None:
     return os.path.abspath(path)
 
 
-def local_inputs(cfg: Any, run_dir: str, run_dir_in_bucket: str) -> list[LocalInput]:
+def local_inputs(cfg: RunConfig, run_dir: str, run_dir_in_bucket: str) -> list[LocalInput]:
     """What the Jobs need from this machine, each with its place in the run's folder on the bucket."""
 
     def placed(key: str, source: str, name: str, builder: str | None = None) -> LocalInput:
@@ -78,16 +77,12 @@ def local_inputs(cfg: Any, run_dir: str, run_dir_in_bucket: str) -> list[LocalIn
     return inputs + code_inputs(cfg, placed)  # tool, environment and reward files here (code_inputs.py)
 
 
-def config_for_jobs(cfg: Any, inputs: list[LocalInput]) -> Any:
+def config_for_jobs(cfg: RunConfig, inputs: list[LocalInput]) -> RunConfig:
     """`cfg` with every local input replaced by its copy on the bucket mount (and no builder: it is built)."""
-    if not inputs:
-        return cfg
-    moved = copy.deepcopy(cfg)
-    for item in inputs:
-        OmegaConf.update(moved, item.key, item.job_path)
-        if item.builder:
-            moved.model.builder = None
-    return moved
+    moved = {item.key: item.job_path for item in inputs}
+    if any(item.builder for item in inputs):
+        moved["model.builder"] = None
+    return with_values(cfg, moved)
 
 
 def upload_pairs(item: LocalInput) -> list[tuple[str, str]]:
@@ -96,7 +91,7 @@ def upload_pairs(item: LocalInput) -> list[tuple[str, str]]:
     if item.builder:
         from agrpo.models.resolve import prepare_model
 
-        prepare_model(OmegaConf.create({"name_or_path": item.source, "builder": item.builder}))
+        prepare_model(ModelStep(item.source, item.builder))
     source = Path(item.source)
     if source.is_file():
         return [(str(source), item.path_in_bucket)]

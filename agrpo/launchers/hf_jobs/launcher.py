@@ -10,6 +10,7 @@ from __future__ import annotations
 import signal
 from typing import Any
 
+from agrpo.config.schema import RunConfig
 from agrpo.errors import ConfigError
 from agrpo.launchers.base import Launcher, register
 from agrpo.launchers.hf_jobs.cost import PRICE_PER_HOUR_USD
@@ -29,7 +30,7 @@ class HFJobsLauncher(Launcher):
         """`hub`: the backend the plan runs on (agrpo/launchers/hf_jobs/hub.py); None: the real Hub."""
         self.hub: HubBackend = hub or RealHub()
 
-    def build_plan(self, cfg: Any) -> JobsPlan:
+    def build_plan(self, cfg: RunConfig) -> JobsPlan:
         from agrpo.launchers.hf_jobs.planner import build_jobs_plan
 
         if cfg.role == "trainer":

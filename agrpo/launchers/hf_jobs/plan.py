@@ -169,7 +169,7 @@ class AfterRun:
     bucket_name: str  # sync.bucket without the namespace (agrpo pull's --bucket when it is not the default)
     eval_overrides: list[str]  # the launch's overrides that say what was trained (recipe, model, LoRA, data, reward)
     base_model: str  # as this machine names it: a local model's folder here, not its copy in the bucket
-    lora_rank: int
+    served_rank: int  # the run's inference.max_lora_rank: the LoRA capacity its replicas served the adapter with
     samples_per_step: int | None  # for $ per 1,000 samples when TRL's log cannot be read
     launch_log: str | None = None  # <local run dir>/logs/launch.log: HTTP requests, Job states (None: no run dir)
 

@@ -13,7 +13,6 @@ replicas at the end.
 
 from __future__ import annotations
 
-import copy
 import os
 import shlex
 import sys
@@ -22,10 +21,11 @@ from typing import Any
 
 from omegaconf import OmegaConf
 
-from agrpo.config.resolve import served_device
+from agrpo.config.hf_jobs_checks import walk
+from agrpo.config.schema import HFJobsConfig, RunConfig
+from agrpo.config.spec import config_of_text, spec_of, spec_yaml, with_values
 from agrpo.errors import ConfigError
 from agrpo.inference.vllm_server import build_replica_launch
-from agrpo.config.hf_jobs_checks import hf_jobs_problems, walk
 from agrpo.launchers.hf_jobs.after import after_run, cpu_flavor_note, launch_context, launch_record
 from agrpo.config.schema.inference import fleet_bounds, is_auto_fleet
 from agrpo.launchers.hf_jobs.fleet import jobs_fleet, run_estimate
@@ -71,16 +71,7 @@ INSTALL_LOG = "logs/install.log"
 REAL_HUB = RealHub()  # the backend of a plan built without one: the Hub
 
 
-def require_valid(cfg: Any, hub: HubBackend = REAL_HUB) -> None:
-    """The Jobs checks again, for plans built outside the validation pass (flavors: the pass's alone)."""
-    problems = hf_jobs_problems(cfg, check_flavors=False, jobs_on_this_machine=hub.jobs_on_this_machine)
-    if problems:
-        raise ConfigError(
-            f"invalid config ({len(problems)} problem{'s' if len(problems) > 1 else ''}): {'; '.join(problems)}."
-        )
-
-
-def job_labels(cfg: Any, run_id: str, launch_id: str, role: str) -> dict[str, str]:
+def job_labels(cfg: RunConfig, run_id: str, launch_id: str, role: str) -> dict[str, str]:
     return {
         **{str(k): str(v) for k, v in cfg.launcher.hf_jobs.labels.items()},
         RUN_LABEL: run_id,
@@ -89,7 +80,7 @@ def job_labels(cfg: Any, run_id: str, launch_id: str, role: str) -> dict[str, st
     }
 
 
-def bucket_volume(cfg: Any, bucket: str, read_only: bool) -> dict[str, Any]:
+def bucket_volume(cfg: RunConfig, bucket: str, read_only: bool) -> dict[str, Any]:
     return {"source": bucket, "mount_path": cfg.sync.mount_path, "read_only": read_only}
 
 
@@ -102,25 +93,18 @@ def vllm_serve_argv(argv: list[str]) -> list[str]:
     return ["vllm", "serve", model, *rest]
 
 
-def replica_device(cfg: Any, jobs_on_this_machine: bool = False) -> str:
-    """The replicas' device: the resolved inference.device (agrpo/config/prepare.py decides it once: cuda for Jobs,
-    cpu where a CPU flavor asks for it, this machine's for Jobs that run here); the same rule for an unprepared
-    config."""
-    from agrpo.config.prepare import machine_has_cuda
-
-    return served_device(cfg.inference.device, machine_has_cuda(cfg, jobs_on_this_machine))
-
-
-def replica_url_pattern(cfg: Any, hub: HubBackend = REAL_HUB) -> str:
+def replica_url_pattern(cfg: RunConfig, hub: HubBackend = REAL_HUB) -> str:
     return hub.replica_url(str(cfg.launcher.hf_jobs.replica_url))
 
 
-def replica_job(cfg: Any, index: int, bucket: str, run_id: str, launch_id: str, hub: HubBackend = REAL_HUB) -> JobSpec:
+def replica_job(
+    cfg: RunConfig, index: int, bucket: str, run_id: str, launch_id: str, hub: HubBackend = REAL_HUB
+) -> JobSpec:
+    """Replica Job `index`: the local launcher's replica command, on the resolved inference.device (prepare decided it
+    once: cuda for Jobs, cpu where a CPU flavor asks for it, this machine's for Jobs that run here)."""
     jobs = cfg.launcher.hf_jobs
-    served = copy.deepcopy(cfg)
-    served.inference.host = "0.0.0.0"  # reachable through the Jobs proxy, not only from inside the container
-    device = replica_device(cfg, hub.jobs_on_this_machine)
-    launch = build_replica_launch(served, jobs.replica_port, device, None, jobs.python)
+    served = with_values(cfg, {"inference.host": "0.0.0.0"})  # reachable through the Jobs proxy, not only inside
+    launch = build_replica_launch(served, jobs.replica_port, str(cfg.inference.device), None, jobs.python)
     return JobSpec(
         name=f"{run_id}-vllm-{index}",
         role="replica",
@@ -137,7 +121,7 @@ def replica_job(cfg: Any, index: int, bucket: str, run_id: str, launch_id: str, 
     )
 
 
-def trainer_requirements(jobs: Any, wheel_path: str | None, cpu_here: bool = False) -> list[str]:
+def trainer_requirements(jobs: HFJobsConfig, wheel_path: str | None, cpu_here: bool = False) -> list[str]:
     """What pip installs in the trainer Job: nothing (the image has agrpo), a pinned requirement, or the wheel;
     plus TRL's GPU kernels on GPU flavors (not for Jobs on this machine serving on its CPU: no GPU, no index to fetch
     them from)."""
@@ -150,7 +134,7 @@ def trainer_requirements(jobs: Any, wheel_path: str | None, cpu_here: bool = Fal
 
 
 def trainer_job(
-    cfg: Any,
+    cfg: RunConfig,
     bucket: str,
     run_id: str,
     launch_id: str,
@@ -161,7 +145,7 @@ def trainer_job(
     jobs = cfg.launcher.hf_jobs
     run = [jobs.python, "-m", "agrpo.launchers.hf_jobs.trainer", config_path]
     here = hub.jobs_on_this_machine
-    requirements = trainer_requirements(jobs, wheel_path, cpu_here=here and replica_device(cfg, here) == "cpu")
+    requirements = trainer_requirements(jobs, wheel_path, cpu_here=here and cfg.inference.device == "cpu")
     # Requirements and command travel as bash's positional arguments, so nothing is ever re-quoted for a shell.
     run_dir = str(cfg.sync.output_dir)
     script = INSTALL_SCRIPT.format(
@@ -199,14 +183,12 @@ def in_job_processes(config_text: str, replicas: int) -> list[Any]:
     """The proxy and trainer the trainer Job will start: the local plan (role=trainer) of the config it is handed,
     against the replica Jobs' URL pattern. Under launcher.hf_jobs.trainer_launcher=accelerate the trainer's command
     becomes `accelerate launch` with one rank per GPU of the flavor (agrpo/launchers/accelerate.py)."""
-    from agrpo.config.schema import RunConfig
     from agrpo.launchers.local import build_local_plan
 
-    job = OmegaConf.merge(OmegaConf.structured(RunConfig), OmegaConf.create(config_text))
+    job = spec_of(config_of_text(config_text))
     jobs = job.launcher.hf_jobs
-    job.inference.urls = [
-        jobs.replica_url.format(job_id=f"<vllm-{i}-job-id>", port=jobs.replica_port) for i in range(replicas)
-    ]
+    urls = [jobs.replica_url.format(job_id=f"<vllm-{i}-job-id>", port=jobs.replica_port) for i in range(replicas)]
+    job = with_values(job, {"inference.urls": urls})
     ports = [int(job.inference.base_port) + i for i in range(replicas + 1)]
     plan = build_local_plan(job, str(job.sync.output_dir), ports, str(job.inference.device), 0, [0], python=jobs.python)
     if jobs.trainer_launcher == "accelerate":
@@ -214,18 +196,22 @@ def in_job_processes(config_text: str, replicas: int) -> list[Any]:
     return [*plan.services, plan.trainer]
 
 
-def job_config_text(cfg: Any, namespace: str, bucket: str, hub: HubBackend = REAL_HUB) -> str:
-    """The resolved config the trainer Job runs from: the launching config with the trainer Job's own role."""
-    job = copy.deepcopy(cfg)
-    job.role = "trainer"
-    job.inference.use_proxy = True  # the proxy adds the HF token the replicas' URLs require
-    job.inference.urls = []  # filled inside the Job with its replicas' URLs, found by the launch label
-    job.proxy.token_env = TOKEN_SECRET
-    job.sync.bucket = bucket
-    job.launcher.dry_run = False
-    job.launcher.hf_jobs.namespace = namespace
-    job.launcher.hf_jobs.replica_url = replica_url_pattern(cfg, hub)  # how the trainer Job reaches its replicas
-    return OmegaConf.to_yaml(job, resolve=True)
+def job_config_text(cfg: RunConfig, namespace: str, bucket: str, hub: HubBackend = REAL_HUB) -> str:
+    """The resolved config the trainer Job runs from: the launching spec with the trainer Job's own role."""
+    job = with_values(
+        cfg,
+        {
+            "role": "trainer",
+            "inference.use_proxy": True,  # the proxy adds the HF token the replicas' URLs require
+            "inference.urls": [],  # filled inside the Job with its replicas' URLs, found by the launch label
+            "proxy.token_env": TOKEN_SECRET,
+            "sync.bucket": bucket,
+            "launcher.dry_run": False,
+            "launcher.hf_jobs.namespace": namespace,
+            "launcher.hf_jobs.replica_url": replica_url_pattern(cfg, hub),  # how the trainer Job reaches its replicas
+        },
+    )
+    return spec_yaml(job)
 
 
 def refuse_secret_values(text: str, secrets: list[str]) -> None:
@@ -266,7 +252,7 @@ def local_wheel(folder_in_bucket: str) -> WheelBuild:
     return WheelBuild(site_dir(dist), filename, f"{folder_in_bucket}/{filename}", sys.executable, from_installed=True)
 
 
-def watch_settings(cfg: Any, hub: HubBackend = REAL_HUB) -> Watch:
+def watch_settings(cfg: RunConfig, hub: HubBackend = REAL_HUB) -> Watch:
     jobs = cfg.launcher.hf_jobs
     return Watch(
         replica_url=replica_url_pattern(cfg, hub),
@@ -295,10 +281,9 @@ def plan_notes(launch_id: str, namespace: str, cpu_note: str | None) -> list[str
     return notes
 
 
-def build_jobs_plan(cfg: Any, launch_id: str | None = None, hub: HubBackend = REAL_HUB) -> JobsPlan:
-    """The whole launch as data, for the Hub backend `hub`. Without launcher.hf_jobs.namespace, `<namespace>` stands
-    for the token's user."""
-    require_valid(cfg, hub)
+def build_jobs_plan(cfg: RunConfig, launch_id: str | None = None, hub: HubBackend = REAL_HUB) -> JobsPlan:
+    """The whole launch as data, from the prepared spec (the validation pass ran the Jobs checks), for the Hub backend
+    `hub`. Without launcher.hf_jobs.namespace, `<namespace>` stands for the token's user."""
     jobs = cfg.launcher.hf_jobs
     run_id, launch_id = str(jobs.run_id), launch_id or uuid.uuid4().hex[:12]
     namespace = jobs.namespace or NAMESPACE_PLACEHOLDER

@@ -18,6 +18,8 @@ import os
 import sys
 from typing import Any
 
+from agrpo.config.schema import InferenceConfig, RunConfig
+from agrpo.config.spec import with_values
 from agrpo.config.schema.inference import is_auto_fleet
 from agrpo.errors import AgrpoError, LaunchError
 from agrpo.launchers.hf_jobs.client import cancel_jobs, cancel_run, make_api, run_jobs, stage_of
@@ -74,23 +76,24 @@ def record_attempt(storage: BucketStorage, launch_id: str) -> int:
     return record["attempt"]
 
 
-def prepare_trainer(cfg: Any, storage: BucketStorage) -> int:
-    """Resume state and attempt number for this start; sets trainer.resume when the bucket holds a checkpoint."""
+def prepare_trainer(cfg: RunConfig, storage: BucketStorage) -> tuple[RunConfig, int]:
+    """(the spec this start trains from, its attempt number): trainer.resume is true when the bucket holds a
+    checkpoint, which only this start can know (a requeued attempt finds its predecessor's)."""
     state = prepare_resume(storage)
     if state.checkpoint is not None:
-        cfg.trainer.resume = "true"
+        cfg = with_values(cfg, {"trainer.resume": "true"})
         log.info("resuming run %s from %s in the bucket", cfg.launcher.hf_jobs.run_id, state.checkpoint)
-    return record_attempt(storage, os.environ.get(LAUNCH_ID_ENV, ""))
+    return cfg, record_attempt(storage, os.environ.get(LAUNCH_ID_ENV, ""))
 
 
-def run_trainer_job(cfg: Any, local_plan: Any, execute_local: Any, api: Any = None) -> dict[str, Any]:
+def run_trainer_job(cfg: RunConfig, local_plan: Any, execute_local: Any, api: Any = None) -> dict[str, Any]:
     """Run the local trainer plan (proxy + trainer against the replica URLs) and clean up the run's replicas.
 
     `local_plan` may be the plan builder: it is then called once the resume state is known, because the plan
     carries the config.yaml the trainer reads, which must say whether to resume (a requeued attempt restarted at v1
     against replicas that still held v1.. when the plan was built first)."""
     jobs = cfg.launcher.hf_jobs
-    attempt = prepare_trainer(cfg, LocalDirStorage(cfg.sync.output_dir))
+    cfg, attempt = prepare_trainer(cfg, LocalDirStorage(cfg.sync.output_dir))
     if callable(local_plan):
         local_plan = local_plan(cfg)
     last = attempt >= jobs.trainer_attempts
@@ -111,7 +114,7 @@ def run_trainer_job(cfg: Any, local_plan: Any, execute_local: Any, api: Any = No
             )
 
 
-def expected_replicas(inference: Any, found: int) -> bool:
+def expected_replicas(inference: InferenceConfig, found: int) -> bool:
     """Whether the trainer can start on `found` running replica Jobs: the fixed number; with inference.replicas=auto
     any number up to max_replicas but none (a requeued attempt finds those its predecessor added; below min_replicas
     the fleet replaces the missing ones)."""
@@ -120,7 +123,7 @@ def expected_replicas(inference: Any, found: int) -> bool:
     return 1 <= found <= int(inference.max_replicas)
 
 
-def fleet_range(inference: Any) -> str:
+def fleet_range(inference: InferenceConfig) -> str:
     if not is_auto_fleet(inference):
         return ""
     return f" (1..inference.max_replicas={inference.max_replicas} to start on)"
@@ -129,7 +132,7 @@ def fleet_range(inference: Any) -> str:
 def with_jobs_fleet(build_plan: Any, api: Any) -> Any:
     """The in-Job plan builder, plus (inference.replicas=auto) the fleet of replica Jobs its controller sizes."""
 
-    def build(cfg: Any) -> Any:
+    def build(cfg: RunConfig) -> Any:
         plan = build_plan(cfg)
         if is_auto_fleet(cfg.inference):
             from agrpo.launchers.hf_jobs.fleet_jobs import jobs_fleet_plan
@@ -140,7 +143,7 @@ def with_jobs_fleet(build_plan: Any, api: Any) -> Any:
     return build
 
 
-def replica_urls(cfg: Any, api: Any, launch_id: str) -> list[str]:
+def replica_urls(cfg: RunConfig, api: Any, launch_id: str) -> list[str]:
     """The exposed URLs of this launch's running replica Jobs (the launcher waited until they served)."""
     jobs = cfg.launcher.hf_jobs
     try:
@@ -164,16 +167,14 @@ def replica_urls(cfg: Any, api: Any, launch_id: str) -> list[str]:
     return [jobs.replica_url.format(job_id=job.id, port=jobs.replica_port) for job in found]
 
 
-def load_job_config(path: str, api: Any) -> Any:
+def load_job_config(path: str, api: Any) -> RunConfig:
     """The uploaded run config, with this launch's replica URLs filled in, prepared (validated, then resolved for
     this machine: agrpo/config/prepare.py) as every entrypoint prepares its config."""
-    from omegaconf import OmegaConf
-
     from agrpo.config.prepare import prepare
-    from agrpo.config.schema import RunConfig
+    from agrpo.config.spec import read_config, spec_of
 
-    cfg = OmegaConf.merge(OmegaConf.structured(RunConfig), OmegaConf.load(path))
-    cfg.inference.urls = replica_urls(cfg, api, os.environ.get(LAUNCH_ID_ENV, ""))
+    cfg = read_config(path)  # the mutable, composed form: prepare's input, as Hydra's is for `python -m agrpo`
+    cfg.inference.urls = replica_urls(spec_of(cfg), api, os.environ.get(LAUNCH_ID_ENV, ""))
     return prepare(cfg)
 
 
