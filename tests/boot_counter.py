@@ -91,7 +91,10 @@ class BootCounter:
         new = now - self._seen
         if new and self.owner is not None:
             self.counted[self.owner] += len(new)
-        self._seen = now
+        # Every engine core seen this session, not only the latest sample's: one that left a sample and came back
+        # (a /proc read that failed under load, its parent chain unreadable for a moment) is not a new boot. A CI run
+        # counted 7 boots for tests/launchers/test_hygiene.py whose six replica logs held one engine start each.
+        self._seen |= now
 
     def stop(self) -> None:
         self._stop.set()

@@ -45,3 +45,17 @@ def test_a_file_over_its_documented_boots_or_missing_from_the_table_is_named():
         "tests/b.py: 1 vLLM boot(s), docs/ci.md's boot table says 0",
         "tests/e2e/a.py: 3 vLLM boot(s), docs/ci.md's boot table says 2",
     ]
+
+
+def test_an_engine_core_that_leaves_one_sample_and_returns_is_counted_once(monkeypatch):
+    import tests.boot_counter as boot_counter
+
+    monkeypatch.setattr(boot_counter, "engine_cores", lambda: set())
+    counter = boot_counter.BootCounter()
+    counter.stop()  # its thread ends; the samples below are taken by hand
+    samples = iter([{101}, set(), {101, 102}])  # 101 unreadable for one sample, then 102 starts
+    monkeypatch.setattr(boot_counter, "engine_cores", lambda: next(samples))
+    counter.owner = "tests/x.py"
+    for _ in range(3):
+        counter.sample()
+    assert counter.counted == Counter({"tests/x.py": 2})
