@@ -56,18 +56,26 @@ def descends_from(pid: int, ancestor: int) -> bool:
     return False
 
 
+def comm_of(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/comm") as comm:
+            return comm.read().strip()
+    except OSError:
+        return ""
+
+
 def engine_cores() -> set[int]:
-    """The engine cores started under this process (see `descends_from`)."""
+    """The engine cores started under this process (see `descends_from`). A process named like an engine core whose
+    parent is one is that engine's fork on its way to exec (its name is the parent's until then), not a boot: since a
+    replica's engine core runs the model itself (agrpo/inference/vllm_server.py:pinned_engine_env), what it forks
+    carries its name for that moment."""
     found = set()
     me = os.getpid()
     for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/comm") as comm:
-                    if comm.read().strip() == ENGINE_CORE and descends_from(int(entry), me):
-                        found.add(int(entry))
-            except OSError:
-                continue
+        if entry.isdigit() and comm_of(int(entry)) == ENGINE_CORE:
+            pid = int(entry)
+            if comm_of(parent(pid)) != ENGINE_CORE and descends_from(pid, me):
+                found.add(pid)
     return found
 
 
