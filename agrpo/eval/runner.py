@@ -117,17 +117,18 @@ def served(cfg: RunConfig, out_dir: Path) -> Iterator[tuple[str, str | None]]:
     """Yield the URL to evaluate against and the token to send there (the proxy's admin token, or the key of the one
     replica started here; None for inference.urls without a proxy): inference.urls (behind
     the proxy when several), or replicas (+ proxy) this call starts from the config with the local launcher's plan,
-    always stopped afterwards."""
+    always stopped afterwards (its ports held, and its secrets made, for this call alone)."""
+    from agrpo.launchers.binding import bound
     from agrpo.launchers.local import plan_on_this_machine, start_services
     from agrpo.processes.managed import ManagedProcess, stop_all
 
-    plan = plan_on_this_machine(cfg, str(out_dir))
     started: list[ManagedProcess] = []
-    try:
-        start_services(plan, plan.supervision.startup_timeout_s, started)
-        yield plan.vllm_url, trainer_bearer(plan.trainer.env)  # the proxy's admin token, or the replica's key
-    finally:
-        stop_all(list(reversed(started)), plan.supervision.stop_timeout_s)
+    with bound(plan_on_this_machine(cfg, str(out_dir))) as plan:
+        try:
+            start_services(plan, plan.supervision.startup_timeout_s, started)
+            yield plan.vllm_url, trainer_bearer(plan.trainer.env)  # the proxy's admin token, or the replica's key
+        finally:
+            stop_all(list(reversed(started)), plan.supervision.stop_timeout_s)
 
 
 def sample_all(

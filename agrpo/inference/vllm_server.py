@@ -29,13 +29,13 @@ class ReplicaLaunch:
 
     argv: list[str]
     env: dict[str, str]
-    port: int
+    port: int | str  # a placeholder in a plan until it is bound
     url: str
 
 
 def build_replica_launch(
     cfg: RunConfig,
-    port: int,
+    port: int | str,
     device: str,
     gpus: list[int] | None = None,
     python: str = sys.executable,
@@ -43,7 +43,8 @@ def build_replica_launch(
     cpu_cores: list[int] | None = None,
     api_key: str | None = None,
 ) -> ReplicaLaunch:
-    """The command and environment of one replica of the spec `cfg` on `port` (pure: no process, no socket); its
+    """The command and environment of one replica of the spec `cfg` on `port` (pure: no process, no socket; a plan
+    passes its port's placeholder, agrpo/launchers/plan.py); its
     dtype, LoRA rank and LoRA count are the spec's resolved values, `device` the plan's. On CPU, `cpu_cores` are
     the cores it runs on, as one engine process (`pinned_engine_env`, agrpo/cpus.py); None keeps vLLM's `auto`
     (its multiprocess executor binds a worker process to cores it picks). With
@@ -65,7 +66,7 @@ def build_replica_launch(
     return ReplicaLaunch(argv=argv, env=env, port=port, url=f"http://{inference.host}:{port}")
 
 
-def base_argv(cfg: RunConfig, port: int, device: str, python: str) -> list[str]:
+def base_argv(cfg: RunConfig, port: int | str, device: str, python: str) -> list[str]:
     """The flags every replica gets: model, address, dtype, lengths, LoRA slots, logprobs, seed."""
     inference = cfg.inference
     return [

@@ -8,6 +8,7 @@ launcher.accelerate (agrpo/launchers/fsdp.py), written to <run_dir>/accelerate_f
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
 from textwrap import indent
@@ -21,10 +22,10 @@ from agrpo.errors import ConfigError
 from agrpo.launchers.base import Launcher, register
 from agrpo.launchers.fsdp import ACCELERATE_CONFIG_FILE, build_fsdp_config, layer_cls_from_model_config
 from agrpo.launchers.local import LocalLauncher
-from agrpo.launchers.plan import Plan, ProcessSpec
-from agrpo.processes.ports import reserve_ports
+from agrpo.launchers.plan import Placeholders, Plan, PortGroup, ProcessSpec, port_placeholder
 
 ACCELERATE_LAUNCH = ["-m", "accelerate.commands.launch"]
+MAIN_PROCESS_PORT = "accelerate-main"  # the ranks' rendezvous port, by name (a placeholder until the plan runs)
 
 
 def trainer_processes(knobs: AccelerateConfig, trainer_gpus: list[int] | None) -> int:
@@ -41,13 +42,15 @@ def trainer_processes(knobs: AccelerateConfig, trainer_gpus: list[int] | None) -
 
 
 def build_accelerate_plan(
-    cfg: RunConfig, local: Plan, main_process_port: int, layer_cls: str | None, python: str = sys.executable
+    cfg: RunConfig, local: Plan, layer_cls: str | None, python: str = sys.executable
 ) -> tuple[Plan, dict[str, Any]]:
-    """Swap the local plan's trainer for an `accelerate launch` of the same trainer command (pure).
+    """Swap the local plan's trainer for an `accelerate launch` of the same trainer command (pure). The ranks'
+    rendezvous port is one more placeholder, searched from launcher.accelerate.main_process_port when the plan runs.
 
     Returns the plan and the accelerate config file's content, which the executor writes into the run dir.
     """
     knobs = cfg.launcher.accelerate
+    main_process_port = port_placeholder(MAIN_PROCESS_PORT)
     local_trainer = local.trainer
     on_cpu = local_trainer.gpus is None
     num_processes = trainer_processes(knobs, local_trainer.gpus)
@@ -67,7 +70,7 @@ def build_accelerate_plan(
         "--num_processes",
         str(num_processes),
         "--main_process_port",
-        str(main_process_port),
+        main_process_port,
         *knobs.extra_args,
         *local_trainer.argv[1:],
     ]  # "-m agrpo.trainer <config> --vllm-url URL --num-replicas R", as launched locally
@@ -82,20 +85,22 @@ def build_accelerate_plan(
         notes.append(
             "CPU machine: the trainer ranks run over gloo without FSDP sharding (docs/multi_gpu_and_sweeps.md)"
         )
-    plan = Plan(
+    plan = dataclasses.replace(  # replicas, proxy and fleet (the same spares, same controller) as local planned them
+        local,
         launcher="accelerate",
-        run_dir=local.run_dir,
-        services=local.services,
         trainer=trainer,
-        vllm_url=local.vllm_url,
         notes=notes,
         files=dict(local.files),
-        resume=local.resume,
-        model=local.model,
-        supervision=local.supervision,
-        fleet=local.fleet,  # inference.replicas=auto: the same spares, started by the same executor's controller
+        placeholders=Placeholders(
+            [*local.placeholders.ports, rendezvous_port(knobs)], list(local.placeholders.secrets)
+        ),
     )
     return plan, accelerate_config
+
+
+def rendezvous_port(knobs: AccelerateConfig) -> PortGroup:
+    """The ranks' rendezvous port, reserved with the run's others (on this machine's loopback, as before)."""
+    return PortGroup([MAIN_PROCESS_PORT], int(knobs.main_process_port), key="launcher.accelerate.main_process_port")
 
 
 def gpu_assignment(local: Plan, num_processes: int) -> str:
@@ -131,10 +136,7 @@ class AccelerateLauncher(Launcher):
 
     def build_plan(self, cfg: RunConfig) -> Plan:
         local = self.local.build_plan(cfg)
-        reservation = reserve_ports(1, cfg.launcher.accelerate.main_process_port)  # held until execute ends
-        self.local.reservations.append(reservation)
-        port = reservation.ports[0]
-        plan, accelerate_config = build_accelerate_plan(cfg, local, port, local_layer_cls(cfg.model))
+        plan, accelerate_config = build_accelerate_plan(cfg, local, local_layer_cls(cfg.model))
         plan.files[ACCELERATE_CONFIG_FILE] = yaml.safe_dump(accelerate_config, sort_keys=False)
         return plan
 

@@ -30,7 +30,7 @@ def layer_cls_from_model_config(model_config: dict[str, Any]) -> str | None:
 
 
 def build_fsdp_config(
-    knobs: AccelerateConfig, num_processes: int, main_process_port: int, layer_cls: str | None, on_cpu: bool
+    knobs: AccelerateConfig, num_processes: int, main_process_port: int | str, layer_cls: str | None, on_cpu: bool
 ) -> dict[str, Any]:
     """The `accelerate launch --config_file` content for `num_processes` ranks on one machine.
 

@@ -3,7 +3,8 @@
 Every child gets its own process group and carries the run's marker (AGRPO_RUN_TOKEN). The launcher stops them all
 on success, failure, Ctrl-C, SIGTERM or SIGHUP (a closed terminal); once it is stopping, further signals are noted
 and ignored until every child is gone. If the launcher itself is killed, its watchdog stops them
-(agrpo/processes/watchdog.py). Ports stay reserved for the run's life (agrpo/processes/ports.py).
+(agrpo/processes/watchdog.py). The plan names its ports and secrets; the executor reserves and makes them when it
+runs the plan, and the ports stay reserved for the run's life (agrpo/launchers/binding.py, agrpo/processes/ports.py).
 """
 
 from __future__ import annotations
@@ -11,7 +12,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import secrets
 import sys
 import time
 from collections.abc import Sequence
@@ -28,10 +28,21 @@ from agrpo.inference.replica_guard import REPLICA_KEY_ENV
 from agrpo.inference.vllm_server import build_replica_launch
 from agrpo.launchers.base import Launcher, register
 from agrpo.config.schema.inference import fleet_bounds, is_auto_fleet
-from agrpo.cpus import TRAINER_CPUS_ENV, CpuSplit, format_cores, split_fleet_cores
-from agrpo.launchers.gpus import assign_gpus, one_process_trainer_gpus, to_physical, visible_devices
-from agrpo.launchers.plan import FleetPlan, ModelStep, Plan, ProcessSpec, Supervision
-from agrpo.processes.ports import PortReservation, reserve_ports
+from agrpo.cpus import TRAINER_CPUS_ENV, CpuSplit, format_cores
+from agrpo.launchers.gpus import visible_devices
+from agrpo.launchers.machine import share_cpu_cores, slot_devices, split_gpus
+from agrpo.launchers.binding import bound
+from agrpo.launchers.plan import (
+    FleetPlan,
+    ModelStep,
+    Placeholders,
+    Plan,
+    PortGroup,
+    ProcessSpec,
+    Supervision,
+    port_placeholder,
+    secret_placeholder,
+)
 from agrpo.processes.managed import ManagedProcess, SignalGuard, stop_all
 from agrpo.config.launch_checks import refuse_mixed_outputs
 from agrpo.launchers.fleet_run import fleet_controller
@@ -43,63 +54,25 @@ from agrpo.models.resolve import prepare_model
 
 log = logging.getLogger(__name__)
 RESOLVED_CONFIG = "config.yaml"
-
-
-def is_loopback_url(url: str) -> bool:
-    """A replica given by URL on this machine (e.g. started by hand) pins a core like one the plan starts."""
-    from urllib.parse import urlparse
-
-    host = urlparse(url).hostname or ""
-    return host == "localhost" or host.startswith("127.") or host == "::1"
-
-
-def share_cpu_cores(cfg: RunConfig, cpu_ids: Sequence[int], pinned_replicas: int, most_replicas: int = 0) -> CpuSplit:
-    """This process's cores shared out: each replica the plan starts on CPU pins its own, the trainer has the rest
-    (a replica on this machine that the plan does not start takes one too). With a fleet that grows to
-    `most_replicas`, the replica slots are those of the largest fleet (agrpo/cpus.py)."""
-    inference = cfg.inference
-    return split_fleet_cores(
-        cpu_ids,
-        pinned_replicas,
-        max(most_replicas, pinned_replicas),
-        inference.cpu_cores_per_replica,
-        cfg.trainer.cpu_threads,
-        unpinned_replicas=sum(map(is_loopback_url, inference.urls)),
-    )
-
-
-def split_gpus(
-    cfg: RunConfig, replicas: int, num_gpus: int, visible_gpus: list[str] | None
-) -> tuple[list[int | str] | None, list[list[int]] | None, str | None]:
-    """(the trainer's GPUs by machine id, each replica's GPU indices, a note on GPUs left idle) for this machine;
-    `replicas`: how many this machine may start (0: they run elsewhere; an auto fleet's most)."""
-    trainer_gpus, replica_gpus = None, None
-    if replicas:
-        trainer_gpus, replica_gpus = assign_gpus(
-            num_gpus, replicas, cfg.inference.gpus_per_replica, cfg.trainer.gpus, cfg.inference.gpus
-        )
-    elif num_gpus > 0:  # replicas run elsewhere (e.g. inside a trainer Job): every GPU here is the trainer's
-        trainer_gpus = list(cfg.trainer.gpus) if cfg.trainer.gpus else list(range(num_gpus))
-    trainer_gpus, idle_note = one_process_trainer_gpus(trainer_gpus, str(cfg.launcher.name), bool(cfg.trainer.gpus))
-    return to_physical(trainer_gpus, visible_gpus), replica_gpus, idle_note
+PROXY = "proxy"  # the proxy's port, by name (the replicas' are their names: vllm-0, ...)
+ADMIN_TOKEN = "proxy-admin-token"  # the proxy's admin token, for the proxy and the trainer
+REPLICA_KEY = "replica-key"  # the API key of the replicas this run starts, for the proxy (or the one trainer)
 
 
 def build_local_plan(
     cfg: RunConfig,
     run_dir: str,
-    ports: list[int],
     device: str,
     num_gpus: int,
     cpu_ids: Sequence[int],
     python: str = sys.executable,
-    admin_token: str = "",
     visible_gpus: list[str] | None = None,
-    replica_key: str = "",
 ) -> Plan:
-    """The local plan (pure). `ports` must hold replicas + 1 free ports (the last one for the proxy); `cpu_ids` are
-    the cores this process may use; `visible_gpus` is this process's CUDA_VISIBLE_DEVICES as a list (None: unset),
-    through which the children's GPUs are named. `replica_key`: the API key of the replicas the plan starts, given
-    to the proxy (its upstream token) or, without a proxy, to the trainer (agrpo/inference/replica_guard.py)."""
+    """The local plan (pure: it reserves no port and makes no secret; `local_placeholders` names those, and the
+    executor binds them). `cpu_ids` are the cores this process may use; `visible_gpus` is this process's
+    CUDA_VISIBLE_DEVICES as a list (None: unset), through which the children's GPUs are named. The replicas the plan
+    starts serve only requests carrying the run's replica key, which the proxy holds (its upstream token) or, without
+    a proxy, the trainer (agrpo/inference/replica_guard.py)."""
     inference = cfg.inference
     logs = Path(run_dir) / "logs"
     services: list[ProcessSpec] = []
@@ -109,9 +82,10 @@ def build_local_plan(
     fewest, most = fleet_bounds(inference) if starts_replicas else (0, 0)
     cpus = share_cpu_cores(cfg, cpu_ids, *((fewest, most) if device == "cpu" else (0, 0)))
     trainer_gpus, replica_gpus, idle_note = split_gpus(cfg, most, num_gpus, visible_gpus)
+    replica_key = secret_placeholder(REPLICA_KEY) if starts_replicas else ""
     if starts_replicas:
         slots = [
-            replica_spec(cfg, i, ports[i], device, gpus, trainer_gpus, cores, python, logs, replica_key)
+            replica_spec(cfg, i, device, gpus, trainer_gpus, cores, python, logs, replica_key)
             for i, gpus, cores in slot_devices(most, replica_gpus, visible_gpus, cpus)
         ]
         services += slots[:fewest]
@@ -120,12 +94,12 @@ def build_local_plan(
     vllm_url = upstreams[0] if upstreams else ""
     token_env: dict[str, str] = {}
     if cfg.inference.use_proxy:
-        keyed = starts_replicas and bool(replica_key)
-        proxy = proxy_spec(cfg, ports[-1], upstreams, python, logs, admin_token, replica_key if keyed else "")
+        admin_token = secret_placeholder(ADMIN_TOKEN)
+        proxy = proxy_spec(cfg, upstreams, python, logs, admin_token, replica_key)
         services.append(proxy)
         vllm_url = f"http://127.0.0.1:{proxy.port}"
         token_env = {ADMIN_TOKEN_ENV: admin_token}  # state changes need it; only the trainer gets it besides the proxy
-    direct_key = replica_key if starts_replicas and not cfg.inference.use_proxy else ""  # it talks to its one replica
+    direct_key = "" if cfg.inference.use_proxy else replica_key  # without a proxy it talks to its one replica
     trainer = trainer_spec(run_dir, vllm_url, len(upstreams), trainer_gpus, token_env, direct_key, device, cpus, python)
     return Plan(
         launcher="local",
@@ -138,21 +112,21 @@ def build_local_plan(
         model=ModelStep(str(cfg.model.name_or_path), cfg.model.builder or None),
         supervision=supervision(cfg, services),
         fleet=fleet,
+        placeholders=local_placeholders(cfg, most),
     )
 
 
-def slot_devices(
-    slots: int, replica_gpus: list[list[int]] | None, visible_gpus: list[str] | None, cpus: CpuSplit
-) -> list[tuple[int, list[int] | None, list[int] | None]]:
-    """(index, GPUs, cores) of each replica slot."""
-    return [
-        (
-            index,
-            to_physical(replica_gpus[index], visible_gpus) if replica_gpus else None,
-            cpus.replica_cores[index] if cpus.replica_cores else None,
-        )
-        for index in range(slots)
-    ]
+def local_placeholders(cfg: RunConfig, slots: int) -> Placeholders:
+    """The ports (each of the `slots` replicas', spares included, then the proxy's) and the secrets (the proxy's
+    admin token, the replicas' key) the local plan names: made when it runs, fresh for each run."""
+    proxy = bool(cfg.inference.use_proxy)
+    names = [replica_name(index) for index in range(slots)] + ([PROXY] if proxy else [])
+    ports = [PortGroup(names, int(cfg.inference.base_port), str(cfg.inference.host))] if names else []
+    return Placeholders(ports, [ADMIN_TOKEN] * proxy + [REPLICA_KEY] * bool(slots))
+
+
+def replica_name(index: int) -> str:
+    return f"vllm-{index}"
 
 
 def fleet_plan(cfg: RunConfig, slots: list[ProcessSpec], fewest: int) -> FleetPlan:
@@ -196,7 +170,6 @@ def trainer_spec(
 def replica_spec(
     cfg: RunConfig,
     index: int,
-    port: int,
     device: str,
     gpus: list[int] | None,
     trainer_gpus: list[int] | None,
@@ -205,30 +178,39 @@ def replica_spec(
     logs: Path,
     api_key: str = "",
 ) -> ProcessSpec:
-    """Replica `index` of the plan (agrpo/inference/vllm_server.py has its flags)."""
+    """Replica `index` of the plan, on its port's placeholder (agrpo/inference/vllm_server.py has its flags)."""
+    name = replica_name(index)
     shared = bool(gpus and trainer_gpus and set(gpus) & set(trainer_gpus))
     launch = build_replica_launch(
-        cfg, port, device, gpus, python, shares_gpu_with_trainer=shared, cpu_cores=cpu_cores, api_key=api_key or None
+        cfg,
+        port_placeholder(name),
+        device,
+        gpus,
+        python,
+        shares_gpu_with_trainer=shared,
+        cpu_cores=cpu_cores,
+        api_key=api_key or None,
     )
     return ProcessSpec(
-        name=f"vllm-{index}",
+        name=name,
         role="replica",
         argv=launch.argv,
         env=launch.env,
         port=launch.port,
         health_url=f"{launch.url}/health",
-        log_path=str(logs / f"vllm-{index}.log"),
+        log_path=str(logs / f"{name}.log"),
         gpus=gpus,
     )
 
 
 def proxy_spec(
-    cfg: RunConfig, port: int, upstreams: list[str], python: str, logs: Path, admin_token: str, replica_key: str
+    cfg: RunConfig, upstreams: list[str], python: str, logs: Path, admin_token: str, replica_key: str
 ) -> ProcessSpec:
-    """agrpo's proxy in front of `upstreams`. State changes need the admin token (agrpo/trainer/seam/module_patches.py sends
-    it); with `replica_key` (replicas this plan starts) the replicas' API key is its upstream token, which the
-    trainer never holds."""
-    argv = [python, "-m", "agrpo.proxy", "--port", str(port), "--host", "127.0.0.1"]
+    """agrpo's proxy in front of `upstreams`, on its port's placeholder. State changes need the admin token
+    (agrpo/trainer/seam/module_patches.py sends it); with `replica_key` (replicas this plan starts) the replicas' API
+    key is its upstream token, which the trainer never holds."""
+    port = port_placeholder(PROXY)
+    argv = [python, "-m", "agrpo.proxy", "--port", port, "--host", "127.0.0.1"]
     for url in upstreams:
         argv += ["--upstream", url]
     argv += proxy_knob_flags(cfg.proxy, skip=("token_env",) if replica_key else ())
@@ -281,37 +263,29 @@ def proxy_knob_flags(proxy_cfg: ProxySettings, skip: Sequence[str] = ()) -> list
     return flags
 
 
-_HELD_FOR_PROCESS: list[PortReservation] = []  # reservations nobody releases early: kept until this process ends
-
-
-def plan_on_this_machine(cfg: RunConfig, run_dir: str, reservations: list[PortReservation] | None = None) -> Plan:
-    """The local plan for this machine: its GPUs (as CUDA_VISIBLE_DEVICES exposes them), ports reserved for this run
-    (appended to `reservations` for the caller to release; by default held until the process ends) and the CPU
-    cores this process may use. The replicas serve on the spec's inference.device (prepare resolved it)."""
+def plan_on_this_machine(cfg: RunConfig, run_dir: str) -> Plan:
+    """The local plan for this machine: its GPUs (as CUDA_VISIBLE_DEVICES exposes them) and the CPU cores this
+    process may use; its ports and secrets stay placeholders until it is executed (agrpo/launchers/binding.py). The
+    replicas serve on the spec's inference.device (prepare resolved it)."""
     import torch
 
-    num_gpus = torch.cuda.device_count()
-    device = str(cfg.inference.device)
-    most = fleet_bounds(cfg.inference)[1]
-    reservation = reserve_ports(most + 1, cfg.inference.base_port, cfg.inference.host)
-    (reservations if reservations is not None else _HELD_FOR_PROCESS).append(reservation)
     return build_local_plan(
         cfg,
         run_dir,
-        reservation.ports,
-        device,
-        num_gpus,
+        str(cfg.inference.device),
+        torch.cuda.device_count(),
         sorted(os.sched_getaffinity(0)),
-        admin_token=secrets.token_urlsafe(32),
         visible_gpus=visible_devices(os.environ.get("CUDA_VISIBLE_DEVICES")),
-        replica_key=secrets.token_urlsafe(32),  # per run: replicas take requests only from this run's proxy/trainer
     )
 
 
 def start_services(plan: Plan, startup_timeout_s: float, started: list[ManagedProcess]) -> list[ManagedProcess]:
     """Start the plan's replicas, wait until they are healthy, then its proxy: the one executor of local services,
     shared by the local and accelerate launchers, the in-Job trainer and `agrpo eval`. Each process is appended to
-    `started` before it starts, so the caller's teardown stops whatever a signal or a failure interrupted."""
+    `started` before it starts, so the caller's teardown stops whatever a signal or a failure interrupted. `plan` is
+    a bound one (agrpo/launchers/binding.py: `bound`)."""
+    if plan.placeholders.names():
+        raise ValueError(f"the plan still names {plan.placeholders.names()}: bind it first (binding.bound)")
     services = [ManagedProcess(s.name, s.argv, s.env, Path(s.log_path), s.health_url) for s in plan.services]
     for role in ("replica", "proxy"):
         group = [p for p, s in zip(services, plan.services) if s.role == role]
@@ -332,57 +306,60 @@ def start_services(plan: Plan, startup_timeout_s: float, started: list[ManagedPr
 class LocalLauncher(Launcher):
     name = "local"
 
-    def __init__(self) -> None:
-        self.reservations: list[PortReservation] = []  # the plan's ports, held until execute ends
-
     def build_plan(self, cfg: RunConfig) -> Plan:
-        plan = plan_on_this_machine(cfg, cfg.sync.output_dir, self.reservations)
+        plan = plan_on_this_machine(cfg, cfg.sync.output_dir)
         plan.files[RESOLVED_CONFIG] = spec_yaml(cfg)  # what every process of the run reads (load_spec)
         return plan
 
     def execute(self, plan: Plan) -> dict[str, Any]:
         """Run `plan` and only it (it carries the run-dir check, the model step, the files, the processes and their
-        supervision; what the dry run printed)."""
+        supervision; what the dry run printed), with its ports reserved and its secrets made now, held until the
+        run ends."""
         run_dir = Path(plan.run_dir)
         refuse_mixed_outputs(run_dir, plan.resume)
-        run_dir.mkdir(parents=True, exist_ok=True)
-        if plan.model is not None:
-            prepare_model(plan.model)
-        for name, text in plan.files.items():
-            (run_dir / name).parent.mkdir(parents=True, exist_ok=True)
-            (run_dir / name).write_text(text)
-        log.info("this run's processes carry %s=%s in their environment", RUN_TOKEN_ENV, run_token())
-        started: list[ManagedProcess] = []
-        with SignalGuard() as guard:
+        with bound(plan) as running:
+            run_dir.mkdir(parents=True, exist_ok=True)
+            if running.model is not None:
+                prepare_model(running.model)
+            for name, text in running.files.items():
+                (run_dir / name).parent.mkdir(parents=True, exist_ok=True)
+                (run_dir / name).write_text(text)
+            log.info("this run's processes carry %s=%s in their environment", RUN_TOKEN_ENV, run_token())
+            return run_processes(running)
+
+
+def run_processes(plan: Plan) -> dict[str, Any]:
+    """Start the bound plan's services and trainer, keep them up as its supervision says, and stop every one of them
+    however the run ends; the trainer's metrics, or a LaunchError saying why the run ended."""
+    run_dir = Path(plan.run_dir)
+    started: list[ManagedProcess] = []
+    with SignalGuard() as guard:
+        try:
+            services = start_services(plan, plan.supervision.startup_timeout_s, started)
+            clear_trainer_error(run_dir)
+            trainer = ManagedProcess(plan.trainer.name, plan.trainer.argv, plan.trainer.env)
+            started.append(trainer)
+            trainer.start(inherit_output=True)
+            replicas = [p for p, s in zip(services, plan.services) if s.role == "replica"]
+            watch = plan.supervision
+            supervisor = (
+                ReplicaSupervisor(replicas, watch.max_restarts) if watch.restart_replicas and replicas else None
+            )
+            fleet = fleet_controller(plan, replicas, started) if plan.fleet else None
             try:
-                services = start_services(plan, plan.supervision.startup_timeout_s, started)
-                clear_trainer_error(run_dir)
-                trainer = ManagedProcess(plan.trainer.name, plan.trainer.argv, plan.trainer.env)
-                started.append(trainer)
-                trainer.start(inherit_output=True)
-                replicas = [p for p, s in zip(services, plan.services) if s.role == "replica"]
-                watch = plan.supervision
-                supervisor = (
-                    ReplicaSupervisor(replicas, watch.max_restarts) if watch.restart_replicas and replicas else None
-                )
-                fleet = fleet_controller(plan, replicas, started) if plan.fleet else None
-                try:
-                    code = wait_supervised(trainer, supervisor, **({"fleet": fleet} if fleet else {}))
-                finally:
-                    if fleet is not None:
-                        print(fleet.finish(), flush=True)
-                if code != 0:
-                    raise LaunchError(trainer_failure(run_dir, code))
-                return json.loads((run_dir / "metrics.json").read_text())
-            except KeyboardInterrupt as stop:
-                guard.teardown()
-                name = getattr(stop, "signame", "SIGINT")
-                raise LaunchError(
-                    f"interrupted; every process was stopped (the launcher got {name}). Outputs so far are in {run_dir}"
-                ) from None
+                code = wait_supervised(trainer, supervisor, **({"fleet": fleet} if fleet else {}))
             finally:
-                guard.teardown()
-                stop_all(list(reversed(started)), plan.supervision.stop_timeout_s)
-                for reservation in self.reservations:
-                    reservation.release()
-                self.reservations.clear()
+                if fleet is not None:
+                    print(fleet.finish(), flush=True)
+            if code != 0:
+                raise LaunchError(trainer_failure(run_dir, code))
+            return json.loads((run_dir / "metrics.json").read_text())
+        except KeyboardInterrupt as stop:
+            guard.teardown()
+            name = getattr(stop, "signame", "SIGINT")
+            raise LaunchError(
+                f"interrupted; every process was stopped (the launcher got {name}). Outputs so far are in {run_dir}"
+            ) from None
+        finally:
+            guard.teardown()
+            stop_all(list(reversed(started)), plan.supervision.stop_timeout_s)

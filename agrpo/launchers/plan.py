@@ -1,13 +1,19 @@
 """A launch plan is plain data: which processes a run starts, with their commands, env names, ports and GPUs.
 
 Launchers build a plan from the config (pure, unit-tested) and an executor runs it. `launcher.dry_run=true` prints
-it. Env values are shown only for names in SAFE_ENV_VALUES; anything else (tokens) appears by name only.
+it. Env values are shown only for names in SAFE_ENV_VALUES; anything else (tokens) appears by name only. The run's
+ports and secrets are not in the plan, only their placeholders (`Placeholders`): the executor makes them when it
+runs the plan and runs `bind(plan, values)` (agrpo/launchers/binding.py).
 """
 
 from __future__ import annotations
 
+import dataclasses
+import re
 import shlex
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 SAFE_ENV_VALUES = {
     "VLLM_ALLOW_RUNTIME_LORA_UPDATING",
@@ -24,19 +30,59 @@ SAFE_ENV_VALUES = {
 }
 
 
+PLACEHOLDER = re.compile(r"<(?:port|secret):[A-Za-z0-9_.-]+>")
+
+
+def port_placeholder(name: str) -> str:
+    """How the plan writes the port named `name` (e.g. `--port <port:vllm-0>`) until it is bound."""
+    return f"<port:{name}>"
+
+
+def secret_placeholder(name: str) -> str:
+    """How the plan writes the secret named `name` (an env value) until it is bound; the dry run shows this name."""
+    return f"<secret:{name}>"
+
+
+def shown_env_value(name: str, value: str) -> str:
+    """An env value as the dry run prints it: safe ones as they are, a secret's placeholder by its name, else hidden."""
+    if name in SAFE_ENV_VALUES or (value.startswith("<secret:") and PLACEHOLDER.fullmatch(value)):
+        return value
+    return "<set>"
+
+
+def shown_command(argv: list[str]) -> str:
+    """`shlex.join(argv)` with each placeholder left bare (`--port <port:vllm-0>`), quoted as the bound command will
+    be: a bound value (digits, or a secret's URL-safe characters) needs no quotes, so the printed plan and the one
+    that runs differ by the values alone."""
+    words = []
+    for arg in argv:
+        word = shlex.quote(PLACEHOLDER.sub(_STAND_IN, arg))
+        for placeholder in PLACEHOLDER.findall(arg):
+            word = word.replace(_STAND_IN, placeholder, 1)
+        words.append(word)
+    return " ".join(words)
+
+
+_STAND_IN = "agrpo0placeholder"  # what shlex.quote sees instead of a placeholder: characters it leaves unquoted
+
+
 @dataclass
 class ProcessSpec:
     name: str
     role: str  # "replica" | "proxy" | "trainer"
     argv: list[str]
     env: dict[str, str] = field(default_factory=dict)
-    port: int | None = None
+    port: int | str | None = None  # a number once bound; `<port:NAME>` in a plan as built
     health_url: str | None = None
     log_path: str | None = None
     gpus: list[int] | None = None
 
+    def __post_init__(self) -> None:
+        if isinstance(self.port, str) and self.port.isdigit():  # bound: the placeholder's text became the number
+            self.port = int(self.port)
+
     def render(self) -> str:
-        env = " ".join(f"{k}={v if k in SAFE_ENV_VALUES else '<set>'}" for k, v in sorted(self.env.items()))
+        env = " ".join(f"{k}={shown_env_value(k, v)}" for k, v in sorted(self.env.items()))
         lines = [
             f"[{self.role}] {self.name}"
             + (f"  port={self.port}" if self.port else "")
@@ -44,7 +90,7 @@ class ProcessSpec:
         ]
         if env:
             lines.append(f"  env: {env}")
-        lines.append(f"  cmd: {shlex.join(self.argv)}")
+        lines.append(f"  cmd: {shown_command(self.argv)}")
         if self.log_path:
             lines.append(f"  log: {self.log_path}")
         return "\n".join(lines)
@@ -110,6 +156,45 @@ class FleetPlan:
 
 
 @dataclass
+class PortGroup:
+    """Ports the executor reserves together when it runs the plan: one per name, in order, each the next port at or
+    above `start` on `host` that is free and held by no other agrpo run (agrpo/processes/ports.py). `key` is the
+    config key `start` comes from, for the dry run."""
+
+    names: list[str]
+    start: int
+    host: str = "127.0.0.1"
+    key: str = "inference.base_port"
+
+    def render(self) -> str:
+        return (
+            f"[ports] {', '.join(self.names)}: the first {len(self.names)} free at or above {self.start} ({self.key}) "
+            f"on {self.host}, reserved when the run starts and held until it ends"
+        )
+
+
+@dataclass
+class Placeholders:
+    """What a plan names but does not hold: the run's ports and secrets. They are made when the plan is executed
+    (agrpo/launchers/binding.py), so building a plan (the dry run, tests, the in-Job plan a Jobs dry run shows) has no
+    side effect and the same spec builds the same plan. In the plan's strings each is `<port:NAME>` or
+    `<secret:NAME>`."""
+
+    ports: list[PortGroup] = field(default_factory=list)
+    secrets: list[str] = field(default_factory=list)
+
+    def names(self) -> list[str]:
+        ports = [port_placeholder(name) for group in self.ports for name in group.names]
+        return ports + [secret_placeholder(name) for name in self.secrets]
+
+    def render(self) -> list[str]:
+        lines = [group.render() for group in self.ports]
+        if self.secrets:
+            lines.append(f"[secrets] {', '.join(self.secrets)}: made fresh when the run starts, never printed")
+        return lines
+
+
+@dataclass
 class Plan:
     launcher: str
     run_dir: str
@@ -125,6 +210,7 @@ class Plan:
     model: ModelStep | None = None  # prepared before any process starts
     supervision: Supervision = field(default_factory=Supervision)
     fleet: FleetPlan | None = None  # inference.replicas=auto
+    placeholders: Placeholders = field(default_factory=Placeholders)  # made and bound by the executor
 
     def render(self) -> str:
         parts = [f"agrpo plan ({self.launcher}), run dir {self.run_dir}", f"trainer talks to {self.vllm_url}"]
@@ -134,7 +220,38 @@ class Plan:
         )
         parts += [self.model.render()] if self.model else []
         parts.append(self.supervision.render())
+        parts += self.placeholders.render()
         parts += [f"[file] {self.run_dir}/{name}  ({len(text.encode())} bytes)" for name, text in self.files.items()]
         parts += [spec.render() for spec in [*self.services, self.trainer]]
         parts += [self.fleet.render()] if self.fleet else []
         return "\n".join(parts)
+
+
+def substitute(item: Any, text: Callable[[str], str]) -> Any:
+    """`item` (a plan, or any of its parts) with every string in it passed through `text`: a copy, `item` is left as
+    it was. Values that are neither strings, lists, dicts nor dataclasses are kept as they are (e.g. a Hub client)."""
+    if isinstance(item, str):
+        return text(item)
+    if isinstance(item, list):
+        return [substitute(value, text) for value in item]
+    if isinstance(item, dict):
+        return {key: substitute(value, text) for key, value in item.items()}
+    if dataclasses.is_dataclass(item) and not isinstance(item, type):
+        changed = {f.name: substitute(getattr(item, f.name), text) for f in dataclasses.fields(item) if f.init}
+        return dataclasses.replace(item, **changed)
+    return item
+
+
+def bind(plan: Plan, values: Mapping[str, str]) -> Plan:
+    """The concrete plan an executor runs (pure): each of `plan`'s placeholders replaced by its value in `values`
+    (placeholder -> text, e.g. "<port:proxy>" -> "8102"), and none left to make. Raises ValueError naming any
+    placeholder without a value; `plan` itself is left as the dry run printed it."""
+    missing = [name for name in plan.placeholders.names() if name not in values]
+    if missing:
+        raise ValueError(f"no value for the plan's placeholder(s) {', '.join(missing)}")
+    declared = set(plan.placeholders.names())
+
+    def fill(text: str) -> str:
+        return PLACEHOLDER.sub(lambda m: values[m[0]] if m[0] in declared else m[0], text)
+
+    return substitute(dataclasses.replace(plan, placeholders=Placeholders()), fill)

@@ -76,12 +76,7 @@ def test_the_run_dirs_config_yaml_is_text_and_reads_back(tmp_path):
     from agrpo.launchers.local import RESOLVED_CONFIG, LocalLauncher
 
     prepared = prepare(smoke("inference.device=cpu", "logger.level=warning", output_dir=str(tmp_path)))
-    launcher = LocalLauncher()
-    try:
-        text = launcher.build_plan(prepared).files[RESOLVED_CONFIG]
-    finally:
-        for reservation in launcher.reservations:
-            reservation.release()
+    text = LocalLauncher().build_plan(prepared).files[RESOLVED_CONFIG]  # building reserves nothing
     saved = yaml.safe_load(text)
     assert saved["sync"]["mode"] == "background" and saved["logger"]["level"] == "WARNING"
     assert saved["role"] == "all" and saved["trainer"]["attention"] == "sdpa"

@@ -155,10 +155,10 @@ def test_the_local_plan_runs_on_the_resolved_device(monkeypatch):
     cfg = prepared("inference.device=auto")
     assert cfg.inference.device == "cpu"
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 0)
-    plan = plan_on_this_machine(cfg, "/tmp/agrpo-prepare", reservations=[])
+    plan = plan_on_this_machine(cfg, "/tmp/agrpo-prepare")
     assert "--distributed-executor-backend" in plan.services[0].argv  # vLLM's CPU flags
     cfg = with_values(cfg, {"inference.device": "cuda"})  # a resolved value wins over the machine
-    plan = plan_on_this_machine(cfg, "/tmp/agrpo-prepare", reservations=[])
+    plan = plan_on_this_machine(cfg, "/tmp/agrpo-prepare")
     assert "--gpu-memory-utilization" in plan.services[0].argv
 
 
@@ -168,13 +168,12 @@ def test_proxy_or_not_is_one_resolved_value_for_the_plan_and_the_trainer():
     from agrpo.launchers.local import build_local_plan
 
     cfg = prepared("inference.urls=[http://127.0.0.1:9001,http://127.0.0.1:9002]", "inference.use_proxy=false")
-    plan = build_local_plan(cfg, "/tmp/r", [8100, 8101, 8102], "cpu", 0, [0, 1])
+    plan = build_local_plan(cfg, "/tmp/r", "cpu", 0, [0, 1])
     assert [s.role for s in plan.services] == [] and cfg.inference.use_proxy is False
     two = prepared("inference.replicas=2")
     assert (
         two.inference.use_proxy is True
-        and [s.role for s in build_local_plan(two, "/tmp/r", [8100, 8101, 8102], "cpu", 0, [0, 1]).services][-1]
-        == "proxy"
+        and [s.role for s in build_local_plan(two, "/tmp/r", "cpu", 0, [0, 1]).services][-1] == "proxy"
     )
 
 

@@ -91,7 +91,7 @@ class Run:
     def replica1_healthy(self) -> bool:
         import requests
 
-        port = re.search(r"\[proxy\] proxy\s+port=(\d+)", read(self.output)).group(1)
+        port = re.search(r"this run's ports: .*\bproxy=(\d+)", read(self.output)).group(1)  # reserved at execute
         try:
             replicas = requests.get(f"http://127.0.0.1:{port}/proxy/stats", timeout=5).json()["replicas"]
         except (requests.RequestException, ValueError, KeyError):

@@ -9,6 +9,7 @@ from agrpo.config.resolve import replica_count, uses_proxy
 from agrpo.config.schema.inference import fleet_bounds, is_auto_fleet
 from agrpo.config.validate import find_problems
 from agrpo.launchers.local import build_local_plan
+from tests.plans import bound_example
 from tests.specs import spec_for
 
 AUTO = ["inference.replicas=auto", "inference.min_replicas=1", "inference.max_replicas=2"]
@@ -72,7 +73,7 @@ def test_the_trainer_jobs_config_may_carry_its_replica_jobs_urls():
 
 def test_the_plan_starts_min_and_holds_the_spares_on_their_own_cores():
     cfg = spec_for("+recipe=smoke", *AUTO, output_dir="/runs/r1")
-    plan = build_local_plan(cfg, "/runs/r1", [8100, 8101, 8102], "cpu", 0, range(2), python="py", replica_key="k")
+    plan = bound_example(build_local_plan(cfg, "/runs/r1", "cpu", 0, range(2), python="py"))
     assert [s.name for s in plan.services] == ["vllm-0", "proxy"]
     assert "--upstream http://127.0.0.1:8100" in " ".join(plan.services[1].argv)
     assert "8101" not in " ".join(plan.services[1].argv)  # the spare is handed to the proxy when it is healthy
@@ -91,5 +92,5 @@ def test_the_plan_starts_min_and_holds_the_spares_on_their_own_cores():
 
 def test_a_fixed_fleet_has_no_fleet_plan():
     cfg = compose("inference.replicas=2")
-    plan = build_local_plan(cfg, "/runs/r1", [8100, 8101, 8102], "cpu", 0, range(2), python="py")
+    plan = build_local_plan(cfg, "/runs/r1", "cpu", 0, range(2), python="py")
     assert plan.fleet is None and "[fleet]" not in plan.render()

@@ -9,15 +9,15 @@ from agrpo.errors import ConfigError
 from agrpo.launchers.accelerate import build_accelerate_plan
 from agrpo.launchers.fsdp import build_fsdp_config, layer_cls_from_model_config
 from agrpo.launchers.local import build_local_plan
+from tests.plans import bound_example
 from tests.specs import spec_for
 
 
 def plans_for(*overrides, num_gpus=4, device="cuda", cpu_count=2, layer_cls="Qwen2DecoderLayer"):
     cfg = spec_for("+recipe=smoke", "launcher=accelerate", *overrides, output_dir="/runs/r1", cuda=device == "cuda")
-    ports = [8100 + i for i in range(cfg.inference.replicas + 1)]
-    local = build_local_plan(cfg, "/runs/r1", ports, device, num_gpus, range(cpu_count), python="py")
-    plan, accelerate_config = build_accelerate_plan(cfg, local, 29501, layer_cls, python="py")
-    return local, plan, accelerate_config
+    local = build_local_plan(cfg, "/runs/r1", device, num_gpus, range(cpu_count), python="py")
+    plan, accelerate_config = build_accelerate_plan(cfg, local, layer_cls, python="py")
+    return bound_example(local), bound_example(plan), accelerate_config
 
 
 def test_fsdp2_config_from_our_config():
@@ -76,7 +76,7 @@ def test_gpu_plan_keeps_replicas_and_runs_one_rank_per_trainer_gpu():
         "--num_processes",
         "3",
         "--main_process_port",
-        "29501",
+        "29500",  # the first port from launcher.accelerate.main_process_port, as bound here
         "-m",
         "agrpo.trainer",
         "/runs/r1/config.yaml",
@@ -173,9 +173,10 @@ def test_a_fleet_that_sizes_itself_keeps_its_spares_under_accelerate():
         output_dir="/runs/r1",
         cuda=True,
     )
-    local = build_local_plan(cfg, "/runs/r1", [8100, 8101, 8102], "cuda", 4, range(2), python="py")
-    plan, _ = build_accelerate_plan(cfg, local, 29501, "Qwen2DecoderLayer", python="py")
-    assert plan.fleet is local.fleet and [spec.name for spec in plan.fleet.spares] == ["vllm-1"]
+    local = build_local_plan(cfg, "/runs/r1", "cuda", 4, range(2), python="py")
+    plan, _ = build_accelerate_plan(cfg, local, "Qwen2DecoderLayer", python="py")
+    assert plan.fleet is local.fleet and plan.placeholders.ports[0] == local.placeholders.ports[0]
+    assert [spec.name for spec in plan.fleet.spares] == ["vllm-1"]
     assert [spec.name for spec in plan.services] == ["vllm-0", "proxy"]
     assert plan.trainer.argv[1:3] == ["-m", "accelerate.commands.launch"]
     spare_gpus = plan.fleet.spares[0].gpus

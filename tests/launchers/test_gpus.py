@@ -35,8 +35,7 @@ def test_to_physical_maps_through_the_parents_list():
 
 def plan_with(visible, *overrides, num_gpus=2):
     cfg = spec_for("+recipe=smoke", *overrides, output_dir="/runs/r1")
-    ports = [8100 + i for i in range(cfg.inference.replicas + 1)]
-    return build_local_plan(cfg, "/runs/r1", ports, "cuda", num_gpus, range(2), python="py", visible_gpus=visible)
+    return build_local_plan(cfg, "/runs/r1", "cuda", num_gpus, range(2), python="py", visible_gpus=visible)
 
 
 def test_plan_under_cuda_visible_devices_2_3_uses_physical_2_and_3():

@@ -1,6 +1,7 @@
 """The dry run of a Jobs launch shows what the trainer Job starts inside (agrpo's proxy, then the trainer), and that
 is what the trainer Job's own plan starts once it has found its replicas. The Jobs API is a fake (the Hub cannot be
-reached from these machines); the in-Job launcher and its plan are the real ones, only the executor records."""
+reached from these machines); the in-Job launcher and its plan are the real ones, only the executor records. Both
+name the Job's port and secrets (placeholders): the Job makes them when it runs its plan."""
 
 from __future__ import annotations
 
@@ -38,6 +39,7 @@ def test_the_dry_run_shows_the_trainer_jobs_processes(tmp_path):
     printed = plan.render()
     assert "inside the trainer Job (its own ports, GPUs and threads, chosen there):" in printed
     assert "  [proxy] proxy\n    cmd: python3 -m agrpo.proxy" in printed and "  [trainer] trainer\n" in printed
+    assert "agrpo.proxy --port <port:proxy>" in printed and "--vllm-url http://127.0.0.1:<port:proxy>" in printed
     accelerate = jobs_plan(tmp_path, "launcher.hf_jobs.trainer_launcher=accelerate")
     assert "accelerate launch" in accelerate.in_job[-1].name
 
@@ -67,13 +69,10 @@ def test_the_trainer_job_starts_the_processes_the_dry_run_showed(tmp_path, monke
     started = [*seen["plan"].services, seen["plan"].trainer]
 
     def shown(argv, urls):
-        """argv with this launch's URLs as the dry run names them, and masked: the ports the Job reserved and the
-        interpreter (the Job's launcher.hf_jobs.python, which runs the in-Job launcher, is its children's too)."""
-        out = ["<python>"] + [next((f"<url {i}>" for i, u in enumerate(urls) if u == a), a) for a in argv[1:]]
-        return [
-            "<port>" if prev in ("--port",) else ("<url>" if a.startswith("http://127.0.0.1:") else a)
-            for prev, a in zip(["", *out], out)
-        ]
+        """argv with this launch's URLs as the dry run names them and the interpreter masked (the Job's
+        launcher.hf_jobs.python, which runs the in-Job launcher, is its children's too). The ports are the same
+        placeholders in both: the Job reserves them when it runs its plan."""
+        return ["<python>"] + [next((f"<url {i}>" for i, u in enumerate(urls) if u == a), a) for a in argv[1:]]
 
     real = [f"{hub.url}/expose/{job.id}/8000" for job in ours]
     pattern = [hub.replica_url_template().format(job_id=f"<vllm-{i}-job-id>", port=8000) for i in range(2)]

@@ -1,6 +1,7 @@
 """The local executor runs its plan and nothing else: every step it takes is one the plan carries (and the dry run
-prints), with the plan's values, and it never reads the config. Processes are recorded, not started (what starting
-them does is covered by the e2e runs); everything else (files, the run-dir check, the teardown order) is real."""
+prints), with the plan's values and the ports and secrets it makes when it runs (bound into the plan), and it never
+reads the config. Processes are recorded, not started (what starting them does is covered by the e2e runs);
+everything else (files, the run-dir check, the port reservations, the teardown order) is real."""
 
 from __future__ import annotations
 
@@ -9,11 +10,13 @@ from pathlib import Path
 
 import pytest
 
+import agrpo.launchers.binding as binding
 import agrpo.launchers.local as local
 from agrpo.config.compose import compose_run_config
 from agrpo.config.prepare import prepare
 from agrpo.errors import ConfigError
 from agrpo.launchers.local import LocalLauncher, build_local_plan
+from agrpo.launchers.plan import PLACEHOLDER, bind
 
 
 class Recorder:
@@ -56,15 +59,35 @@ def recorded(monkeypatch):
     return record
 
 
+@pytest.fixture()
+def made(monkeypatch):
+    """The values the executor made for each plan it ran (the real ones: ports reserved, secrets new)."""
+    values: list[dict[str, str]] = []
+    real = binding.make_values
+
+    def spy(placeholders, reservations):
+        values.append(real(placeholders, reservations))
+        return values[-1]
+
+    monkeypatch.setattr(binding, "make_values", spy)
+    return values
+
+
+BASE_PORT = 23100  # away from 8100, where real runs on a shared test machine search (the locks keep them apart)
+
+
 def plan_for(run_dir: Path, *overrides: str):
     cfg = prepare(
-        compose_run_config(["+recipe=smoke", "inference.replicas=2", *overrides], output_dir=str(run_dir)),
+        compose_run_config(
+            ["+recipe=smoke", "inference.replicas=2", f"inference.base_port={BASE_PORT}", *overrides],
+            output_dir=str(run_dir),
+        ),
         cuda_available=False,
     )
-    return build_local_plan(cfg, str(run_dir), [8100, 8101, 8102], "cpu", 0, [0, 1], python="py")
+    return build_local_plan(cfg, str(run_dir), "cpu", 0, [0, 1], python="py")
 
 
-def test_the_executor_does_exactly_the_plans_steps(recorded, tmp_path):
+def test_the_executor_does_exactly_the_plans_steps(recorded, made, tmp_path):
     run_dir = tmp_path / "run"
     plan = plan_for(run_dir, "inference.startup_timeout_s=77", "inference.max_restarts=4", "launcher.stop_timeout_s=9")
     plan.files = {"config.yaml": "a: 1\n", "sub/extra.yaml": "b: 2\n"}
@@ -73,8 +96,9 @@ def test_the_executor_does_exactly_the_plans_steps(recorded, tmp_path):
     services = [spec.name for spec in plan.services]
     assert services == ["vllm-0", "vllm-1", "proxy"]
     starts = [step for step in recorded.steps if step[0] == "start"]
+    ran = bind(plan, made[0])
     assert [(name, argv, env) for _, name, argv, env in starts] == [
-        (spec.name, spec.argv, spec.env) for spec in [*plan.services, plan.trainer]
+        (spec.name, spec.argv, spec.env) for spec in [*ran.services, ran.trainer]
     ]
     assert recorded.steps[0] == ("model", plan.model) and plan.model.builder == "agrpo.models.tiny.build_tiny_model"
     healthy = [step for step in recorded.steps if step[0] == "healthy"]
@@ -111,8 +135,37 @@ def test_the_run_dir_check_reads_the_plans_resume(recorded, tmp_path):
 def test_one_replica_is_not_supervised_and_the_plan_says_so(recorded, tmp_path):
     run_dir = tmp_path / "run"
     cfg = prepare(compose_run_config(["+recipe=smoke"], output_dir=str(run_dir)), cuda_available=False)
-    plan = build_local_plan(cfg, str(run_dir), [8100, 8101], "cpu", 0, [0, 1], python="py")
+    plan = build_local_plan(cfg, str(run_dir), "cpu", 0, [0, 1], python="py")
     recorded.run_dir = run_dir
     LocalLauncher().execute(plan)
     assert not [step for step in recorded.steps if step[0] == "supervise"]
     assert "no restarts" in plan.render() and plan.supervision.restart_replicas is False
+
+
+def test_what_runs_is_the_printed_plan_with_the_values_made_when_it_runs(recorded, made, tmp_path):
+    """The dry run's plan and the executed one differ by the bound values alone: the ports reserved from
+    inference.base_port (held while the run lasts, then released) and fresh secrets, by name in the printed plan."""
+    run_dir = tmp_path / "run"
+    plan = plan_for(run_dir)
+    printed = plan.render()
+    assert "--port <port:vllm-0>" in printed and "AGRPO_PROXY_ADMIN_TOKEN=<secret:proxy-admin-token>" in printed
+    recorded.run_dir = run_dir
+    LocalLauncher().execute(plan)
+    assert plan.render() == printed  # running the plan left it as printed
+    (values,) = made
+    ports = [int(values[f"<port:{name}>"]) for name in ("vllm-0", "vllm-1", "proxy")]
+    assert ports == sorted(set(ports)) and ports[0] >= BASE_PORT
+    assert len(values["<secret:replica-key>"]) >= 43 and values["<secret:proxy-admin-token>"] not in printed
+    ran = bind(plan, values)
+    started = [step[1:] for step in recorded.steps if step[0] == "start"]
+    assert started == [(spec.name, spec.argv, spec.env) for spec in [*ran.services, ran.trainer]]
+    assert not PLACEHOLDER.search(json.dumps(started))
+    expected = printed
+    for placeholder, value in values.items():  # a secret stays hidden once bound
+        expected = expected.replace(placeholder, value if placeholder.startswith("<port:") else "<set>")
+    assert ran.render().splitlines() == [
+        line for line in expected.splitlines() if not line.startswith(("[ports] ", "[secrets] "))
+    ]
+    again = binding.reserve_ports(3, ports[0], search=ports[-1] - ports[0] + 1)
+    again.release()
+    assert again.ports == ports  # released when the run ended

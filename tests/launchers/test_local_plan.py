@@ -5,13 +5,14 @@ import pytest
 from agrpo.errors import ConfigError
 from agrpo.launchers.gpus import assign_gpus
 from agrpo.launchers.local import build_local_plan, proxy_knob_flags
+from tests.plans import bound_example
 from tests.specs import spec_for
 
 
 def plan_for(*overrides, device="cpu", num_gpus=0, cpu_count=2):
+    """The plan as built, bound with example values (its ports from 8100 in order, `<name>-value` secrets)."""
     cfg = spec_for("+recipe=smoke", *overrides, output_dir="/runs/r1", cuda=device == "cuda")
-    ports = [8100 + i for i in range(cfg.inference.replicas + 1)]
-    return build_local_plan(cfg, "/runs/r1", ports, device, num_gpus, range(cpu_count), python="py")
+    return bound_example(build_local_plan(cfg, "/runs/r1", device, num_gpus, range(cpu_count), python="py"))
 
 
 def test_one_replica_no_proxy_trainer_talks_to_it():
@@ -61,8 +62,12 @@ def test_proxy_can_be_forced_for_one_replica_and_gets_changed_knobs_only():
     proxy = plan.services[-1]
     assert proxy.role == "proxy"
     assert "--block-size" in proxy.argv and proxy.argv[proxy.argv.index("--block-size") + 1] == "32"
-    assert proxy.argv[proxy.argv.index("--token-env") + 1] == "HF_TOKEN"
     assert "--lru-size" not in proxy.argv  # unchanged knobs stay at the proxy's own defaults
+    # proxy.token_env reaches a proxy in front of replicas this plan does not start (its own use the run's key)
+    elsewhere = plan_for(
+        "role=trainer", "inference.urls=[http://10.0.0.1:8000]", "inference.use_proxy=true", "proxy.token_env=HF_TOKEN"
+    )
+    assert elsewhere.services[-1].argv[elsewhere.services[-1].argv.index("--token-env") + 1] == "HF_TOKEN"
 
 
 def test_defaults_produce_no_proxy_flags():
@@ -171,40 +176,34 @@ def test_trainer_only_role_on_a_gpu_machine_gives_an_accelerate_trainer_every_gp
 
 def test_the_proxy_admin_token_goes_to_the_proxy_and_the_trainer_only():
     cfg = spec_for("+recipe=smoke", "inference.replicas=2", "proxy.lean_front=false", output_dir="/tmp/r")
-    plan = build_local_plan(cfg, "/tmp/r", [8100, 8101, 8102], "cpu", 0, cpu_ids=(0, 1), admin_token="tok-123")
+    plan = bound_example(build_local_plan(cfg, "/tmp/r", "cpu", 0, cpu_ids=(0, 1)))
     proxy = next(s for s in plan.services if s.role == "proxy")
     assert proxy.argv[proxy.argv.index("--admin-token-env") + 1] == "AGRPO_PROXY_ADMIN_TOKEN"
-    assert proxy.env["AGRPO_PROXY_ADMIN_TOKEN"] == plan.trainer.env["AGRPO_PROXY_ADMIN_TOKEN"] == "tok-123"
+    token = "proxy-admin-token-value"
+    assert proxy.env["AGRPO_PROXY_ADMIN_TOKEN"] == plan.trainer.env["AGRPO_PROXY_ADMIN_TOKEN"] == token
     assert all("AGRPO_PROXY_ADMIN_TOKEN" not in s.env for s in plan.services if s.role == "replica")
     assert "--no-lean-front" in proxy.argv  # an on/off knob is a bare flag, not "--lean-front False"
-    assert "tok-123" not in plan.render()
+    assert token not in plan.render()
 
 
 def test_replicas_get_a_run_key_in_their_environment_never_on_a_command_line():
     """Only the proxy (its upstream token) or, with one replica and no proxy, the trainer holds the key."""
     cfg = spec_for("+recipe=smoke", "inference.replicas=2", "proxy.token_env=MINE", output_dir="/tmp/r")
-    plan = build_local_plan(cfg, "/tmp/r", [8100, 8101, 8102], "cpu", 0, cpu_ids=(0, 1), replica_key="key-42")
+    plan = bound_example(build_local_plan(cfg, "/tmp/r", "cpu", 0, cpu_ids=(0, 1)))
     replicas = [s for s in plan.services if s.role == "replica"]
     proxy = next(s for s in plan.services if s.role == "proxy")
-    assert all(r.env["VLLM_API_KEY"] == "key-42" for r in replicas)
+    key = "replica-key-value"
+    assert all(r.env["VLLM_API_KEY"] == key for r in replicas)
     assert all(
         r.argv[r.argv.index("--middleware") + 1] == "agrpo.inference.replica_guard.ReplicaGuard" for r in replicas
     )
     assert proxy.argv[proxy.argv.index("--token-env") + 1] == "AGRPO_REPLICA_API_KEY" and "MINE" not in proxy.argv
-    assert proxy.env["AGRPO_REPLICA_API_KEY"] == "key-42"
+    assert proxy.env["AGRPO_REPLICA_API_KEY"] == key
     assert "AGRPO_REPLICA_API_KEY" not in plan.trainer.env and "VLLM_API_KEY" not in plan.trainer.env
-    assert all("key-42" not in " ".join(s.argv) for s in [*plan.services, plan.trainer])
-    assert "key-42" not in plan.render()
-    alone = build_local_plan(
-        spec_for("+recipe=smoke", output_dir="/tmp/r"),
-        "/tmp/r",
-        [8100, 8101],
-        "cpu",
-        0,
-        (0, 1),
-        replica_key="k",
-    )
-    assert alone.services[0].env["VLLM_API_KEY"] == alone.trainer.env["AGRPO_REPLICA_API_KEY"] == "k"
+    assert all(key not in " ".join(s.argv) for s in [*plan.services, plan.trainer])
+    assert key not in plan.render()
+    alone = bound_example(build_local_plan(spec_for("+recipe=smoke", output_dir="/tmp/r"), "/tmp/r", "cpu", 0, (0, 1)))
+    assert alone.services[0].env["VLLM_API_KEY"] == alone.trainer.env["AGRPO_REPLICA_API_KEY"] == key
     elsewhere = plan_for("role=trainer", "inference.urls=[http://10.0.0.1:8000,http://10.0.0.2:8000]")
     proxy = next(s for s in elsewhere.services if s.role == "proxy")
     assert "--token-env" not in proxy.argv and "AGRPO_REPLICA_API_KEY" not in elsewhere.trainer.env

@@ -33,5 +33,5 @@ def test_the_local_plan_tells_the_trainer_where_to_write_it(tmp_path):
     from tests.specs import spec_for
 
     cfg = spec_for("+recipe=smoke", output_dir=str(tmp_path))
-    plan = build_local_plan(cfg, str(tmp_path), [8100, 8101], "cpu", 0, [0, 1])
+    plan = build_local_plan(cfg, str(tmp_path), "cpu", 0, [0, 1])
     assert plan.trainer.env[TRAINER_ERROR_ENV] == str(tmp_path / "logs" / "trainer_error.txt")

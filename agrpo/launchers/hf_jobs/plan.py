@@ -16,7 +16,7 @@ import shlex
 from dataclasses import dataclass, field
 from typing import Any
 
-from agrpo.launchers.plan import SAFE_ENV_VALUES, ProcessSpec
+from agrpo.launchers.plan import SAFE_ENV_VALUES, ProcessSpec, shown_command, substitute
 
 from agrpo.launchers.hf_jobs.cost import PRICE_PER_HOUR_USD
 
@@ -284,7 +284,7 @@ class JobsPlan:
         parts += self.hub_lines
         if self.in_job:
             parts.append("inside the trainer Job (its own ports, GPUs and threads, chosen there):")
-            parts += [f"  [{spec.role}] {spec.name}\n    cmd: {shlex.join(spec.argv)}" for spec in self.in_job]
+            parts += [f"  [{spec.role}] {spec.name}\n    cmd: {shown_command(spec.argv)}" for spec in self.in_job]
         parts += [job.render() for job in self.jobs()]
         if self.fleet is not None:
             parts += self.fleet.render(self.bucket)
@@ -301,17 +301,4 @@ def bind_placeholder(plan: JobsPlan, placeholder: str, value: str) -> JobsPlan:
     """The plan with every occurrence of `placeholder` in its strings replaced by `value`."""
     if placeholder not in json.dumps(dataclasses.asdict(plan)):
         return plan
-
-    def swap(item: Any) -> Any:
-        if isinstance(item, str):
-            return item.replace(placeholder, value)
-        if isinstance(item, list):
-            return [swap(v) for v in item]
-        if isinstance(item, dict):
-            return {k: swap(v) for k, v in item.items()}
-        if dataclasses.is_dataclass(item):
-            fields = dataclasses.fields(item)
-            return dataclasses.replace(item, **{f.name: swap(getattr(item, f.name)) for f in fields})
-        return item
-
-    return swap(plan)
+    return substitute(plan, lambda text: text.replace(placeholder, value))

@@ -181,7 +181,7 @@ def trainer_job(
 
 def in_job_processes(config_text: str, replicas: int) -> list[Any]:
     """The proxy and trainer the trainer Job will start: the local plan (role=trainer) of the config it is handed,
-    against the replica Jobs' URL pattern. Under launcher.hf_jobs.trainer_launcher=accelerate the trainer's command
+    against the replica Jobs' URL pattern, its port and secrets by name (the Job makes them when it runs the plan). Under launcher.hf_jobs.trainer_launcher=accelerate the trainer's command
     becomes `accelerate launch` with one rank per GPU of the flavor (agrpo/launchers/accelerate.py)."""
     from agrpo.launchers.local import build_local_plan
 
@@ -189,8 +189,7 @@ def in_job_processes(config_text: str, replicas: int) -> list[Any]:
     jobs = job.launcher.hf_jobs
     urls = [jobs.replica_url.format(job_id=f"<vllm-{i}-job-id>", port=jobs.replica_port) for i in range(replicas)]
     job = with_values(job, {"inference.urls": urls})
-    ports = [int(job.inference.base_port) + i for i in range(replicas + 1)]
-    plan = build_local_plan(job, str(job.sync.output_dir), ports, str(job.inference.device), 0, [0], python=jobs.python)
+    plan = build_local_plan(job, str(job.sync.output_dir), str(job.inference.device), 0, [0], python=jobs.python)
     if jobs.trainer_launcher == "accelerate":
         plan.trainer.name = "trainer (under `accelerate launch`, one rank per GPU of the flavor)"
     return [*plan.services, plan.trainer]
