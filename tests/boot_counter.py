@@ -16,6 +16,8 @@ import threading
 from collections import Counter
 from pathlib import Path
 
+from tests.processes import comm
+
 ENGINE_CORE = "VLLM::EngineCor"
 SHARED = "vllm_server (conftest.py)"
 POLL_S = 0.25
@@ -56,14 +58,6 @@ def descends_from(pid: int, ancestor: int) -> bool:
     return False
 
 
-def comm_of(pid: int) -> str:
-    try:
-        with open(f"/proc/{pid}/comm") as comm:
-            return comm.read().strip()
-    except OSError:
-        return ""
-
-
 def engine_cores() -> set[int]:
     """The engine cores started under this process (see `descends_from`). A process named like an engine core whose
     parent is one is that engine's fork on its way to exec (its name is the parent's until then), not a boot: since a
@@ -72,9 +66,9 @@ def engine_cores() -> set[int]:
     found = set()
     me = os.getpid()
     for entry in os.listdir("/proc"):
-        if entry.isdigit() and comm_of(int(entry)) == ENGINE_CORE:
+        if entry.isdigit() and comm(int(entry)) == ENGINE_CORE:
             pid = int(entry)
-            if comm_of(parent(pid)) != ENGINE_CORE and descends_from(pid, me):
+            if comm(parent(pid)) != ENGINE_CORE and descends_from(pid, me):
                 found.add(pid)
     return found
 
