@@ -244,10 +244,12 @@ def test_a_run_and_a_sweep_at_once_use_their_own_dirs_ports_and_servers(tmp_path
     assert "| 0 | lora.r=1 | ok |" in sweep_out and "| 1 | lora.r=4 | ok |" in sweep_out
     assert json.loads((run_dir / "metrics.json").read_text())["global_step"] == 3
 
-    # the run and the sweep's first point were up together: two ports (the plan, logged), two replicas
-    single_url = re.search(r"trainer talks to (\S+)", single_out).group(1)
-    first_point_url = re.search(r"trainer talks to (\S+)", sweep_out).group(1)
-    assert single_url != first_point_url
+    # the run and the sweep's first point were up together: two ports (reserved as each run started, logged), two
+    # replicas (the printed plans name the port, `<port:vllm-0>`, the same in both)
+    ports = r"this run's ports: vllm-0=(\d+)"
+    single_port = re.search(ports, single_out + single_err).group(1)
+    first_point_port = re.search(ports, sweep_out + sweep_err).group(1)
+    assert single_port != first_point_port
     for mine, other in ((run_dir, points[0]), (points[0], run_dir)):
         replica_log = (mine / "logs" / "vllm-0.log").read_text(errors="replace")
         assert str(mine / ".vllm_lora") in replica_log  # it served this run's adapters...
