@@ -15,6 +15,9 @@ folder. The machine is shared: run under the vLLM lock.
     done
     python benchmarks/elastic.py table bench-elastic/
 
+`--long` gives each step 64 samples of up to 48 tokens (the smoke recipe: 16 of 16) for 200 steps, so that the
+target takes minutes of training rather than less than one replica's boot (docs/elastic.md, 2026-12-06).
+
 `--release SHARE` (auto only, with `--straggler`) adds a second phase to show a release: once the addition was kept,
 the straggler's quota is lifted and the trainer's own process (not its rollout and reward children) is held to SHARE
 of a core instead (0.1: docs/elastic.md), so the replicas idle and the fleet should give one back. The run's fleet
@@ -51,6 +54,11 @@ MODES = {
     "auto": ("inference.replicas=auto", "inference.min_replicas=1", "inference.max_replicas=2"),
 }
 COMMON = ("+recipe=smoke", "trainer.max_staleness=2", "trainer.max_steps=100", "trainer.save_steps=0")
+# --long: 64 samples of up to 48 tokens a step (the smoke recipe: 16 of 16), 200 steps. The smoke task reaches the
+# target 11-17 s into training, less than one replica's boot; this one takes ~2 minutes on two replicas, so that a boot
+# is closer to the share of a run it is on a GPU (a 1-2 minute boot in an hours-long run). A lower learning rate does
+# not lengthen the task (2e-4 to 5e-3: the target after 70-100 steps either way; docs/elastic.md).
+LONG = ("trainer.max_completion_length=48", "trainer.per_device_train_batch_size=64", "trainer.max_steps=200")
 STRAGGLER_SHARE = 0.25
 LOG_TIME = re.compile(r"(\d\d-\d\d \d\d:\d\d:\d\d)")
 FIGURES = (
@@ -157,14 +165,21 @@ def plot_history(history: list[dict], png: Path) -> None:
     figure.savefig(png, dpi=80)
 
 
+def common(long: bool) -> list[str]:
+    """The overrides every mode shares: the smoke recipe's, or with --long its heavier steps (one value per key)."""
+    chosen = {item.split("=")[0]: item for item in COMMON + (LONG if long else ())}
+    return list(chosen.values())
+
+
 def run_once(
-    mode: str, seed: int, straggler: bool, price: float, extra: list[str], keep: Path, release: float = 0.0
+    mode: str, seed: int, straggler: bool, price: float, base: list[str], keep: Path, release: float = 0.0
 ) -> dict:
+    """`base`: common(), then the user's extra overrides."""
     where = Path(tempfile.mkdtemp(prefix=f"agrpo-bench-elastic-{mode}-"))
     run_dir = where / "run"
-    argv = [sys.executable, "-m", "agrpo", *COMMON, *MODES[mode], f"trainer.seed={seed}", f"hydra.run.dir={run_dir}"]
+    argv = [sys.executable, "-m", "agrpo", *base, *MODES[mode], f"trainer.seed={seed}", f"hydra.run.dir={run_dir}"]
     started = time.monotonic()
-    code, first_step_s = launch(argv + extra, where, run_dir, straggler, release)
+    code, first_step_s = launch(argv, where, run_dir, straggler, release)
     wall = time.monotonic() - started
     if code != 0:
         raise SystemExit(f"{mode} failed (rc {code}):\n{(where / 'launcher.out').read_text()[-4000:]}")
@@ -189,7 +204,7 @@ def run_once(
         "replica_seconds": seconds,
         "replicas_started": len(logs),
         "usd_per_1k": seconds * price / 3600 / samples * 1000 if samples else None,
-        "command": " ".join(argv[1:] + extra),
+        "command": " ".join(argv[1:]),
         "fleet_lines": fleet_lines,
     }
 
@@ -204,6 +219,7 @@ def main(argv: list[str] | None = None) -> None:
     run.add_argument(
         "--release", type=float, default=0.0, metavar="SHARE", help="auto: then hold the trainer to SHARE of a core"
     )
+    run.add_argument("--long", action="store_true", help="heavier steps, ~2 minutes to the target (LONG)")
     run.add_argument("--seed", type=int, default=42)
     run.add_argument("--out", type=Path, required=True)
     run.add_argument("--tag", default="1")
@@ -222,11 +238,12 @@ def main(argv: list[str] | None = None) -> None:
         print("\n".join(table([json.loads(p.read_text()) for p in runs])))
         return
     args.out.mkdir(parents=True, exist_ok=True)
-    result: dict = {"seed": args.seed, "tag": args.tag, "straggler": args.straggler}
+    result: dict = {"seed": args.seed, "tag": args.tag, "straggler": args.straggler, "long": args.long}
+    base = common(args.long) + list(args.overrides)
     for mode in args.modes.split(","):
         keep = args.out / f"elastic-{args.tag}"
         release = args.release if mode == "auto" else 0.0
-        result[mode] = run_once(mode, args.seed, args.straggler, args.price, list(args.overrides), keep, release)
+        result[mode] = run_once(mode, args.seed, args.straggler, args.price, base, keep, release)
         shown = {k: v for k, v in result[mode].items() if k not in ("command", "fleet_lines")}
         print(f"{mode}: " + json.dumps(shown), flush=True)
         print("\n".join(f"  {line}" for line in result[mode]["fleet_lines"]), flush=True)
