@@ -84,6 +84,9 @@ class FleetController:
     busy: list[tuple[int, float]] = field(default_factory=list)  # (window steps by then, the replicas' busy share)
     # at each poll of the window: a decision averages the polls of its latest recent_steps steps
     added: list[Any] = field(default_factory=list)  # spares serving now, the newest last
+    # A released local replica, drained and out of the proxy but still running until its release is judged: an undo
+    # re-admits it without a boot (benchmarks/elastic.py --long: each undone release booted it again, 22-30 s)
+    parked: Any | None = None
     pending: Pending | None = None
     replicas: int = 0
     seconds_by_size: dict[int, float] = field(default_factory=dict)
@@ -121,9 +124,9 @@ class FleetController:
         self.replaced += int(earlier.get("replaced") or 0)
 
     def running(self) -> int:
-        """Replicas that cost: those serving, and one starting (a draining one still counts as serving)."""
+        """Replicas that cost: those serving, one starting and one parked (a draining one still counts as serving)."""
         starting = self.pending is not None and self.pending.decision.action == ADD
-        return self.replicas + int(starting)
+        return self.replicas + int(starting) + int(self.parked is not None)
 
     def _tick(self) -> None:
         now, size = self.clock(), self.running()
@@ -173,6 +176,8 @@ class FleetController:
             decision, self.memory = decide(signals, self.memory, self.knobs)
         if decision.verdict:
             self.say(f"agrpo fleet: {self.replicas} replica(s): {decision.reason}")
+        if self.parked is not None and self.memory.judged and not decision.undo:
+            self._stop_parked()  # the release was kept
         spare = self._free_spare() if decision.action == ADD else None
         if spare is not None:
             self._begin_add(decision, signals, spare)
@@ -203,6 +208,8 @@ class FleetController:
         return window_signals(recent, self.clock(), self.replicas, self.inflight_ceiling, mean_busy)
 
     def _free_spare(self) -> Any:
+        if self.parked is not None:
+            return self.parked
         if self.new_spare is not None:
             return self.new_spare()
         return next((spare for spare in self.spares if spare not in self.added), None)
@@ -244,12 +251,25 @@ class FleetController:
 
     # ------------------------------------------------------------------ changes
     def _begin_add(self, decision: Decision, signals: Signals, spare: Any) -> None:
+        parked, self.parked = spare is self.parked, None
+        if parked and not spare.alive():
+            spare.stop()  # it died while parked: a fresh start
+            parked = False
+        what = "back from parked" if parked else "starting"
         self.say(
-            f"agrpo fleet: {self.replicas} -> {self.replicas + 1} replicas ({spare.name} starting): {decision.reason}"
+            f"agrpo fleet: {self.replicas} -> {self.replicas + 1} replicas ({spare.name} {what}): {decision.reason}"
         )
-        self.started.append(spare)  # before start: the launcher's teardown must find it
-        spare.start()
+        if not parked:
+            if spare not in self.started:
+                self.started.append(spare)  # before start: the launcher's teardown must find it
+            spare.start()
         self.pending = Pending(decision, spare, signals, self.clock())
+
+    def _stop_parked(self) -> None:
+        self._tick()  # its seconds so far count as running
+        replica, self.parked = self.parked, None
+        replica.stop()
+        self.say(f"agrpo fleet: {replica.name} stopped: the release was kept")
 
     def _begin_release(self, decision: Decision, signals: Signals) -> None:
         replica = self.added[-1]
@@ -310,9 +330,15 @@ class FleetController:
             waiting = running = 0.0  # not answering: nothing left to drain
         if waiting + running > 0 and waited < self.drain_timeout_s:
             return
-        replica.stop()
         if replica in self.added:
             self.added.remove(replica)
+        if not pending.decision.undo and not self.replace_lost:  # a replica Job is cancelled as before
+            self._took_effect(
+                pending, f"{replica.name} drained after {waited:.0f} s, parked until the release is judged"
+            )
+            self.parked = replica  # after _took_effect's tick: from here its seconds count beside the serving one
+            return
+        replica.stop()
         self._took_effect(pending, f"{replica.name} drained and stopped after {waited:.0f} s")
 
     def _took_effect(self, pending: Pending, what: str) -> None:

@@ -55,7 +55,7 @@ VERDICT = re.compile(
     r"agrpo fleet: 2 replica\(s\): kept the add|agrpo fleet: 2 -> 1 replicas \(vllm-1 draining\): undo the add, it did "
     r"not help"
 )
-RELEASED = "agrpo fleet: 1 replica(s) serving: vllm-1 drained and stopped"
+RELEASED = "agrpo fleet: 1 replica(s) serving: vllm-1 drained after"  # then parked until the release is judged
 
 
 @pytest.fixture(scope="module")
@@ -163,8 +163,9 @@ def test_nothing_left_running(elastic_run):
 
 def test_idle_replicas_were_released_drained_and_the_release_judged(elastic_run):
     """The second phase: the trainer is the slow part, the replicas idle. The fleet gives the newest replica back
-    (no new requests, those in flight finish, then its process stops), judges the release on the steps after it
-    (kept: one replica keeps the pace), fails no request, and the end line counts both sizes."""
+    (no new requests, those in flight finish; its process is parked until the release is judged), judges the
+    release on the steps after it (kept: one replica keeps the pace, the parked process stops), fails no request, and
+    the end line counts both sizes."""
     output, run_dir = elastic_run["output"], elastic_run["run_dir"]
     assert "kept the add" in output, "the addition was undone: no idle phase to show (" + output[-2000:] + ")"
     released = re.search(
@@ -174,6 +175,9 @@ def test_idle_replicas_were_released_drained_and_the_release_judged(elastic_run)
     assert released and int(released.group(1)) <= 10, output[-3000:]  # release_wait_share=0.1
     assert RELEASED in output and "1 replica(s) at the end" in output, output[-3000:]
     assert re.search(r"agrpo fleet: 1 replica\(s\): kept the release: steps/s", output), output[-3000:]
+    # parked (running, out of the proxy) until then, so that an undo would need no boot; stopped once kept
+    kept = output.index("kept the release")
+    assert output.index("agrpo fleet: vllm-1 stopped: the release was kept") > kept, output[-3000:]
     history = [e for e in json.loads((run_dir / "log_history.json").read_text()) if "fleet/replicas" in e]
     sizes = [entry["fleet/replicas"] for entry in history]
     assert sizes[-1] == 1.0 and 2.0 in sizes, sizes

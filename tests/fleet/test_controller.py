@@ -122,14 +122,62 @@ def test_add_judge_release_and_count(tmp_path):
     proxy.running_on_1 = 0.0
     clock.t = 74.0
     fleet.poll()
-    assert not spare.running and fleet.replicas == 1
-    assert lines[-1] == "agrpo fleet: 1 replica(s) serving: vllm-1 drained and stopped after 4 s"
+    # drained: out of the proxy and the count, but parked (running, and costing) until the release is judged
+    assert spare.running and fleet.replicas == 1 and fleet.parked is spare
+    assert (
+        lines[-1] == "agrpo fleet: 1 replica(s) serving: vllm-1 drained after 4 s, parked until the release is judged"
+    )
+    assert 3 not in fleet.seconds_by_size  # a parked replica counts beside the serving one, never as a third
     clock.t = 80.0
     assert fleet.finish().splitlines() == [
-        "agrpo fleet: 144 replica-seconds (1 replica(s) 16 s, 2 replica(s) 64 s); 2 change(s), 1 replica(s) at the end",
-        "  used         144 replica-seconds (1 replica(s) 16 s, 2 replica(s) 64 s)",
-        "  fixed max    2 replica(s) for the same 80 s: 160 replica-seconds; auto used 90% of it",
+        "agrpo fleet: 150 replica-seconds (1 replica(s) 10 s, 2 replica(s) 70 s); 2 change(s), 1 replica(s) at the end",
+        "  used         150 replica-seconds (1 replica(s) 10 s, 2 replica(s) 70 s)",
+        "  fixed max    2 replica(s) for the same 80 s: 160 replica-seconds; auto used 94% of it",
     ]
+
+
+def released_and_parked(tmp_path) -> tuple[FleetController, Spare, Proxy, Clock, list[str]]:
+    """A fleet that added vllm-1, kept it, then released it (the trainer stopped waiting) and parked it."""
+    clock, proxy, lines, spare = Clock(), Proxy(), [], Spare("vllm-1", 8101)
+    knobs = Knobs(min_replicas=1, max_replicas=2, window_steps=5, cooldown_s=10, backoff_s=100)
+    fleet = FleetController(
+        str(tmp_path), "http://proxy", "admin", [spare], [], [], knobs, poll_s=1.0, say=lines.append, clock=clock,
+        get=proxy.get, send=proxy.send, healthy=lambda url: True,
+    )  # fmt: skip
+    steps(tmp_path, 5, step_s=2.0, wait_s=1.5)
+    for t in (10.0, 11.0, 12.0):  # decided, healthy and handed over, admitted
+        clock.t = t
+        fleet.poll()
+    steps(tmp_path, 2 + 5, step_s=1.0, wait_s=0.0)  # settle steps, then twice the steps/s and no wait
+    for t in (13.0, 30.0, 31.0):  # kept; past the cool-down: released; drained (nothing in flight): parked
+        clock.t = t
+        fleet.poll()
+    assert fleet.parked is spare and spare.running and fleet.replicas == 1, lines
+    return fleet, spare, proxy, clock, lines
+
+
+def test_a_kept_release_stops_the_parked_replica(tmp_path):
+    fleet, spare, proxy, clock, lines = released_and_parked(tmp_path)
+    steps(tmp_path, 2 + 5, step_s=1.0, wait_s=0.0)  # the settle steps, then a window as fast, the trainer not waiting
+    clock.t = 32.0
+    fleet.poll()
+    assert "kept the release" in lines[-2] and lines[-1] == "agrpo fleet: vllm-1 stopped: the release was kept"
+    assert not spare.running and fleet.parked is None
+
+
+def test_an_undone_release_readmits_the_parked_replica_without_a_boot(tmp_path):
+    fleet, spare, proxy, clock, lines = released_and_parked(tmp_path)
+    starts = []
+    spare.start = lambda: starts.append(1)  # a boot would call this
+    steps(tmp_path, 2 + 5, step_s=2.0, wait_s=1.5)  # half the steps/s, the trainer waiting again
+    clock.t = 32.0
+    fleet.poll()
+    assert lines[-1].startswith("agrpo fleet: 1 -> 2 replicas (vllm-1 back from parked): undo the release")
+    clock.t = 33.0
+    fleet.poll()
+    assert lines[-1] == "agrpo fleet: 2 replica(s) serving: vllm-1 admitted after 1 s"
+    assert starts == [] and spare.running and fleet.replicas == 2 and fleet.parked is None
+    assert proxy.requests[-1] == ("POST", "http://127.0.0.1:8101")  # the proxy replays the adapters to it
 
 
 def test_a_spare_that_dies_while_starting_is_given_up_and_not_retried_at_once(tmp_path):
