@@ -105,20 +105,23 @@ def _rate(value: float | None) -> str:
 
 
 def judge(change: Change, now: Signals, knobs: Knobs) -> bool:
-    """Whether `change` helped (an addition: steps/s rose by min_gain) or did no harm (a release: steps/s fell by
-    less than min_gain, or the trainer still waits less than add_wait_share), from the window after it. The
+    """Whether `change` helped (an addition: steps/s rose by min_gain) or did no harm (a release: the trainer still
+    waits less than add_wait_share of each step; steps/s when its wait is unknown), from the window after it. The
     trainer's wait alone does not keep an addition: a replica that takes the trainer's cores cuts the wait by
     slowing the trainer (measured: 71% -> 46% of each step at the same steps/s on 2 cores, docs/elastic.md). A
     release can only slow training by making the trainer wait for rollouts, so steps/s alone does not undo it: a
     trainer-bound run's step times vary by more than min_gain on their own (tests/e2e/test_elastic.py: 2.38 -> 1.75
     steps/s over 5 steps while the trainer waited 0% -> 2% of each, and the undo cost a vLLM boot)."""
     before, after = change.steps_per_s, now.steps_per_s
+    if change.action == RELEASE and now.wait_share is not None:
+        # kept while the trainer still waits less than add_wait_share; past it, whatever steps/s did, keeping the
+        # release would only be followed by an addition, a boot, once the cool-down ends (benchmarks/elastic.py
+        # --long: kept at steps/s 0.69 -> 0.74 while the wait rose 0% -> 40%, then added back with a 38 s boot)
+        return now.wait_share < knobs.add_wait_share
     if before is None or after is None:
         return True  # nothing to compare: keep it
     if change.action == ADD:
         return after >= before * (1 + knobs.min_gain)
-    if now.wait_share is not None and now.wait_share < knobs.add_wait_share:
-        return True  # the trainer still hardly waits for rollouts: a slower step is its own, not the fleet's doing
     return after >= before * (1 - knobs.min_gain)
 
 
@@ -141,7 +144,7 @@ def check_last(signals: Signals, memory: Memory, knobs: Knobs) -> tuple[Decision
         return Decision(RELEASE, reason, undo=True), memory
     backoff = knobs.backoff_s * 2**releases
     memory = replace(memory, judged=True, no_release_until=signals.now + backoff, undone=(adds, releases + 1))
-    reason = f"undo the release, it slowed training ({figures}); no release for {backoff:g} s"
+    reason = f"undo the release, the trainer waits for rollouts again ({figures}); no release for {backoff:g} s"
     return Decision(ADD, reason, undo=True), memory
 
 

@@ -130,6 +130,15 @@ def test_a_release_after_which_the_trainer_still_hardly_waits_is_kept_even_if_st
     assert decision.verdict == "kept" and "kept the release" in decision.reason
 
 
+def test_a_release_after_which_the_trainer_waits_again_is_undone_even_at_the_same_pace():
+    """benchmarks/elastic.py --long on 2 cores: one replica fewer left the trainer more cores, so steps/s rose 0.69 ->
+    0.74 while it waited 0% -> 40% of each step; kept, the release was followed by an addition and a 38 s boot."""
+    faster = sig(now=960.0, replicas=1, steps_per_s=1.07, wait_share=0.4)
+    decision, memory = judged(Change(RELEASE, 900.0, 1.0, 0.0), faster)
+    assert (decision.action, decision.undo) == (ADD, True) and "undo the release" in decision.reason
+    assert memory.no_release_until == 960.0 + 300
+
+
 def test_a_release_that_kept_the_pace_is_kept():
     decision, _ = judged(Change(RELEASE, 900.0, 1.0, 0.02), sig(now=960.0, replicas=1, steps_per_s=0.98))
     assert decision.verdict == "kept"
