@@ -26,7 +26,8 @@ lines are kept in the result (`fleet_lines`).
 Per run: wall time of the whole command; the time until the 5-step mean reward first reaches 0.9, both in training
 time (benchmarks/throughput.py's figure, from step 1) and from the command (what the user waits: the boot until step
 1, where a fixed 2-replica fleet boots both its replicas, then the training time); replica-seconds (each replica's
-life, from the first line of its log to its last write: booting replicas cost too); $ per 1,000 trained samples at
+life, from the first line of its log to its last write: booting replicas cost too; a spare's wait as a standby,
+holding no device, does not); $ per 1,000 trained samples at
 `--price` $/replica-hour; the share of each step the trainer waited for rollouts (its idle share); the last-5 reward.
 """
 
@@ -76,14 +77,24 @@ FIGURES = (
 # ---- pure ---------------------------------------------------------------------------------------------------------
 
 
-def replica_seconds(first_lines: list[str], last_writes: list[float], year: int) -> float:
-    """Sum of each replica's life: its log's first timestamp (vLLM writes `MM-DD HH:MM:SS`) to its last write."""
+def replica_seconds(log_texts: list[str], last_writes: list[float], year: int) -> float:
+    """Sum of each replica's serving lives: from a life's first timestamp (vLLM writes `MM-DD HH:MM:SS`) to its last
+    one, the last life to the log's last write. A spare standing by (inference.fleet.standby) writes no timestamp
+    before it is added, and a life ends where the next standby begins ("holding no device"): a standby holds no
+    device and costs nothing, as the fleet controller counts it."""
     total = 0.0
-    for line, last in zip(first_lines, last_writes):
-        found = LOG_TIME.search(line)
-        if found:
-            started = datetime.strptime(f"{year}-{found[1]}", "%Y-%m-%d %H:%M:%S").timestamp()
-            total += max(0.0, last - started)
+    for text, last_write in zip(log_texts, last_writes):
+        lives: list[list[float]] = [[]]
+        for line in text.splitlines():
+            if "agrpo standby:" in line and "holding no device" in line and lives[-1]:
+                lives.append([])
+            found = LOG_TIME.search(line)
+            if found:
+                lives[-1].append(datetime.strptime(f"{year}-{found[1]}", "%Y-%m-%d %H:%M:%S").timestamp())
+        ended = [life for life in lives if life]
+        for index, life in enumerate(ended):
+            end = last_write if index == len(ended) - 1 and life is lives[-1] else life[-1]
+            total += max(0.0, end - life[0])
     return total
 
 
@@ -186,7 +197,7 @@ def run_once(
     history = json.loads((run_dir / "log_history.json").read_text())
     logs = sorted((run_dir / "logs").glob("vllm-*.log"))
     seconds = replica_seconds(
-        [next((line for line in log.open(errors="replace") if LOG_TIME.search(line)), "") for log in logs],
+        [log.read_text(errors="replace") for log in logs],
         [log.stat().st_mtime for log in logs],
         datetime.now().year,
     )

@@ -2,7 +2,8 @@
 (the trainer's step lines, the proxy's /proxy/stats, each replica's /metrics), asks the policy (policy.py), and
 carries out its decision through the proxy's admin routes.
 
-Add: the next spare replica (keyed and bound like the others, from the plan) starts; once it answers /health it is
+Add: the next spare replica (keyed and bound like the others, from the plan) starts, or, standing by since the run
+began (inference.fleet.standby: vLLM imported, no device held), is told to serve; once it answers /health it is
 handed to the proxy (POST /proxy/replicas), which replays the loaded adapters and the pause state before it admits
 it, so it takes traffic only serving the current adapter version. Release: the newest replica the controller added
 leaves the proxy first (DELETE /proxy/replicas: no new requests; those in flight finish through it), its process is
@@ -255,7 +256,8 @@ class FleetController:
         if parked and not spare.alive():
             spare.stop()  # it died while parked: a fresh start
             parked = False
-        what = "back from parked" if parked else "starting"
+        standing_by = getattr(spare, "standing_by", lambda: False)()
+        what = "back from parked" if parked else "starting from its standby" if standing_by else "starting"
         self.say(
             f"agrpo fleet: {self.replicas} -> {self.replicas + 1} replicas ({spare.name} {what}): {decision.reason}"
         )
@@ -270,6 +272,13 @@ class FleetController:
         replica, self.parked = self.parked, None
         replica.stop()
         self.say(f"agrpo fleet: {replica.name} stopped: the release was kept")
+        self._stand_by_again(replica)
+
+    def _stand_by_again(self, replica: Any) -> None:
+        """A stopped spare stands by again (inference.fleet.standby), so that a later addition is quick too."""
+        stand_by = getattr(replica, "stand_by", None)
+        if stand_by is not None:
+            stand_by()
 
     def _begin_release(self, decision: Decision, signals: Signals) -> None:
         replica = self.added[-1]
@@ -340,6 +349,7 @@ class FleetController:
             return
         replica.stop()
         self._took_effect(pending, f"{replica.name} drained and stopped after {waited:.0f} s")
+        self._stand_by_again(replica)
 
     def _took_effect(self, pending: Pending, what: str) -> None:
         self._tick()

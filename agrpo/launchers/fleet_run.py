@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 from agrpo.config.schema.inference import FleetConfig
@@ -12,10 +13,16 @@ from agrpo.fleet.controller import FleetController
 from agrpo.fleet.policy import Knobs
 from agrpo.launchers.plan import Plan
 from agrpo.processes.managed import ManagedProcess
+from agrpo.launchers.standby_spare import StandbyProcess
 from agrpo.proxy.settings import ADMIN_TOKEN_ENV
 
 
 _DEFAULTS = FleetConfig()
+
+
+def console(line: str) -> None:
+    """The fleet's lines go to the console, for people (each change, with its reason)."""
+    print(line, flush=True)
 
 
 def fleet_setting(policy: dict[str, Any], key: str) -> Any:
@@ -48,7 +55,10 @@ def fleet_controller(plan: Plan, replicas: list[Any], started: list[Any]) -> Fle
     if build is not None:  # replica Jobs (the trainer Job's fleet: agrpo/launchers/hf_jobs/fleet_jobs.py)
         return build(plan, replicas, started)
     proxy = next(spec for spec in plan.services if spec.role == "proxy")
-    spares = [ManagedProcess(s.name, s.argv, s.env, Path(s.log_path or ""), s.health_url) for s in fleet.spares]
+    if fleet_setting(fleet.policy, "standby"):
+        spares = stand_by(plan, started, console)
+    else:
+        spares = [ManagedProcess(s.name, s.argv, s.env, Path(s.log_path or ""), s.health_url) for s in fleet.spares]
     return FleetController(
         run_dir=plan.run_dir,
         proxy_url=f"http://127.0.0.1:{proxy.port}",
@@ -60,7 +70,24 @@ def fleet_controller(plan: Plan, replicas: list[Any], started: list[Any]) -> Fle
         **controller_settings(fleet.policy),
         startup_timeout_s=plan.supervision.startup_timeout_s,
         inflight_ceiling=fleet.inflight_ceiling,
-        say=lambda line: print(line, flush=True),
+        say=console,
         price_per_hour=fleet_setting(fleet.policy, "replica_price_per_hour"),
         price_source="inference.fleet.replica_price_per_hour",
     )
+
+
+def stand_by(plan: Plan, started: list[Any], say: Callable[[str], None]) -> list[StandbyProcess]:
+    """Launch every spare as a standby (inference.fleet.standby): it imports vLLM now and serves once added. Each is in
+    `started` from its launch, so the launcher stops it however the run ends."""
+    assert plan.fleet is not None
+    spares = []
+    for spec in plan.fleet.spares:
+        go = Path(plan.run_dir) / "fleet" / f"{spec.name}.go"
+        spare = StandbyProcess(spec.name, spec.argv, spec.env, Path(spec.log_path or ""), spec.health_url, go_path=go)
+        started.append(spare)
+        spare.stand_by()
+        spares.append(spare)
+    if spares:
+        names = ", ".join(spare.name for spare in spares)
+        say(f"agrpo fleet: {names} standing by (it imports vLLM now and holds no device until added)")
+    return spares

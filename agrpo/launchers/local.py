@@ -16,7 +16,7 @@ import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from typing import Any
 
 from agrpo.config.resolve import inflight_slots
@@ -25,6 +25,7 @@ from agrpo.config.spec import spec_yaml
 from agrpo.config.schema.trainer import is_auto
 from agrpo.errors import LaunchError
 from agrpo.inference.replica_guard import REPLICA_KEY_ENV
+from agrpo.inference.standby import STANDBY_MODULE
 from agrpo.inference.vllm_server import build_replica_launch
 from agrpo.launchers.base import Launcher, register
 from agrpo.config.schema.inference import fleet_bounds, is_auto_fleet
@@ -130,9 +131,20 @@ def replica_name(index: int) -> str:
 
 
 def fleet_plan(cfg: RunConfig, slots: list[ProcessSpec], fewest: int) -> FleetPlan:
-    """inference.replicas=auto: the slots beyond the first `fewest` are started on demand by the fleet controller."""
+    """inference.replicas=auto: the slots beyond the first `fewest` are started on demand by the fleet controller;
+    with inference.fleet.standby, through agrpo's standby module (it imports the server's, then waits)."""
     ceiling = inflight_slots(cfg.trainer) if is_auto(cfg.trainer.max_inflight_tasks) else None
-    return FleetPlan(fewest, len(slots), slots[fewest:], fleet_policy_knobs(cfg.inference.fleet), ceiling)
+    spares = slots[fewest:]
+    if cfg.inference.fleet.standby:
+        spares = [replace(spec, argv=standby_argv(spec.argv)) for spec in spares]
+    return FleetPlan(fewest, len(slots), spares, fleet_policy_knobs(cfg.inference.fleet), ceiling)
+
+
+def standby_argv(argv: list[str]) -> list[str]:
+    """`<python> -m <server module> ARGS` -> `<python> -m agrpo.inference.standby <server module> ARGS`."""
+    python, flag, module, *args = argv
+    assert flag == "-m", argv
+    return [python, "-m", STANDBY_MODULE, module, *args]
 
 
 def fleet_policy_knobs(fleet_cfg: FleetConfig) -> dict[str, float]:

@@ -102,7 +102,8 @@ def test_it_grew_to_two_on_its_own_and_said_why(elastic_run):
     output = elastic_run["output"]
     assert "[fleet] auto: 1..2 replicas; starts 1" in output  # the plan the launcher printed
     grew = re.search(
-        r"agrpo fleet: 1 -> 2 replicas \(vllm-1 starting\): (?:starved after \d+ steps: )?generation-bound: the "
+        r"agrpo fleet: 1 -> 2 replicas \(vllm-1 starting from its standby\): (?:starved after \d+ steps: )?"
+        r"generation-bound: the "
         r"trainer waited (\d+)%",
         output,
     )
@@ -112,6 +113,21 @@ def test_it_grew_to_two_on_its_own_and_said_why(elastic_run):
     end = re.search(r"agrpo fleet: (\d+) replica-seconds \(1 replica\(s\) (\d+) s, 2 replica\(s\) (\d+) s", output)
     assert end, output[-3000:]
     assert int(end.group(1)) > 0 and int(end.group(3)) > 0
+
+
+def test_the_spare_stood_by_and_served_once_added(elastic_run):
+    """inference.fleet.standby: the spare imported vLLM when the run began and waited, holding no device; the
+    addition only told it to serve. Once its release was kept and it stopped, it stood by again (the second standby
+    was stopped at the end: test_nothing_left_running)."""
+    output, run_dir = elastic_run["output"], elastic_run["run_dir"]
+    assert output.index("agrpo fleet: vllm-1 standing by (it imports vLLM now") < output.index("1 -> 2 replicas"), (
+        output[-3000:]
+    )
+    log = read(run_dir / "logs" / "vllm-1.log")
+    waited, added = log.find("agrpo standby: vllm.entrypoints.openai.api_server imported in"), log.find("added; the")
+    assert 0 <= waited < added < log.index("Starting vLLM server"), log[:3000]
+    if "the release was kept" in output:
+        assert log.count("holding no device") == 2 and log.rindex("holding no device") > log.index("Starting vLLM")
 
 
 def test_the_addition_was_judged_and_an_undone_one_drained(elastic_run):

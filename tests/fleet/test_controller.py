@@ -34,6 +34,28 @@ class Spare:
         self.running = False
 
 
+class StandbySpare(Spare):
+    """A spare launched ahead as a standby (agrpo/launchers/standby_spare.py): `start()` is then a go, not a boot."""
+
+    def __init__(self, name: str, port: int):
+        super().__init__(name, port)
+        self.stood_by, self.waiting = 0, False
+
+    def stand_by(self):
+        self.stood_by, self.waiting = self.stood_by + 1, True
+
+    def standing_by(self):
+        return self.waiting
+
+    def start(self):
+        self.waiting = False
+        super().start()
+
+    def stop(self):
+        self.waiting = False
+        super().stop()
+
+
 class Proxy:
     """/proxy/stats, the replicas' /metrics and the admin routes, recorded."""
 
@@ -136,9 +158,9 @@ def test_add_judge_release_and_count(tmp_path):
     ]
 
 
-def released_and_parked(tmp_path) -> tuple[FleetController, Spare, Proxy, Clock, list[str]]:
+def released_and_parked(tmp_path, spare: Spare | None = None) -> tuple[FleetController, Spare, Proxy, Clock, list[str]]:
     """A fleet that added vllm-1, kept it, then released it (the trainer stopped waiting) and parked it."""
-    clock, proxy, lines, spare = Clock(), Proxy(), [], Spare("vllm-1", 8101)
+    clock, proxy, lines, spare = Clock(), Proxy(), [], spare or Spare("vllm-1", 8101)
     knobs = Knobs(min_replicas=1, max_replicas=2, window_steps=5, cooldown_s=10, backoff_s=100)
     fleet = FleetController(
         str(tmp_path), "http://proxy", "admin", [spare], [], [], knobs, poll_s=1.0, say=lines.append, clock=clock,
@@ -163,6 +185,19 @@ def test_a_kept_release_stops_the_parked_replica(tmp_path):
     fleet.poll()
     assert "kept the release" in lines[-2] and lines[-1] == "agrpo fleet: vllm-1 stopped: the release was kept"
     assert not spare.running and fleet.parked is None
+
+
+def test_a_standby_spare_is_told_to_serve_costs_from_then_and_stands_by_again_once_stopped(tmp_path):
+    spare = StandbySpare("vllm-1", 8101)
+    spare.stand_by()  # the launcher does this when the run starts (agrpo/launchers/fleet_run.py)
+    fleet, spare, proxy, clock, lines = released_and_parked(tmp_path, spare)
+    assert "(vllm-1 starting from its standby)" in lines[0] and spare.stood_by == 1
+    steps(tmp_path, 2 + 5, step_s=1.0, wait_s=0.0)
+    clock.t = 32.0
+    fleet.poll()
+    assert lines[-1] == "agrpo fleet: vllm-1 stopped: the release was kept"
+    assert spare.stood_by == 2 and spare.standing_by()  # a later addition is quick too
+    assert fleet.seconds_by_size[1] == 10.0  # the standby's first 10 s cost nothing; from the addition on, 2
 
 
 def test_an_undone_release_readmits_the_parked_replica_without_a_boot(tmp_path):

