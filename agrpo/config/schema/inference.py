@@ -88,7 +88,8 @@ class FleetConfig:
     min_gain: float = knob(
         0.05,
         doc="An added replica is kept only if steps/s rose by this share (a fall of the trainer's wait alone may "
-        "be a trainer slowed by a replica on its cores); a release is undone if steps/s fell by more than this share.",
+        "be a trainer slowed by a replica on its cores). A release is undone when the trainer waits for rollouts "
+        "again (add_wait_share), or, where its wait is unknown, when steps/s fell by more than this share.",
     )
     backoff_s: float = knob(
         300.0,
