@@ -26,14 +26,16 @@ import warnings
 
 STANDBY_MODULE = "agrpo.inference.standby"  # what `python -m` runs
 GO_ENV = "AGRPO_STANDBY_GO"  # the file whose appearance starts the server; unset: start at once
-# The entry point the API server module runs, and the function the engine core's process is started through.
-ENGINE_MODULES = ("vllm.entrypoints.launchers.api_server.entry", "vllm.v1.engine.core", "vllm.v1.engine.utils")
+# The engine core's modules, imported ahead (the server module brings the API server's), and, on a CPU machine, the
+# function vLLM starts the engine core's process through.
+ENGINE_MODULES = ("vllm.v1.engine.core", "vllm.v1.engine.utils")
 FORK_NAME = ("vllm.v1.engine.utils", "get_mp_context")
 POLL_S = 0.1
 
 
-def missing_names() -> list[str]:
-    """The vLLM modules and names the standby relies on that the installed vLLM lacks (none: it can stand by)."""
+def missing_names(fork: bool = True) -> list[str]:
+    """The vLLM modules and names the standby relies on that the installed vLLM lacks (none: it can stand by);
+    `fork`: the engine core is to be forked (a CPU machine)."""
     missing = []
     for module in ENGINE_MODULES:
         try:
@@ -41,7 +43,7 @@ def missing_names() -> list[str]:
         except ImportError:
             missing.append(module)
     module, name = FORK_NAME
-    if module not in missing and not hasattr(sys.modules[module], name):
+    if fork and module not in missing and not hasattr(sys.modules[module], name):
         missing.append(f"{module}.{name}")
     return missing
 
@@ -59,16 +61,17 @@ def warm(server_module: str) -> None:
     importlib.import_module(server_module)
     if not server_module.startswith("vllm."):
         return  # another server (inference.server_module): its own imports only
-    missing = missing_names()
+    from vllm.platforms import current_platform
+
+    on_cpu = current_platform.is_cpu()
+    missing = missing_names(fork=on_cpu)
     if missing:
         raise SystemExit(
             f"agrpo standby: the installed vLLM lacks {', '.join(missing)}, which the standby relies on "
             "(agrpo/inference/standby.py); this replica starts cold when the fleet adds it. Set "
             "inference.fleet.standby=false to start spares cold from the outset."
         )
-    from vllm.platforms import current_platform
-
-    if current_platform.is_cpu():
+    if on_cpu:
         fork_engine_core()
 
 
