@@ -91,10 +91,10 @@ def replica_seconds(log_texts: list[str], last_writes: list[float], year: int) -
             found = LOG_TIME.search(line)
             if found:
                 lives[-1].append(datetime.strptime(f"{year}-{found[1]}", "%Y-%m-%d %H:%M:%S").timestamp())
-        ended = [life for life in lives if life]
-        for index, life in enumerate(ended):
-            end = last_write if index == len(ended) - 1 and life is lives[-1] else life[-1]
-            total += max(0.0, end - life[0])
+        *over, current = lives  # the earlier lives ended at their last line; one still going, at the last write
+        total += sum(life[-1] - life[0] for life in over if life)
+        if current:
+            total += max(0.0, last_write - current[0])
     return total
 
 

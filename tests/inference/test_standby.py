@@ -14,6 +14,7 @@ from pathlib import Path
 
 from agrpo.inference.standby import STANDBY_MODULE, missing_names
 from agrpo.launchers.standby_spare import StandbyProcess
+from tests.processes import wait_for
 
 REPO = Path(__file__).resolve().parents[2]
 STANDIN = "tests.inference.standby_standin"
@@ -32,10 +33,9 @@ def spare(tmp_path: Path) -> tuple[StandbyProcess, Path]:
     return process, out
 
 
-def wait_for_file(path: Path, timeout_s: float = 30.0) -> dict:
-    deadline = time.monotonic() + timeout_s
-    while not path.exists() and time.monotonic() < deadline:
-        time.sleep(0.05)
+def served(path: Path) -> dict:
+    """What the stand-in server was given, once it wrote it."""
+    wait_for(path.exists, 30, f"the stand-in server to write {path.name}", poll_s=0.05)
     return json.loads(path.read_text())
 
 
@@ -43,15 +43,14 @@ def test_a_standby_waits_until_added_then_serves_with_its_arguments(tmp_path):
     process, out = spare(tmp_path)
     process.stand_by()
     try:
-        deadline = time.monotonic() + 30
-        while "holding no device" not in (tmp_path / "vllm-1.log").read_text() and time.monotonic() < deadline:
-            time.sleep(0.05)
+        log_path = tmp_path / "vllm-1.log"
+        wait_for(lambda: "holding no device" in log_path.read_text(), 30, "the standby's imports", poll_s=0.05)
         time.sleep(0.5)
         assert process.standing_by() and not out.exists()  # imported, waiting
         process.start()  # the go
-        served = wait_for_file(out)
-        assert served["rest"] == ["--port", "8101"] and served["argv"][0].endswith("standby_standin.py")
-        assert served["go_env"] is None  # the server (and vLLM's engine core) must not wait in turn
+        given = served(out)
+        assert given["rest"] == ["--port", "8101"] and given["argv"][0].endswith("standby_standin.py")
+        assert given["go_env"] is None  # the server (and vLLM's engine core) must not wait in turn
         assert process.wait() == 0 and not process.standing_by()
         log = (tmp_path / "vllm-1.log").read_text()
         assert log.index("holding no device") < log.index("agrpo standby: added; the server starts")
@@ -63,7 +62,7 @@ def test_without_a_standby_the_spare_starts_cold_and_serves_at_once(tmp_path):
     process, out = spare(tmp_path)
     process.start()
     try:
-        assert wait_for_file(out)["rest"] == ["--port", "8101"]
+        assert served(out)["rest"] == ["--port", "8101"]
         assert process.wait() == 0 and "holding no device" not in (tmp_path / "vllm-1.log").read_text()
     finally:
         process.stop(timeout_s=5)
@@ -77,6 +76,6 @@ def test_a_standby_that_ended_is_replaced_by_a_cold_start(tmp_path):
     assert process.waiting and not process.standing_by()
     process.start()
     try:
-        assert wait_for_file(out)["rest"] == ["--port", "8101"]
+        assert served(out)["rest"] == ["--port", "8101"]
     finally:
         process.stop(timeout_s=5)
