@@ -32,6 +32,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from typing import Any
 
 from agrpo.config.schema import SyncMode
 
@@ -81,6 +82,10 @@ class SyncState:
     unloaded_through: int | None = None  # every version up to this one is unloaded (or never needs to be)
     skipped: list[int] = field(default_factory=list)  # handed over, never written nor loaded: a newer one came
     error: BaseException | None = None
+
+    def summary(self) -> dict[str, Any]:
+        """metrics.json's `sync`: every version handed over was either loaded once or skipped for a newer one."""
+        return {"published": self.published, "served": self.served, "skipped": list(self.skipped)}
 
 
 class BackgroundSync:

@@ -118,6 +118,10 @@ class BackgroundSyncRun:
         trainer.add_callback(self.callback)
         return self.sync
 
+    def summary(self) -> dict[str, Any] | None:
+        """metrics.json's `sync` (None on the other ranks)."""
+        return None if self.sync is None else {"mode": "background", **self.sync.state.summary()}
+
     def __exit__(self, kind, error, traceback) -> None:
         if self.sync is None:
             return

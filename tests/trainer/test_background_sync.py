@@ -155,6 +155,7 @@ def test_versions_published_while_a_load_is_slow_are_skipped_but_the_newest():
     # unloaded (the proxy answers 404 and logs a warning for a version no replica holds)
     assert [e[1] for e in recorder.events if e[0] == "unload"] == ["trl-policy-v1"]
     assert [e[1] for e in recorder.events if e[0] == "delete"] == ["trl-policy-v1", "trl-policy-v2", "trl-policy-v3"]
+    assert sync.state.summary() == {"published": 7, "served": 7, "skipped": [2, 3]}
 
 
 def test_a_failed_load_reaches_the_trainer():
