@@ -14,7 +14,7 @@ import logging
 import os
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from dataclasses import asdict, replace
 from typing import Any
@@ -84,6 +84,7 @@ def build_local_plan(
     cpus = share_cpu_cores(cfg, cpu_ids, *((fewest, most) if device == "cpu" else (0, 0)))
     trainer_gpus, replica_gpus, idle_note = split_gpus(cfg, most, num_gpus, visible_gpus)
     replica_key = secret_placeholder(REPLICA_KEY) if starts_replicas else ""
+    slots: list[ProcessSpec] = []
     if starts_replicas:
         slots = [
             replica_spec(cfg, i, device, gpus, trainer_gpus, cores, python, logs, replica_key)
@@ -111,7 +112,7 @@ def build_local_plan(
         notes=[f"device={device}, {num_gpus} GPU(s)", *([idle_note] if idle_note else [])],
         resume=str(cfg.trainer.resume),
         model=ModelStep(str(cfg.model.name_or_path), cfg.model.builder or None),
-        supervision=supervision(cfg, services),
+        supervision=supervision(cfg, services, trainer_start(cfg, trainer_gpus, slots)),
         fleet=fleet,
         placeholders=local_placeholders(cfg, most),
     )
@@ -242,15 +243,37 @@ def proxy_spec(
     )
 
 
-def supervision(cfg: RunConfig, services: Sequence[ProcessSpec]) -> Supervision:
-    """Replicas are restarted only behind a proxy (it routes around a dead one meanwhile: agrpo/launchers/supervise.py)."""
+def supervision(cfg: RunConfig, services: Sequence[ProcessSpec], start: tuple[bool, str] = (False, "")) -> Supervision:
+    """Replicas are restarted only behind a proxy (it routes around a dead one meanwhile: agrpo/launchers/supervise.py).
+    `start`: whether the trainer starts while the replicas boot, or why it waits (`trainer_start`)."""
     restarts = bool(cfg.inference.restart_on_failure) and any(s.role == "proxy" for s in services)
     return Supervision(
         startup_timeout_s=float(cfg.inference.startup_timeout_s),
         restart_replicas=restarts,
         max_restarts=int(cfg.inference.max_restarts),
         stop_timeout_s=float(cfg.launcher.stop_timeout_s),
+        trainer_during_boot=start[0],
+        trainer_waits_because=start[1],
     )
+
+
+def trainer_start(
+    cfg: RunConfig, trainer_gpus: Sequence[int | str] | None, slots: Sequence[ProcessSpec]
+) -> tuple[bool, str]:
+    """(whether the trainer starts with the replicas of `slots` and loads while they boot, why it waits for them
+    otherwise). It waits where it shares a GPU with a replica, spares included: vLLM sizes its KV cache from the
+    memory it finds free as it boots, so a trainer loading meanwhile would take its share or fail its check."""
+    if not slots:
+        return False, ""
+    if not cfg.launcher.trainer_during_boot:
+        return False, "launcher.trainer_during_boot=false"
+    replica_gpus = {str(gpu) for spec in slots for gpu in spec.gpus or []}
+    if replica_gpus and not trainer_gpus:
+        return False, "the trainer has no GPUs of its own"
+    shared = sorted(replica_gpus & {str(gpu) for gpu in trainer_gpus or []})
+    if shared:
+        return False, f"it shares GPU {', '.join(shared)} with a replica, whose boot measures the free memory"
+    return True, ""
 
 
 def proxy_knob_flags(proxy_cfg: ProxySettings, skip: Sequence[str] = ()) -> list[str]:
@@ -291,27 +314,44 @@ def plan_on_this_machine(cfg: RunConfig, run_dir: str) -> Plan:
     )
 
 
-def start_services(plan: Plan, startup_timeout_s: float, started: list[ManagedProcess]) -> list[ManagedProcess]:
+def start_services(
+    plan: Plan,
+    startup_timeout_s: float,
+    started: list[ManagedProcess],
+    while_booting: Callable[[], Callable[[], None]] | None = None,
+) -> list[ManagedProcess]:
     """Start the plan's replicas, wait until they are healthy, then its proxy: the one executor of local services,
     shared by the local and accelerate launchers, the in-Job trainer and `agrpo eval`. Each process is appended to
     `started` before it starts, so the caller's teardown stops whatever a signal or a failure interrupted. `plan` is
-    a bound one (agrpo/launchers/binding.py: `bound`)."""
+    a bound one (agrpo/launchers/binding.py: `bound`). `while_booting` runs once the replicas are started (it starts
+    the trainer) and returns a check run while waiting, which raises if what it started failed."""
     if plan.placeholders.names():
         raise ValueError(f"the plan still names {plan.placeholders.names()}: bind it first (binding.bound)")
     services = [ManagedProcess(s.name, s.argv, s.env, Path(s.log_path), s.health_url) for s in plan.services]
+    check = None
     for role in ("replica", "proxy"):
         group = [p for p, s in zip(services, plan.services) if s.role == role]
         for process in group:
             log.info("starting %s (log: %s)", process.name, process.log_path)
             started.append(process)  # before start: a signal in between must not lose it
             process.start()
+        if role == "replica" and while_booting is not None:
+            check = while_booting()
         t0 = time.monotonic()
         for process in group:
             remaining = startup_timeout_s - (time.monotonic() - t0)
-            process.wait_healthy(max(remaining, 1.0))
+            process.wait_healthy(max(remaining, 1.0), check=check)
         if group:
             log.info("%d %s(s) healthy after %.0f s", len(group), role, time.monotonic() - t0)
     return services
+
+
+def trainer_still_running(trainer: ManagedProcess, run_dir: Path) -> None:
+    """Raise the trainer's own error if it exited while the services were still starting (a trainer started with the
+    replicas fails at once, not after their boot)."""
+    code = trainer.exit_code
+    if code is not None:
+        raise LaunchError(f"{trainer_failure(run_dir, code)} (it ended while the replicas were starting)")
 
 
 @register
@@ -345,13 +385,22 @@ def run_processes(plan: Plan) -> dict[str, Any]:
     however the run ends; the trainer's metrics, or a LaunchError saying why the run ended."""
     run_dir = Path(plan.run_dir)
     started: list[ManagedProcess] = []
+    trainer = ManagedProcess(plan.trainer.name, plan.trainer.argv, plan.trainer.env)
+
+    def start_trainer() -> Callable[[], None]:
+        clear_trainer_error(run_dir)
+        started.append(trainer)
+        trainer.start(inherit_output=True)
+        return lambda: trainer_still_running(trainer, run_dir)
+
     with SignalGuard() as guard:
         try:
-            services = start_services(plan, plan.supervision.startup_timeout_s, started)
-            clear_trainer_error(run_dir)
-            trainer = ManagedProcess(plan.trainer.name, plan.trainer.argv, plan.trainer.env)
-            started.append(trainer)
-            trainer.start(inherit_output=True)
+            early = plan.supervision.trainer_during_boot
+            services = start_services(
+                plan, plan.supervision.startup_timeout_s, started, start_trainer if early else None
+            )
+            if trainer not in started:
+                start_trainer()
             replicas = [p for p, s in zip(services, plan.services) if s.role == "replica"]
             watch = plan.supervision
             supervisor = (
@@ -374,4 +423,7 @@ def run_processes(plan: Plan) -> dict[str, Any]:
             ) from None
         finally:
             guard.teardown()
-            stop_all(list(reversed(started)), plan.supervision.stop_timeout_s)
+            last_first = list(reversed(started))
+            stop_all(
+                sorted(last_first, key=lambda p: p is not trainer), plan.supervision.stop_timeout_s
+            )  # trainer first

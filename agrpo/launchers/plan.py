@@ -119,15 +119,22 @@ class Supervision:
     restart_replicas: bool = False  # a replica that dies is started again (behind a proxy only) ...
     max_restarts: int = 0  # ... at most this many times each
     stop_timeout_s: float = 30.0
+    trainer_during_boot: bool = False  # the trainer starts with the replicas and loads while they boot ...
+    trainer_waits_because: str = ""  # ... or, when this says why, once the services are healthy
 
     def render(self) -> str:
         restarts = (
             f"restart a dead replica up to {self.max_restarts} time(s)" if self.restart_replicas else "no restarts"
         )
-        return (
+        lines = [
             f"[supervision] services healthy within {self.startup_timeout_s:g} s; {restarts}; "
             f"each process group stopped within {self.stop_timeout_s:g} s"
-        )
+        ]
+        if self.trainer_during_boot:
+            lines.append("[trainer start] with the replicas: it loads while they boot (TRL waits for /health)")
+        elif self.trainer_waits_because:
+            lines.append(f"[trainer start] once the services are healthy: {self.trainer_waits_because}")
+        return "\n".join(lines)
 
 
 @dataclass

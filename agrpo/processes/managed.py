@@ -16,7 +16,7 @@ import subprocess
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
@@ -98,6 +98,11 @@ class ManagedProcess:
     def alive(self) -> bool:
         return self.popen is not None and self.popen.poll() is None
 
+    @property
+    def exit_code(self) -> int | None:
+        """The child's exit code once it has exited (None while it runs or before it starts)."""
+        return self.popen.poll() if self.popen is not None else None
+
     def serves_its_port(self) -> bool:
         """Whether the socket listening on the health URL's port is held by this child's process group (True where
         /proc cannot tell)."""
@@ -117,14 +122,16 @@ class ManagedProcess:
             "is picked), or move inference.base_port to a range nothing else uses."
         )
 
-    def wait_healthy(self, timeout_s: float, poll_s: float = 1.0) -> None:
+    def wait_healthy(self, timeout_s: float, poll_s: float = 1.0, check: Callable[[], None] | None = None) -> None:
         """Block until `health_url` answers 200 from this child's own socket; raise LaunchError with the log tail if
-        the child dies or times out."""
+        the child dies or times out. `check` runs at every poll and may raise (a trainer started meanwhile died)."""
         deadline = time.monotonic() + timeout_s
         impostor = False
         while time.monotonic() < deadline:
+            if check is not None:
+                check()
             if not self.alive():
-                code = self.popen.returncode if self.popen else None
+                code = self.exit_code
                 log_tail = tail(self.log_path) if self.log_path else ""
                 raise LaunchError(
                     f"{self.name} exited with code {code} before becoming healthy.{self._port_taken_hint(log_tail)} "

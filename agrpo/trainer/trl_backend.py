@@ -75,6 +75,7 @@ def build_grpo_args(cfg: RunConfig, vllm_url: str, num_replicas: int, use_gpu: b
     kwargs: dict[str, Any] = dict(
         output_dir=output_dir,
         vllm_server_base_url=vllm_url,
+        vllm_server_timeout=float(cfg.inference.startup_timeout_s),  # it may start while the replicas boot
         learning_rate=trainer.learning_rate,
         max_steps=trainer.max_steps,
         per_device_train_batch_size=trainer.per_device_train_batch_size,

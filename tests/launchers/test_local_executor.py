@@ -14,14 +14,16 @@ import agrpo.launchers.binding as binding
 import agrpo.launchers.local as local
 from agrpo.config.compose import compose_run_config
 from agrpo.config.prepare import prepare
-from agrpo.errors import ConfigError
+from agrpo.errors import ConfigError, LaunchError
 from agrpo.launchers.local import LocalLauncher, build_local_plan
 from agrpo.launchers.plan import PLACEHOLDER, bind
+from agrpo.trainer.trainer_error import trainer_error_file
 
 
 class Recorder:
     def __init__(self):
         self.steps: list[tuple] = []
+        self.dead: dict[str, object] = {}  # processes that exit as soon as they start -> what they do first
 
 
 @pytest.fixture()
@@ -34,8 +36,16 @@ def recorded(monkeypatch):
 
         def start(self, inherit_output=False):
             record.steps.append(("start", self.name, self.argv, self.env))
+            if self.name in record.dead:
+                record.dead[self.name]()
 
-        def wait_healthy(self, timeout_s):
+        @property
+        def exit_code(self):
+            return 1 if self.name in record.dead else None
+
+        def wait_healthy(self, timeout_s, check=None):
+            if check is not None:
+                check()
             record.steps.append(("healthy", self.name, timeout_s))
 
     class FakeSupervisor:
@@ -97,8 +107,10 @@ def test_the_executor_does_exactly_the_plans_steps(recorded, made, tmp_path):
     assert services == ["vllm-0", "vllm-1", "proxy"]
     starts = [step for step in recorded.steps if step[0] == "start"]
     ran = bind(plan, made[0])
+    # on a CPU machine the trainer starts with the replicas (it loads while they boot), before the proxy
+    assert plan.supervision.trainer_during_boot
     assert [(name, argv, env) for _, name, argv, env in starts] == [
-        (spec.name, spec.argv, spec.env) for spec in [*ran.services, ran.trainer]
+        (spec.name, spec.argv, spec.env) for spec in [*ran.services[:2], ran.trainer, ran.services[2]]
     ]
     assert recorded.steps[0] == ("model", plan.model) and plan.model.builder == "agrpo.models.tiny.build_tiny_model"
     healthy = [step for step in recorded.steps if step[0] == "healthy"]
@@ -158,7 +170,7 @@ def test_what_runs_is_the_printed_plan_with_the_values_made_when_it_runs(recorde
     assert len(values["<secret:replica-key>"]) >= 43 and values["<secret:proxy-admin-token>"] not in printed
     ran = bind(plan, values)
     started = [step[1:] for step in recorded.steps if step[0] == "start"]
-    assert started == [(spec.name, spec.argv, spec.env) for spec in [*ran.services, ran.trainer]]
+    assert sorted(started) == sorted((spec.name, spec.argv, spec.env) for spec in [*ran.services, ran.trainer])
     assert not PLACEHOLDER.search(json.dumps(started))
     expected = printed
     for placeholder, value in values.items():  # a secret stays hidden once bound
@@ -169,3 +181,44 @@ def test_what_runs_is_the_printed_plan_with_the_values_made_when_it_runs(recorde
     again = binding.reserve_ports(3, ports[0], search=ports[-1] - ports[0] + 1)
     again.release()
     assert again.ports == ports  # released when the run ended
+
+
+def test_the_trainer_starts_with_the_replicas_unless_told_to_wait(recorded, tmp_path):
+    run_dir = tmp_path / "run"
+    recorded.run_dir = run_dir
+    plan = plan_for(run_dir, "launcher.trainer_during_boot=false")
+    assert not plan.supervision.trainer_during_boot
+    assert "[trainer start] once the services are healthy: launcher.trainer_during_boot=false" in plan.render()
+    LocalLauncher().execute(plan)
+    order = [step[:2] for step in recorded.steps if step[0] in ("start", "healthy")]
+    assert order == [
+        ("start", "vllm-0"),
+        ("start", "vllm-1"),
+        ("healthy", "vllm-0"),
+        ("healthy", "vllm-1"),
+        ("start", "proxy"),
+        ("healthy", "proxy"),
+        ("start", "trainer"),
+    ]
+    recorded.steps.clear()
+    early = plan_for(tmp_path / "early")
+    recorded.run_dir = tmp_path / "early"
+    assert "[trainer start] with the replicas: it loads while they boot" in early.render()
+    LocalLauncher().execute(early)
+    order = [step[:2] for step in recorded.steps if step[0] in ("start", "healthy")]
+    assert order[:3] == [("start", "vllm-0"), ("start", "vllm-1"), ("start", "trainer")]
+
+
+def test_a_trainer_that_fails_while_the_replicas_boot_ends_the_run_at_once_with_its_error(recorded, tmp_path):
+    run_dir = tmp_path / "run"
+    plan = plan_for(run_dir)
+    error_file = trainer_error_file(run_dir)
+    error_file.parent.mkdir(parents=True)
+    # what the trainer leaves before it exits (after the executor cleared an earlier run's error)
+    recorded.dead["trainer"] = lambda: error_file.write_text("the reward function my_reward raised KeyError: 'answer'")
+    with pytest.raises(LaunchError) as error:
+        LocalLauncher().execute(plan)
+    message = str(error.value)
+    assert "my_reward raised KeyError" in message and "it ended while the replicas were starting" in message
+    assert not [step for step in recorded.steps if step[0] == "healthy"]  # no replica was waited for
+    assert recorded.steps[-1][0] == "stop" and recorded.steps[-1][1] == ["trainer", "vllm-1", "vllm-0"]

@@ -207,3 +207,24 @@ def test_replicas_get_a_run_key_in_their_environment_never_on_a_command_line():
     elsewhere = plan_for("role=trainer", "inference.urls=[http://10.0.0.1:8000,http://10.0.0.2:8000]")
     proxy = next(s for s in elsewhere.services if s.role == "proxy")
     assert "--token-env" not in proxy.argv and "AGRPO_REPLICA_API_KEY" not in elsewhere.trainer.env
+
+
+@pytest.mark.parametrize(
+    ("overrides", "device", "num_gpus", "during_boot", "waits_because"),
+    [
+        ((), "cpu", 0, True, ""),  # its own cores: it imports and loads while the replicas boot
+        (("inference.replicas=2",), "cuda", 4, True, ""),  # GPU 0 for it, 2 and 3 for the replicas
+        (("inference.replicas=auto", "inference.max_replicas=2"), "cuda", 3, True, ""),  # spares' GPUs too
+        ((), "cuda", 1, False, "it shares GPU 0 with a replica, whose boot measures the free memory"),
+        (("launcher.trainer_during_boot=false",), "cpu", 0, False, "launcher.trainer_during_boot=false"),
+        (("role=trainer", "inference.urls=[http://10.0.0.1:8000]"), "cpu", 0, False, ""),  # nothing boots here
+    ],
+)
+def test_the_trainer_starts_while_the_replicas_boot_unless_it_shares_a_gpu_with_one(
+    overrides, device, num_gpus, during_boot, waits_because
+):
+    supervision = plan_for(*overrides, device=device, num_gpus=num_gpus, cpu_count=16).supervision
+    assert supervision.trainer_during_boot is during_boot
+    assert supervision.trainer_waits_because.startswith(waits_because) and bool(waits_because) == bool(
+        supervision.trainer_waits_because
+    )

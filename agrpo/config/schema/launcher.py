@@ -172,5 +172,11 @@ class LauncherConfig:
     )
     dry_run: bool = knob(False, doc="Print the plan (processes, commands, env names, ports, GPUs) and start nothing.")
     stop_timeout_s: float = knob(20.0, doc="Seconds to wait for a child to exit after SIGTERM before SIGKILL.")
+    trainer_during_boot: bool = knob(
+        True,
+        doc="Start the trainer as the replicas start, so it imports and loads its model while they boot (TRL waits "
+        "for their /health). Never where the trainer shares a GPU with a replica: vLLM measures free memory as it "
+        "boots. false: the trainer starts once every service is healthy.",
+    )
     accelerate: AccelerateConfig = group(AccelerateConfig)  # launcher=accelerate only (ignored by the others)
     hf_jobs: HFJobsConfig = group(HFJobsConfig)  # launcher=hf_jobs only (ignored by the others)
