@@ -20,7 +20,7 @@ from dataclasses import asdict, replace
 from typing import Any
 
 from agrpo.config.resolve import inflight_slots
-from agrpo.config.schema import FleetConfig, ProxySettings, RunConfig
+from agrpo.config.schema import FleetConfig, RunConfig
 from agrpo.config.spec import spec_yaml
 from agrpo.config.schema.trainer import is_auto
 from agrpo.errors import LaunchError
@@ -31,7 +31,7 @@ from agrpo.launchers.base import Launcher, register
 from agrpo.config.schema.inference import fleet_bounds, is_auto_fleet
 from agrpo.cpus import TRAINER_CPUS_ENV, CpuSplit, format_cores
 from agrpo.launchers.gpus import visible_devices
-from agrpo.launchers.machine import share_cpu_cores, slot_devices, split_gpus
+from agrpo.launchers.machine import share_cpu_cores, slot_devices, split_gpus, trainer_start
 from agrpo.launchers.binding import bound
 from agrpo.launchers.plan import (
     FleetPlan,
@@ -48,9 +48,15 @@ from agrpo.processes.managed import ManagedProcess, SignalGuard, stop_all
 from agrpo.config.launch_checks import refuse_mixed_outputs
 from agrpo.launchers.fleet_run import fleet_controller
 from agrpo.launchers.supervise import ReplicaSupervisor, wait_supervised
-from agrpo.trainer.trainer_error import TRAINER_ERROR_ENV, clear_trainer_error, trainer_error_file, trainer_failure
+from agrpo.trainer.trainer_error import (
+    TRAINER_ERROR_ENV,
+    clear_trainer_error,
+    trainer_error_file,
+    trainer_failure,
+    trainer_still_running,
+)
 from agrpo.processes.watchdog import RUN_TOKEN_ENV, run_token
-from agrpo.proxy.settings import ADMIN_TOKEN_ENV
+from agrpo.proxy.settings import ADMIN_TOKEN_ENV, proxy_knob_flags
 from agrpo.models.resolve import prepare_model
 
 log = logging.getLogger(__name__)
@@ -257,47 +263,6 @@ def supervision(cfg: RunConfig, services: Sequence[ProcessSpec], start: tuple[bo
     )
 
 
-def trainer_start(
-    cfg: RunConfig, trainer_gpus: Sequence[int | str] | None, slots: Sequence[ProcessSpec]
-) -> tuple[bool, str]:
-    """(whether the trainer starts with the replicas of `slots` and loads while they boot, why it waits for them
-    otherwise). It waits where it shares a GPU with a replica, spares included: vLLM sizes its KV cache from the
-    memory it finds free as it boots, so a trainer loading meanwhile would take its share or fail its check."""
-    if not slots:
-        return False, ""
-    if not cfg.launcher.trainer_during_boot:
-        return False, "launcher.trainer_during_boot=false"
-    replica_gpus = {str(gpu) for spec in slots for gpu in spec.gpus or []}
-    if replica_gpus and not trainer_gpus:
-        return False, "the trainer has no GPUs of its own"
-    shared = sorted(replica_gpus & {str(gpu) for gpu in trainer_gpus or []})
-    if shared:
-        return False, f"it shares GPU {', '.join(shared)} with a replica, whose boot measures the free memory"
-    return True, ""
-
-
-def proxy_knob_flags(proxy_cfg: ProxySettings, skip: Sequence[str] = ()) -> list[str]:
-    """CLI flags for every proxy knob that differs from its default (upstreams/host/port are set by the plan, and so
-    are the knobs named in `skip`)."""
-    from dataclasses import fields
-
-    from agrpo.proxy.settings import flag_name
-
-    defaults = ProxySettings()
-    flags = []
-    for knob in fields(ProxySettings):
-        if knob.name in ("upstreams", "host", "port", "admin_token_env", *skip):
-            continue
-        value = getattr(proxy_cfg, knob.name)
-        if value == getattr(defaults, knob.name) or value is None:
-            continue
-        if isinstance(value, bool):  # on/off flags take no value (argparse's BooleanOptionalAction)
-            flags.append(f"--{'' if value else 'no-'}{flag_name(knob.name)}")
-        else:
-            flags += [f"--{flag_name(knob.name)}", str(value)]
-    return flags
-
-
 def plan_on_this_machine(cfg: RunConfig, run_dir: str) -> Plan:
     """The local plan for this machine: its GPUs (as CUDA_VISIBLE_DEVICES exposes them) and the CPU cores this
     process may use; its ports and secrets stay placeholders until it is executed (agrpo/launchers/binding.py). The
@@ -344,14 +309,6 @@ def start_services(
         if group:
             log.info("%d %s(s) healthy after %.0f s", len(group), role, time.monotonic() - t0)
     return services
-
-
-def trainer_still_running(trainer: ManagedProcess, run_dir: Path) -> None:
-    """Raise the trainer's own error if it exited while the services were still starting (a trainer started with the
-    replicas fails at once, not after their boot)."""
-    code = trainer.exit_code
-    if code is not None:
-        raise LaunchError(f"{trainer_failure(run_dir, code)} (it ended while the replicas were starting)")
 
 
 @register

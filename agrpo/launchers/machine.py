@@ -1,5 +1,5 @@
-"""How the local plan shares this machine: its cores and GPUs between the replicas the plan starts and the trainer
-(pure: the caller says which cores and GPUs this process has)."""
+"""How the local plan shares this machine: its cores and GPUs between the replicas the plan starts and the trainer,
+and whether the trainer may load while they boot (pure: the caller says which cores and GPUs this process has)."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from agrpo.config.schema import RunConfig
 from agrpo.cpus import CpuSplit, split_fleet_cores
 from agrpo.launchers.gpus import assign_gpus, one_process_trainer_gpus, to_physical
+from agrpo.launchers.plan import ProcessSpec
 
 
 def is_loopback_url(url: str) -> bool:
@@ -61,3 +62,22 @@ def slot_devices(
         )
         for index in range(slots)
     ]
+
+
+def trainer_start(
+    cfg: RunConfig, trainer_gpus: Sequence[int | str] | None, slots: Sequence[ProcessSpec]
+) -> tuple[bool, str]:
+    """(whether the trainer starts with the replicas of `slots` and loads while they boot, why it waits for them
+    otherwise). It waits where it shares a GPU with a replica, spares included: vLLM sizes its KV cache from the
+    memory it finds free as it boots, so a trainer loading meanwhile would take its share or fail its check."""
+    if not slots:
+        return False, ""
+    if not cfg.launcher.trainer_during_boot:
+        return False, "launcher.trainer_during_boot=false"
+    replica_gpus = {str(gpu) for spec in slots for gpu in spec.gpus or []}
+    if replica_gpus and not trainer_gpus:
+        return False, "the trainer has no GPUs of its own"
+    shared = sorted(replica_gpus & {str(gpu) for gpu in trainer_gpus or []})
+    if shared:
+        return False, f"it shares GPU {', '.join(shared)} with a replica, whose boot measures the free memory"
+    return True, ""

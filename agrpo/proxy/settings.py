@@ -6,8 +6,9 @@ config compatible). The `help` metadata is the one-line "why" shown by `--help`.
 """
 
 import ipaddress
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from fnmatch import fnmatchcase
+from collections.abc import Sequence
 from typing import Optional
 
 # The URL rules live in urls.py; url_host and url_problems are imported from here too.
@@ -209,3 +210,21 @@ def is_loopback(host: str) -> bool:
 def flag_name(field_name: str) -> str:
     """The CLI flag for a settings field (`upstreams` is repeated as `--upstream`)."""
     return "upstream" if field_name == "upstreams" else field_name.replace("_", "-")
+
+
+def proxy_knob_flags(proxy_cfg: ProxySettings, skip: Sequence[str] = ()) -> list[str]:
+    """CLI flags for every proxy knob that differs from its default (upstreams/host/port are set by the launcher
+    plan, and so are the knobs named in `skip`)."""
+    defaults = ProxySettings()
+    flags = []
+    for knob in fields(ProxySettings):
+        if knob.name in ("upstreams", "host", "port", "admin_token_env", *skip):
+            continue
+        value = getattr(proxy_cfg, knob.name)
+        if value == getattr(defaults, knob.name) or value is None:
+            continue
+        if isinstance(value, bool):  # on/off flags take no value (argparse's BooleanOptionalAction)
+            flags.append(f"--{'' if value else 'no-'}{flag_name(knob.name)}")
+        else:
+            flags += [f"--{flag_name(knob.name)}", str(value)]
+    return flags

@@ -11,6 +11,9 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
+from typing import Any
+
+from agrpo.errors import LaunchError
 
 TRAINER_ERROR_ENV = "AGRPO_TRAINER_ERROR_FILE"
 TRAINER_ERROR_FILE = "logs/trainer_error.txt"
@@ -49,3 +52,11 @@ def trainer_failure(run_dir: str | Path, code: int) -> str:
     if reported:
         return f"{reported.rstrip('.')}. The trainer exited with code {code}; {keeps} (full log: logs/trainer.log)"
     return f"the trainer exited with code {code} (its output is above); {keeps}"
+
+
+def trainer_still_running(trainer: Any, run_dir: Path) -> None:
+    """Launcher side, for a `ManagedProcess` trainer: raise the trainer's own error if it exited while the services were still starting (a trainer started with the
+    replicas fails at once, not after their boot)."""
+    code = trainer.exit_code
+    if code is not None:
+        raise LaunchError(f"{trainer_failure(run_dir, code)} (it ended while the replicas were starting)")
