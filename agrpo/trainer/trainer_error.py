@@ -59,4 +59,6 @@ def trainer_still_running(trainer: Any, run_dir: Path) -> None:
     replicas fails at once, not after their boot)."""
     code = trainer.exit_code
     if code is not None:
-        raise LaunchError(f"{trainer_failure(run_dir, code)} (it ended while the replicas were starting)")
+        raise LaunchError(
+            f"{trainer_failure(run_dir, code)}. It ended while the replicas were still starting; they were stopped"
+        )

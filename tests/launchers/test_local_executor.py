@@ -219,6 +219,9 @@ def test_a_trainer_that_fails_while_the_replicas_boot_ends_the_run_at_once_with_
     with pytest.raises(LaunchError) as error:
         LocalLauncher().execute(plan)
     message = str(error.value)
-    assert "my_reward raised KeyError" in message and "it ended while the replicas were starting" in message
+    assert (
+        "my_reward raised KeyError" in message
+        and "It ended while the replicas were still starting; they were stopped" in message
+    )
     assert not [step for step in recorded.steps if step[0] == "healthy"]  # no replica was waited for
     assert recorded.steps[-1][0] == "stop" and recorded.steps[-1][1] == ["trainer", "vllm-1", "vllm-0"]
