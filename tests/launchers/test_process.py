@@ -52,6 +52,33 @@ def test_health_timeout_names_the_knob(tmp_path):
     assert not proc.alive()
 
 
+def test_a_trainer_that_exits_while_a_replica_boots_ends_the_wait_at_once_with_its_error(tmp_path):
+    """launcher.trainer_during_boot: the executor's check (agrpo/launchers/local.py) on real processes."""
+    from agrpo.trainer.trainer_error import trainer_error_file, trainer_still_running
+
+    trainer_error_file(tmp_path).parent.mkdir(parents=True)
+    booting = ManagedProcess(
+        "vllm-0",
+        [sys.executable, "-c", "import time; time.sleep(60)"],
+        log_path=tmp_path / "r.log",
+        health_url="http://127.0.0.1:9/health",
+    )
+    script = f"open({str(trainer_error_file(tmp_path))!r}, 'w').write('the dataset has no column answer'); exit(2)"
+    trainer = ManagedProcess("trainer", [sys.executable, "-c", script])
+    booting.start()
+    trainer.start()
+    try:
+        with pytest.raises(LaunchError) as error:  # the trainer's error, not the replica's 60 s timeout
+            booting.wait_healthy(timeout_s=60, poll_s=0.1, check=lambda: trainer_still_running(trainer, tmp_path))
+        assert booting.alive()  # the wait ended while the replica still booted
+    finally:
+        booting.stop(timeout_s=5)
+    assert trainer.exit_code == 2 and not booting.alive()
+    message = str(error.value)
+    assert message.startswith("the dataset has no column answer. The trainer exited with code 2")
+    assert message.endswith("It ended while the replicas were still starting; they were stopped")
+
+
 def test_stop_kills_the_whole_group_including_grandchildren(tmp_path):
     pid_file = tmp_path / "grandchild.pid"
     script = (
