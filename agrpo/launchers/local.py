@@ -380,7 +380,7 @@ def run_processes(plan: Plan) -> dict[str, Any]:
             ) from None
         finally:
             guard.teardown()
-            last_first = list(reversed(started))
+            trainer_first = [trainer] if trainer in started else []  # then the services, the last started first
             stop_all(
-                sorted(last_first, key=lambda p: p is not trainer), plan.supervision.stop_timeout_s
-            )  # trainer first
+                trainer_first + [p for p in reversed(started) if p is not trainer], plan.supervision.stop_timeout_s
+            )

@@ -6,9 +6,9 @@ config compatible). The `help` metadata is the one-line "why" shown by `--help`.
 """
 
 import ipaddress
+from collections.abc import Sequence
 from dataclasses import dataclass, field, fields
 from fnmatch import fnmatchcase
-from collections.abc import Sequence
 from typing import Optional
 
 # The URL rules live in urls.py; url_host and url_problems are imported from here too.

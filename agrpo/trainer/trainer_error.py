@@ -55,8 +55,8 @@ def trainer_failure(run_dir: str | Path, code: int) -> str:
 
 
 def trainer_still_running(trainer: Any, run_dir: Path) -> None:
-    """Launcher side, for a `ManagedProcess` trainer: raise the trainer's own error if it exited while the services were still starting (a trainer started with the
-    replicas fails at once, not after their boot)."""
+    """Launcher side, for a `ManagedProcess` trainer: raise the trainer's own error if it exited while the services
+    were still starting (a trainer started with the replicas fails at once, not after their boot)."""
     code = trainer.exit_code
     if code is not None:
         raise LaunchError(

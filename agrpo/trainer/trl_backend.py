@@ -348,8 +348,9 @@ def run_training(cfg: RunConfig, vllm_url: str, num_replicas: int) -> dict[str, 
     final_dir = Path(args.output_dir) / FINAL_ADAPTER
     save_final_adapter(trainer, final_dir)
     summary = run_summary(trainer, final_dir, watchers)
-    if isinstance(syncing, BackgroundSyncRun) and syncing.summary():
-        summary["sync"] = syncing.summary()  # versions loaded and skipped (a newer one came during a load)
+    sync = syncing.summary() if isinstance(syncing, BackgroundSyncRun) else None
+    if sync:
+        summary["sync"] = sync  # versions loaded and skipped (a newer one came during a load)
     summary["wall_time_s"] = time.monotonic() - started  # model load + training + final save (sweep tables)
     if trainer.accelerator.is_main_process:  # under accelerate every rank gets here; one writes
         write_run_files(trainer, summary, final_dir, watchers.console)
