@@ -25,11 +25,18 @@ os.environ.setdefault("AGRPO_DATA_DIR", str(SHARED_DATA))  # `make test` sets it
 BOOTS = None  # tests/boot_counter.BootCounter, started by the first test marked vllm
 
 
+def pytest_configure(config):
+    """Every skip is judged against tests/allowed_skips.toml at the session's end (tests/skip_policy.py)."""
+    from tests.skip_policy import SkipPolicy
+
+    config.pluginmanager.register(SkipPolicy(), "agrpo-skip-policy")
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_runtest_setup(item):
     """`@pytest.mark.requires(problem)`: a test this machine cannot run (no root, no namespaces, no data, a package
     missing) FAILS naming the problem, instead of skipping: CI must never turn green without running what it is
-    there to run. Only tests that need GPUs may skip. `problem` is None when the test can run.
+    there to run. Only the skips tests/allowed_skips.toml lists may happen. `problem` is None when the test can run.
 
     A test marked vllm has its vLLM boots counted against docs/ci.md's boot table (tests/boot_counter.py)."""
     global BOOTS

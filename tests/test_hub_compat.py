@@ -24,6 +24,24 @@ def test_the_2x_only_arguments_are_exactly_those_the_installed_line_lacks_or_has
         assert hub_api_accepts(method, name) is (HUB_MAJOR >= 2), f"HfApi.{method}({name}=) on {HUB_MAJOR}.x"
 
 
+def test_run_job_takes_attempts_on_2x_and_only_the_pinned_1x_line_may_skip_the_tests_that_send_it():
+    """The Jobs rehearsal e2e and the requeue tests send run_job(attempts=): tests/hub_lines.py skips them on the 1.x
+    line alone, so under 2.x a release that renames the argument fails here, naming it, and fails them too."""
+    from hub_lines import needs_run_job_attempts
+
+    from tests.skip_policy import pinned_hub_version
+
+    assert needs_run_job_attempts.args == (HUB_MAJOR < 2,)  # the line decides, never the argument's presence
+    if HUB_MAJOR >= 2:
+        assert hub_api_accepts("run_job", "attempts"), (
+            f"huggingface_hub {huggingface_hub.__version__}'s HfApi.run_job has no `attempts=`: agrpo's trainer "
+            "requeue (launcher.hf_jobs.trainer_attempts) needs it; follow the rename in agrpo/hub_compat.py"
+        )
+    else:
+        assert huggingface_hub.__version__ == pinned_hub_version(), "1.x only as constraints/gpu-versions.txt pins it"
+        assert not hub_api_accepts("run_job", "attempts")
+
+
 class Hub1:  # the shape of each line's HfApi.run_job, in small
     def run_job(self, *, image, command, namespace=None, timeout=None):
         return image, command, namespace, timeout
