@@ -23,9 +23,12 @@ from typing import Any
 import yaml
 from hydra.experimental.callback import Callback
 
+from agrpo.interprocess import number, read_metrics, read_record, record, signed, text
+
 log = logging.getLogger(__name__)
 
 POINT_FILE = "sweep_point.json"
+POINT_RECORD = record({"status": text, "return_value": signed, "wall_s": number, "error": text}, keep_unknown=True)
 ERROR_FILE = "error.txt"  # a failed point's one-paragraph error (written by the CLI)
 SUMMARY_NAME = "sweep_summary"
 CURVES_PNG = "sweep_curves.png"
@@ -50,8 +53,8 @@ def read_point(job_dir: Path) -> PointRow:
     """One point's row from the files in its job directory."""
     overrides_file = job_dir / ".hydra" / "overrides.yaml"
     overrides = yaml.safe_load(overrides_file.read_text()) if overrides_file.is_file() else []
-    metrics = _read_json(job_dir / "metrics.json")
-    point = _read_json(job_dir / POINT_FILE)
+    metrics = read_metrics(job_dir / "metrics.json")  # a bad one is counted, logged once, and reads as none
+    point = read_record(job_dir / POINT_FILE, POINT_RECORD, default={}, non_finite="null")
     status = "failed" if point.get("status") == "failed" else ("ok" if "reward_last" in metrics else "no metrics")
     reward_last = metrics.get("reward_last", point.get("return_value"))
     return PointRow(
@@ -181,13 +184,6 @@ def record_point_error(job_dir: str, message: str) -> None:
 def _error_of(job_dir: Path) -> str | None:
     path = job_dir / ERROR_FILE
     return path.read_text().strip() if path.is_file() else None
-
-
-def _read_json(path: Path) -> dict[str, Any]:
-    try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError):
-        return {}
 
 
 def _num(value: float | None) -> str:

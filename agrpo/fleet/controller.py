@@ -31,9 +31,11 @@ from agrpo.fleet import files
 from agrpo.fleet.cost import FleetBill, fleet_cost_lines
 from agrpo.fleet.policy import ADD, HOLD, RELEASE, Decision, Knobs, Memory, Signals, decide, replacement, took_effect
 from agrpo.fleet.signals import TRAINED, busy_share, replica_load, window_signals
+from agrpo.interprocess import PROXY_STATS, Skipped, answer_record, flag, record
 from agrpo.processes.managed import http_ok
 
 log = logging.getLogger(__name__)
+_ADMIN_ANSWER = record({"healthy": flag}, keep_unknown=True)  # the proxy's answer to POST/DELETE /proxy/replicas
 
 
 def http(method: str, url: str, body: dict | None = None, token: str = "", timeout_s: float = 10.0) -> bytes:
@@ -107,9 +109,10 @@ class FleetController:
     _settling: int = 0  # steps still to leave out of the window after the last change
 
     def __post_init__(self) -> None:
-        self.reader = files.StepReader(self.run_dir)
+        self.skipped = Skipped(logger=log)  # bad step lines, state files and proxy answers (agrpo/interprocess.py)
+        self.reader = files.StepReader(self.run_dir, self.skipped)
         self.reader.read()  # steps already there are an earlier attempt's (a resumed run, a requeued trainer Job)
-        self._carry_over(files.read_state(self.run_dir))
+        self._carry_over(files.read_state(self.run_dir, self.skipped))
         self.replicas = len(self.watched) if self.replace_lost else self.knobs.min_replicas
         self.last_tick = self.last_poll = self.clock()
         self.last_poll -= self.poll_s
@@ -119,7 +122,7 @@ class FleetController:
     def _carry_over(self, earlier: dict) -> None:
         """An earlier attempt's figures (a requeued trainer Job, a resumed run): the run's counts go on from them."""
         for size, seconds in (earlier.get("seconds_by_size") or {}).items():
-            self.seconds_by_size[int(size)] = self.seconds_by_size.get(int(size), 0.0) + float(seconds)
+            self.seconds_by_size[size] = self.seconds_by_size.get(size, 0.0) + seconds
         self.samples += int(earlier.get("samples") or 0)
         self.lost += int(earlier.get("lost") or 0)
         self.replaced += int(earlier.get("replaced") or 0)
@@ -147,14 +150,18 @@ class FleetController:
             "samples": self.samples,
             "lost": self.lost,
             "replaced": self.replaced,
+            "skipped": self.skipped.total,
         }
-        files.write_state(self.run_dir, state)
+        try:
+            files.write_state(self.run_dir, state)
+        except OSError as error:  # a full disk: the trainer's own error says so; the fleet goes on
+            log.debug("fleet state not written: %s", error)
 
     # ------------------------------------------------------------------ the loop
     def poll(self) -> None:
         self._tick()
         entries = self.reader.read()
-        self.samples += int(sum(float(entry.get(TRAINED) or 0.0) for entry in entries))
+        self.samples += int(sum(entry.get(TRAINED, 0.0) for entry in entries))  # typed by files.StepReader
         settling, self._settling = entries[: self._settling], max(self._settling - len(entries), 0)
         self.window += entries[len(settling) :]
         if self.clock() - self.last_poll >= self.poll_s:
@@ -187,12 +194,18 @@ class FleetController:
         elif decision.action != HOLD:
             log.debug("fleet: %s wanted, nothing to %s with (%s)", decision.action, decision.action, decision.reason)
 
-    def _signals(self) -> Signals:
+    def _stats(self) -> dict:
+        """The proxy's /proxy/stats, typed ({} when it does not answer or answers garbage: counted)."""
+        url = f"{self.proxy_url}/proxy/stats"
         try:
-            stats = json.loads(self.get(f"{self.proxy_url}/proxy/stats"))
+            body = self.get(url)
         except Exception as error:
             log.debug("proxy stats unavailable: %s", error)
-            stats = {}
+            return {}
+        return answer_record(body, PROXY_STATS, url, self.skipped, default={})
+
+    def _signals(self) -> Signals:
+        stats = self._stats()
         loads = []
         for replica in stats.get("replicas", []):
             try:
@@ -293,7 +306,7 @@ class FleetController:
     def _proxy(self, method: str, replica: Any) -> dict:
         url = replica.health_url.removesuffix("/health")
         body = self.send(method, f"{self.proxy_url}/proxy/replicas", {"url": url}, self.admin_token)
-        return json.loads(body or b"{}")
+        return answer_record(body or b"{}", _ADMIN_ANSWER, f"{self.proxy_url}/proxy/replicas", self.skipped, {})
 
     def _advance(self) -> None:
         pending = self.pending
@@ -326,8 +339,8 @@ class FleetController:
 
     def _admitted(self, spare: Any) -> bool:
         url = spare.health_url.removesuffix("/health")
-        stats = json.loads(self.get(f"{self.proxy_url}/proxy/stats"))
-        return any(r.get("url", "").rstrip("/") == url and r.get("healthy") for r in stats.get("replicas", []))
+        replicas = self._stats().get("replicas", [])
+        return any(r["url"].rstrip("/") == url and r.get("healthy") for r in replicas)
 
     def _advance_release(self, pending: Pending) -> None:
         replica, waited = pending.replica, self.clock() - pending.since
@@ -382,4 +395,6 @@ class FleetController:
         )
         if self.lost:
             head += f"; {self.lost} lost, {self.replaced} replaced"
+        if self.skipped.total:
+            head += f"; {self.skipped.summary()}"
         return "\n".join([head, *fleet_cost_lines(self.bill())])

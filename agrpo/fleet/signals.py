@@ -3,6 +3,7 @@ replica's vLLM `/metrics`."""
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Sequence
 from typing import Any
@@ -25,7 +26,8 @@ _PROM_LINE = re.compile(r"^(?P<name>[a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{[^}]*\})?\s+(?
 
 
 def prometheus_values(text: str) -> dict[str, float]:
-    """Each metric's value summed over its series (labels ignored), from Prometheus text."""
+    """Each metric's value summed over its series (labels ignored), from Prometheus text; a value that is not a
+    finite number (NaN, +Inf: legal in the format, meaningless as a load) is left out."""
     totals: dict[str, float] = {}
     for line in text.splitlines():
         match = _PROM_LINE.match(line)
@@ -33,6 +35,8 @@ def prometheus_values(text: str) -> dict[str, float]:
             try:
                 value = float(match.group("value"))
             except ValueError:
+                continue
+            if not math.isfinite(value):
                 continue
             totals[match.group("name")] = totals.get(match.group("name"), 0.0) + value
     return totals
@@ -54,7 +58,7 @@ def busy_share(loads: Sequence[tuple[float, float, float] | None]) -> float | No
 
 
 def serving_replicas(stats: dict[str, Any]) -> int:
-    """Healthy replicas behind the proxy, from its /proxy/stats answer."""
+    """Healthy replicas behind the proxy, from its /proxy/stats answer (typed: agrpo.interprocess.PROXY_STATS)."""
     return sum(1 for replica in stats.get("replicas", []) if replica.get("healthy"))
 
 

@@ -8,6 +8,10 @@ including versions newer than the last checkpoint. So before the trainer starts:
 2. raise that saved version to the highest version ever published under .vllm_lora, so the next name is new;
 3. delete .vllm_lora (stale adapters, half-written temp folders of a killed attempt) and checkpoints cut off
    mid-write (the trainer would otherwise pick the highest checkpoint-N and fail on it).
+
+A rollout_state.json that cannot be read (not JSON, not an object, a version that is not a whole number: see
+agrpo/interprocess.py) refuses the resume with one paragraph naming the file, instead of a traceback or a guess:
+restarting its data position at prompt 0 or its versions at v0 would retrain seen prompts and reuse adapter names.
 """
 
 from __future__ import annotations
@@ -18,6 +22,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from agrpo.errors import ConfigError
+from agrpo.interprocess import BadInput, integer, parse_record, record, refusal
 from agrpo.sync.storage import BucketStorage
 
 log = logging.getLogger(__name__)
@@ -28,6 +34,32 @@ ROLLOUT_STATE = "rollout_state.json"
 COMPLETE_MARKER = "trainer_state.json"
 CHECKPOINT = re.compile(r"checkpoint-(\d+)")
 ADAPTER_VERSION = re.compile(r"-v(\d+)$")
+SAVED_STATE = record({"model_version": integer, "prompt_index": integer}, keep_unknown=True)
+
+
+def _where(storage: BucketStorage, path: str) -> str:
+    root = getattr(storage, "root", "")
+    return f"{root}/{path}" if root else path
+
+
+def read_saved_state(storage: BucketStorage, path: str) -> dict[str, Any]:
+    """A checkpoint's rollout_state.json, typed; FileNotFoundError when there is none; ConfigError (one paragraph
+    naming the file) when it cannot be read."""
+    text = storage.read_text(path)
+    try:
+        return parse_record(text, SAVED_STATE)
+    except BadInput as error:
+        checkpoint = path.split("/")[0]
+        raise ConfigError(
+            refusal(
+                _where(storage, path),
+                error,
+                "Resuming from it would restart the data at an unknown prompt and could reuse an adapter name a "
+                "replica still holds",
+                f"restore the file, resume from another complete checkpoint (trainer.resume=<its folder>), or move "
+                f"{checkpoint} aside and use trainer.resume=auto",
+            )
+        ) from None
 
 
 @dataclass
@@ -69,9 +101,8 @@ def read_run_state(storage: BucketStorage) -> RunState:
     checkpoint = state.checkpoint
     if checkpoint is not None:
         try:
-            state.checkpoint_version = int(
-                json.loads(storage.read_text(f"{checkpoint}/{ROLLOUT_STATE}")).get("model_version", 0)
-            )
+            saved = read_saved_state(storage, f"{checkpoint}/{ROLLOUT_STATE}")
+            state.checkpoint_version = saved.get("model_version", 0)
         except FileNotFoundError:
             state.checkpoint_version = 0
     return state
@@ -82,16 +113,16 @@ def raise_version_floor(storage: BucketStorage, checkpoint: str, published_versi
     the floor must survive a crash right after)."""
     path = f"{checkpoint}/{ROLLOUT_STATE}"
     try:
-        saved = json.loads(storage.read_text(path))
+        saved = read_saved_state(storage, path)
     except FileNotFoundError:
         saved = {"prompt_index": 0}
         log.warning("%s has no %s: the data position restarts at prompt 0", checkpoint, ROLLOUT_STATE)
-    if published_version <= int(saved.get("model_version", 0)):
+    if published_version <= saved.get("model_version", 0):
         return
     log.info(
         "adapter versions continue after v%d (published before the restart), not v%d (checkpoint)",
         published_version,
-        int(saved.get("model_version", 0)),
+        saved.get("model_version", 0),
     )
     saved["model_version"] = published_version
     storage.write_text(path, json.dumps(saved))
@@ -148,7 +179,6 @@ def checkpoint_to_resume(resume: Any, output_dir: str) -> str | None:
     floor is applied only when it lies in `output_dir`, the folder whose adapters a running server may hold)."""
     from pathlib import Path
 
-    from agrpo.errors import ConfigError
     from agrpo.sync.storage import LocalDirStorage
 
     mode, path = resume_mode(resume)

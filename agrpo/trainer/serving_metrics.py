@@ -8,13 +8,15 @@ collector does the HTTP, with short timeouts, and never fails a training step.
 
 from __future__ import annotations
 
-import json
 import logging
+import math
 import re
 import time
 import urllib.request
 from collections.abc import Callable
 from typing import Any
+
+from agrpo.interprocess import PROXY_STATS, answer_record
 
 log = logging.getLogger(__name__)
 
@@ -28,9 +30,11 @@ def prometheus_totals(text: str, names: tuple[str, ...]) -> dict[str, float]:
         match = _PROM_LINE.match(line)
         if match and match.group("name") in totals:
             try:
-                totals[match.group("name")] += float(match.group("value"))
+                value = float(match.group("value"))
             except ValueError:
                 continue
+            if math.isfinite(value):  # NaN or Inf from a replica is no count
+                totals[match.group("name")] += value
     return totals
 
 
@@ -44,7 +48,8 @@ def prefix_cache(text: str) -> tuple[float, float]:
 
 
 def proxy_figures(stats: dict[str, Any]) -> dict[str, float]:
-    """Flat, cumulative figures from the proxy's `/proxy/stats` answer, named for TensorBoard."""
+    """Flat, cumulative figures from the proxy's `/proxy/stats` answer (typed: agrpo.interprocess.PROXY_STATS),
+    named for TensorBoard."""
     routed = stats.get("routed", 0) or 0
     replicas = stats.get("replicas", [])
     figures: dict[str, float] = {
@@ -56,10 +61,11 @@ def proxy_figures(stats: dict[str, Any]) -> dict[str, float]:
         "proxy/failed": stats.get("failed", 0),
         "proxy/healthy_replicas": sum(1 for r in replicas if r.get("healthy")),
     }
-    for replica in replicas:
-        figures[f"proxy/replica{replica['index']}/routed"] = replica.get("routed", 0)
-        figures[f"proxy/replica{replica['index']}/healthy"] = 1.0 if replica.get("healthy") else 0.0
-        figures[f"proxy/replica{replica['index']}/hung"] = 1.0 if replica.get("hung") else 0.0  # not answering
+    for position, replica in enumerate(replicas):
+        index = replica.get("index", position)
+        figures[f"proxy/replica{index}/routed"] = replica.get("routed", 0)
+        figures[f"proxy/replica{index}/healthy"] = 1.0 if replica.get("healthy") else 0.0
+        figures[f"proxy/replica{index}/hung"] = 1.0 if replica.get("hung") else 0.0  # not answering
     loads = [replica.get("routed", 0) for replica in replicas]
     if loads and sum(loads):
         figures["proxy/load_imbalance"] = max(loads) / (sum(loads) / len(loads))
@@ -137,13 +143,15 @@ class ServingCollector:
         replicas = [(self.base_url, True)]  # (url, healthy)
         try:
             if self.via_proxy:
-                stats = json.loads(self.get(f"{self.base_url}/proxy/stats", self.timeout_s))
-                figures.update(proxy_figures(stats))
-                replicas = [
-                    (r["url"].rstrip("/"), bool(r.get("healthy", True)))
-                    for r in sorted(stats.get("replicas", []), key=lambda r: r["index"])
-                ]
-        except Exception as error:  # figures are best effort; training goes on
+                url = f"{self.base_url}/proxy/stats"
+                stats = answer_record(self.get(url, self.timeout_s), PROXY_STATS, url, default=None)
+                if stats is not None:  # a bad answer is counted and logged once (agrpo/interprocess.py)
+                    figures.update(proxy_figures(stats))
+                    replicas = [
+                        (r["url"].rstrip("/"), r.get("healthy", True))
+                        for r in sorted(stats.get("replicas", []), key=lambda r: r.get("index", 0))
+                    ]
+        except Exception as error:  # not answering: figures are best effort; training goes on
             log.debug("proxy stats unavailable: %s", error)
         samples: list[tuple[float, float] | None] = []
         for url, healthy in replicas:

@@ -5,7 +5,8 @@ decides (agrpo/fleet/).
 Every replica Job the trainer Job launches is the plan's `replica` template (image, flavor, command, env, secret
 names, bucket volume, exposed port, labels, timeout: what the dry run prints), named `<run_id>-vllm-<n>`. The
 launcher uploads this record to the run's folder (`fleet.json`), and the trainer Job reads it there: it launches what
-the dry run printed, never a spec of its own.
+the dry run printed, never a spec of its own. A record that cannot be read refuses the run with one paragraph naming
+the file (agrpo/interprocess.py): guessing a Job template would launch Jobs nobody reviewed.
 """
 
 from __future__ import annotations
@@ -15,6 +16,8 @@ import json
 from dataclasses import dataclass, field
 
 from agrpo.config.schema import RunConfig
+from agrpo.errors import LaunchError
+from agrpo.interprocess import BadInput, parse_json, refusal
 from agrpo.launchers.hf_jobs.cost import PRICE_PER_HOUR_USD, RunEstimate
 from agrpo.launchers.hf_jobs.plan import JobSpec
 
@@ -40,10 +43,24 @@ class JobsFleet:
         return json.dumps(dataclasses.asdict(self), indent=1, sort_keys=True)
 
     @classmethod
-    def from_json(cls, text: str) -> JobsFleet:
-        data = json.loads(text)
-        data["replica"] = JobSpec(**data["replica"])
-        return cls(**data)
+    def from_json(cls, text: str | bytes, source: str = FLEET_FILE) -> JobsFleet:
+        """The record the launcher wrote, or a LaunchError naming `source` and what is wrong with it."""
+        try:
+            data = parse_json(text)
+            if not isinstance(data, dict) or not isinstance(data.get("replica"), dict):
+                raise BadInput("it is not a fleet record (an object with a `replica` Job template)")
+            data["replica"] = JobSpec(**data["replica"])
+            return cls(**data)
+        except (BadInput, TypeError) as error:  # TypeError: fields this version does not know, or lacks
+            bad = error if isinstance(error, BadInput) else BadInput(f"its fields do not match this agrpo ({error})")
+            raise LaunchError(
+                refusal(
+                    source,
+                    bad,
+                    "The trainer Job launches replica Jobs only from the template the launcher uploaded",
+                    "launch the run again from the same agrpo version (it uploads the record anew)",
+                )
+            ) from None
 
     def per_hour_range(self, trainer_flavor: str) -> tuple[float, float]:
         """$ per hour of every Job together with the fewest and the most replicas (agrpo's price table)."""

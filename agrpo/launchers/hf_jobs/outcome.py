@@ -2,12 +2,12 @@
 
 `settle` waits (bounded) for the Jobs this launch cancelled to be over, so their running time is final; `run_files`
 reads the trainer's metrics.json and log_history.json from the bucket (steps and samples trained); `end_report` puts
-it together with the prices for terminal.end_lines. Nothing here raises: a run's end must not fail on its report.
+it together with the prices for terminal.end_lines. Nothing here raises: a run's end must not fail on its report;
+the files are typed at agrpo/interprocess.py's boundary (a bad one reads as missing, counted and logged once).
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import tempfile
 import time
@@ -15,6 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from agrpo.fleet.cost import FleetBill, fleet_cost_lines
+from agrpo.fleet.files import STATE_RECORD
+from agrpo.interprocess import LOG_HISTORY, RUN_METRICS, read_record
 from agrpo.launchers.hf_jobs.client import TERMINAL_STAGES, stage_of
 from agrpo.launchers.hf_jobs.cost import job_costs, read_prices, samples_trained
 from agrpo.launchers.hf_jobs.plan import JobsPlan
@@ -24,6 +26,7 @@ log = logging.getLogger(__name__)
 SETTLE_TIMEOUT_S = 60.0  # a cancelled replica stops within seconds; its billed time is final once it is over
 RESULT_FILES = ("metrics.json", "log_history.json")
 FLEET_STATE = "fleet/state.json"  # inference.replicas=auto: the trainer Job's fleet controller's last figures
+RECORDS = {"metrics.json": (RUN_METRICS, "null"), "log_history.json": (LOG_HISTORY, "null")}
 
 
 def settle(api: Any, namespace: str, job_ids: list[str], poll_s: float, timeout_s: float = SETTLE_TIMEOUT_S) -> list:
@@ -47,11 +50,10 @@ def run_files(api: Any, bucket: str, prefix: str, names: tuple[str, ...] = RESUL
         except Exception as error:  # the trainer failed before writing them, or the bucket cannot be read
             log.info("could not read the run's metrics from bucket %s: %s", bucket, error)
         for name in names:
-            path = Path(folder) / name
-            try:
-                found[name] = json.loads(path.read_text())
-            except (OSError, ValueError):
-                pass
+            check, non_finite = RECORDS.get(name, (STATE_RECORD, "reject"))
+            value = read_record(Path(folder) / name, check, non_finite=non_finite)
+            if value is not None:
+                found[name] = value
     return found
 
 
@@ -71,7 +73,7 @@ def fleet_lines(plan: JobsPlan, state: dict[str, Any] | None, prices: Any, sampl
         return ["  fleet        no figures (the trainer Job wrote no fleet/state.json)"]
     flavor = plan.fleet.replica.flavor
     bill = FleetBill(
-        {int(size): float(seconds) for size, seconds in state.get("seconds_by_size", {}).items()},
+        dict(state.get("seconds_by_size", {})),  # typed: {size: seconds} (fleet/files.py STATE_RECORD)
         int(state.get("max_replicas", plan.fleet.max_replicas)),
         state.get("samples") or samples or None,  # the samples the fleet's seconds were counted over
         prices.of(flavor),
