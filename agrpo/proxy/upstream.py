@@ -52,6 +52,7 @@ _DROP_DOWNSTREAM = frozenset(
         "server",
     )
 )
+_OWN_PREFIX = "x-agrpo-"  # the proxy's own headers: never a replica's, either way
 TRANSPORT_ERRORS = (aiohttp.ClientError, asyncio.TimeoutError, OSError)  # incl. UpstreamClosed
 REPLICA_HEADER = "X-Agrpo-Replica"
 
@@ -97,9 +98,14 @@ def safe_header(name: str, value: str) -> bool:
 
 
 def response_headers(pairs, replica: Replica | None) -> list[tuple[str, str]]:
-    """A replica's response headers (name, value pairs) as sent on to the client, minus hop-by-hop ones and any
-    that `safe_header` refuses."""
-    headers = [(k, v) for k, v in pairs if k.lower() not in _DROP_DOWNSTREAM and safe_header(k, v)]
+    """A replica's response headers (name, value pairs) as sent on to the client, minus hop-by-hop ones, any that
+    `safe_header` refuses, and any X-Agrpo-* of the replica's own: those are the proxy's to set (a client reads the
+    first X-Agrpo-Replica, so a replica's would pass for the proxy's word on who served it)."""
+    headers = [
+        (k, v)
+        for k, v in pairs
+        if (lower := k.lower()) not in _DROP_DOWNSTREAM and not lower.startswith(_OWN_PREFIX) and safe_header(k, v)
+    ]
     if replica is not None:
         headers.append((REPLICA_HEADER, str(replica.index)))
     return headers
