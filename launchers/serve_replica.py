@@ -3,7 +3,8 @@
     AGRPO_REPLICA_API_KEY=<key> python launchers/serve_replica.py --port 8000 --host <address> +recipe=gsm8k [...]
 
 For replicas agrpo does not start itself (slurm_multi_node.sbatch). Keyed, like every replica agrpo starts: the key
-comes from AGRPO_REPLICA_API_KEY (the environment only: a command line is visible to every user of the machine) and
+comes from AGRPO_REPLICA_API_KEY (the environment only: a command line is visible to every user of the machine; at
+least 32 characters when the replica listens beyond loopback, else it refuses to start, exit 2) and
 every request but `GET /health`, `/ping`, `/metrics`, `/version`, `/load` needs it (vLLM checks `/v1/*`,
 agrpo's ReplicaGuard the rest, dev endpoints included: TRL needs `/server_info`, `/pause`, `/resume`,
 `/get_world_size`, so vLLM's dev mode stays on behind the key). The trainer's proxy sends it with
@@ -22,6 +23,7 @@ import socket
 import sys
 
 REPLICA_KEY_ENV = "AGRPO_REPLICA_API_KEY"  # = agrpo.inference.replica_guard.REPLICA_KEY_ENV (a test checks)
+MIN_EXPOSED_KEY = 32  # characters, for a replica others can reach; token_urlsafe(32) gives 43 (about 256 bits)
 SHOWN_ENV = ("VLLM_ALLOW_RUNTIME_LORA_UPDATING", "VLLM_SERVER_DEV_MODE", "VLLM_LOGGING_LEVEL", "VLLM_CPU_KVCACHE_SPACE")
 
 
@@ -34,6 +36,33 @@ def key_problem(key: str) -> str | None:
         "'import secrets; print(secrets.token_urlsafe(32))')`) and give the same variable to the trainer's proxy with "
         f"proxy.token_env={REPLICA_KEY_ENV}; slurm_multi_node.sbatch makes one per job. A replica without a key would "
         "let anyone who reaches its port load adapters, pause it or call /collective_rpc"
+    )
+
+
+def beyond_loopback(host: str, addresses: list[str]) -> bool:
+    """Whether a server listening on `host` (resolving to `addresses`) can be reached from other machines: any
+    address but loopback (0.0.0.0 and :: included), or a name that resolves to one, or to nothing here."""
+    try:
+        return not ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        pass
+    if host.lower() in ("localhost", "localhost."):
+        return False
+    return not addresses or not all(ipaddress.ip_address(a.split("%")[0]).is_loopback for a in addresses)
+
+
+def exposed_key_problem(key: str, host: str, addresses: list[str]) -> str | None:
+    """Why `key` is too short for a replica bound beyond loopback (None: long enough, or reachable from this machine
+    only): anyone who reaches the port may try keys, and a short one falls to guessing."""
+    key = key.strip()
+    if len(key) >= MIN_EXPOSED_KEY or not beyond_loopback(host, addresses):
+        return None
+    return (
+        f"{REPLICA_KEY_ENV} is {len(key)} characters, and --host {host} listens beyond this machine: a replica others "
+        f"can reach needs a key of at least {MIN_EXPOSED_KEY} characters, since anyone who reaches its port may guess "
+        f"a short one and then load adapters, pause it or call /collective_rpc; make one with `export "
+        f"{REPLICA_KEY_ENV}=$(python -c 'import secrets; print(secrets.token_urlsafe(32))')` (43 characters) and give "
+        f"the same variable to the trainer's proxy, or listen on 127.0.0.1"
     )
 
 
@@ -86,7 +115,8 @@ def main(argv: list[str]) -> int:
         print(f"serve_replica: error: {error}", file=sys.stderr)
         return error.exit_code
     host = args.host or cfg.inference.host
-    problem = key_problem(os.environ.get(REPLICA_KEY_ENV, "")) or bind_problem(host, resolve(host))
+    key, addresses = os.environ.get(REPLICA_KEY_ENV, ""), resolve(host)
+    problem = key_problem(key) or bind_problem(host, addresses) or exposed_key_problem(key, host, addresses)
     if problem:
         print(f"serve_replica: error: {problem}.", file=sys.stderr)
         return 2
