@@ -50,29 +50,27 @@ setup-gpu: $(GPU_STAMP)
 demo: $(SETUP)
 	HF_HUB_OFFLINE=1 $(VENV)/bin/python -m agrpo +recipe=smoke
 
-# Everything but the one end-to-end run that `test-gpu-versions` makes under the GPU user's versions (CI runs both).
-# Two pytest sessions side by side: the tests that start vLLM, one after another (two vLLM runs at once would fight
-# for the cores), and the rest beside them at `nice 19` (they take only the cores the vLLM runs leave idle), whose
-# output is printed once both are done. (pytest-xdist's loadgroup cannot keep the vLLM tests on one worker under
-# pytest 9: it never sees the group.) Every test has a time limit (pyproject: pytest-timeout), so a hang fails one
-# test with its stack, not the whole run.
-TEST_TMP := /tmp/agrpo-tests-$(shell id -u)
+# The README's test command, and what CI runs (.ci/run: `make test GPU_VERSIONS=1`). Two lanes side by side
+# (.ci/test-lanes.sh, docs/ci.md): the tests that start vLLM, one after another (two vLLM runs at once would fight for
+# the cores), and the rest beside them in a session of their own at autogroup nice 10 (they take only the CPU the vLLM
+# runs leave idle), whose output is printed once both are done. Each invocation has its own base folder (mktemp -d)
+# and its tests hold the ports they bind, so two `make test` on one machine cannot collide. GPU_VERSIONS=1 adds the
+# GPU-versions lanes: the end-to-end run after the vLLM lane, the environment's install and its tests in the rest
+# lane. (pytest-xdist's loadgroup cannot keep the vLLM tests on one worker under pytest 9: it never sees the group.)
+# Every test has a time limit (pyproject: pytest-timeout), so a hang fails one test with its stack, not the whole run.
+GPU_VERSIONS ?= 0
 PYTEST := $(VENV)/bin/python -m pytest -q -p no:cacheprovider
-VLLM_LANE = $(PYTEST) --basetemp=$(TEST_TMP)/vllm --durations=25 -m vllm --ignore=$(GPU_VERSIONS_E2E)
-REST_LANE = nice -n 19 $(PYTEST) --basetemp=$(TEST_TMP)/rest --durations=10 -m "not vllm"
 test: $(SETUP)
-	rm -rf $(TEST_TMP) && mkdir -p $(TEST_TMP)
-	$(REST_LANE) > $(TEST_TMP)/rest.log 2>&1 & rest=$$!; \
-	$(VLLM_LANE); vllm=$$?; wait $$rest; rest_rc=$$?; \
-	echo "--- the tests that do not start vLLM (run beside them):"; cat $(TEST_TMP)/rest.log; \
-	test $$vllm -eq 0 && test $$rest_rc -eq 0
+	GPU_VERSIONS=$(GPU_VERSIONS) GPU_VERSIONS_E2E=$(GPU_VERSIONS_E2E) .ci/test-lanes.sh $(VENV)/bin/python
 
-# The two lanes of `make test`, each on its own (CI runs them beside the GPU-versions ones: .ci/run).
+# The two lanes of `make test`, each on its own, in a fresh folder of its own (kept: its path is printed).
 test-vllm: $(SETUP)
-	mkdir -p $(TEST_TMP) && $(VLLM_LANE)
+	base=$$(mktemp -d "$${TMPDIR:-/tmp}/agrpo-tests-XXXXXX") && echo "this run's folder: $$base" && \
+		$(PYTEST) --basetemp=$$base/vllm --durations=25 -m vllm --ignore=$(GPU_VERSIONS_E2E)
 
 test-rest: $(SETUP)
-	mkdir -p $(TEST_TMP) && $(REST_LANE)
+	base=$$(mktemp -d "$${TMPDIR:-/tmp}/agrpo-tests-XXXXXX") && echo "this run's folder: $$base" && \
+		nice -n 19 $(PYTEST) --basetemp=$$base/rest --durations=10 -m "not vllm"
 
 # The vLLM boot budget's bookkeeping (docs/ci.md): every file that starts vLLM has a row, the rows add up. The boots
 # themselves are counted in every session that runs a vLLM test, which fails over budget.

@@ -114,30 +114,39 @@ def random_adapter_dir(tiny_model_dir, tmp_path_factory) -> Path:
 def vllm_server(tiny_model_dir, tmp_path_factory):
     """One real vLLM replica of the tiny model for the whole session. Its log is at `.log_path`."""
     from agrpo.inference.vllm_server import start_replica
-    from agrpo.processes.ports import free_ports
-
-    # A session run beside another one (CI's GPU-versions e2e beside the vLLM lane) searches its own port range.
-    port = free_ports(1, int(os.environ.get("AGRPO_TEST_PORT_BASE", "18100")))[0]
-    log_path = tmp_path_factory.mktemp("vllm") / "vllm.log"
     from tests.boot_counter import SHARED
+    from tests.processes import held_ports
 
+    log_path = tmp_path_factory.mktemp("vllm") / "vllm.log"
     owner = BOOTS.owner if BOOTS is not None else None
     if BOOTS is not None:
         BOOTS.owner = SHARED
-    server = start_replica(
-        tiny_model_dir,
-        port,
-        log_path,
-        lora_rank=8,
-        max_loras=4,
-        max_model_len=256,
-        extra_args=["--enable-log-requests"],
-    )
-    if BOOTS is not None:
-        BOOTS.sample()
-        BOOTS.owner = owner
-    yield server
-    server.stop()
+    # Held for the session: another session on the machine (a second `make test`) skips the port.
+    with held_ports(1, int(os.environ.get("AGRPO_TEST_PORT_BASE", "18100"))) as (port,):
+        server = start_replica(
+            tiny_model_dir,
+            port,
+            log_path,
+            lora_rank=8,
+            max_loras=4,
+            max_model_len=256,
+            extra_args=["--enable-log-requests"],
+        )
+        if BOOTS is not None:
+            BOOTS.sample()
+            BOOTS.owner = owner
+        yield server
+        server.stop()
+
+
+@pytest.fixture()
+def held_port():
+    """One free port held with agrpo's port lock for the test (tests/processes.py held_ports): a server the test
+    starts binds it with no other session on the machine racing for it."""
+    from tests.processes import held_ports
+
+    with held_ports(1, 20700) as (port,):
+        yield port
 
 
 @pytest.fixture()

@@ -10,9 +10,14 @@ run is up (`RunProcesses.snapshot`), so a renamed child whose session leader has
 from __future__ import annotations
 
 import os
+import subprocess
+import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
+from agrpo.processes.ports import reserve_ports
 from agrpo.processes.watchdog import carries_token, proc_stat
 
 
@@ -90,3 +95,44 @@ def wait_for(predicate, timeout_s: float, what: str, poll_s: float = 0.5):
             return value
         time.sleep(poll_s)
     raise AssertionError(f"timed out after {timeout_s:.0f} s waiting for {what}")
+
+
+@contextmanager
+def held_ports(count: int, start: int) -> Iterator[list[int]]:
+    """`count` ports at or above `start`, held with agrpo's port locks (agrpo/processes/ports.py) until the block
+    ends. A port found free and then bound later is a race: another test session on the machine (a second `make
+    test`) or a launcher could take it in between; while the lock is held they skip it, as runs skip each other's."""
+    reservation = reserve_ports(count, start)
+    try:
+        yield reservation.ports
+    finally:
+        reservation.release()
+
+
+class Drained(subprocess.Popen):
+    """A Popen whose stdout and stderr (text pipes) are read by threads as they come. A pipe read only at the end
+    holds 64 KiB: a chatty child then blocks on its next write and never exits, and the test waits out its limit.
+    `communicate` returns what came, as Popen's does; `output()` what came so far."""
+
+    def __init__(self, args, **kwargs):
+        super().__init__(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kwargs)
+        self._parts: dict[str, list[str]] = {"stdout": [], "stderr": []}
+        self._readers = [threading.Thread(target=self._drain, args=(name,), daemon=True) for name in self._parts]
+        for reader in self._readers:
+            reader.start()
+
+    def _drain(self, name: str) -> None:
+        stream = getattr(self, name)
+        for line in iter(stream.readline, ""):
+            self._parts[name].append(line)
+
+    def output(self) -> tuple[str, str]:
+        return "".join(self._parts["stdout"]), "".join(self._parts["stderr"])
+
+    def communicate(self, input=None, timeout: float | None = None) -> tuple[str, str]:
+        """Wait for the child (TimeoutExpired after `timeout`, as Popen's), then for its output's end: bounded, since
+        a grandchild still holding the pipes would keep it open."""
+        self.wait(timeout)
+        for reader in self._readers:
+            reader.join(timeout=30)
+        return self.output()

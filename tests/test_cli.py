@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.processes import left_behind
+from tests.processes import Drained, left_behind
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
@@ -100,12 +100,9 @@ def test_ctrl_c_while_a_replica_starts_stops_everything(tmp_path, run_token):
     run_dir = tmp_path / "run"
     # A terminal's Ctrl-C: when pytest itself runs as a background job, SIGINT is ignored and the child would inherit
     # that (Python then never raises KeyboardInterrupt), so restore the default in the child.
-    proc = subprocess.Popen(
+    proc = Drained(  # its output read as it comes (tests/processes.py)
         [sys.executable, "-m", "agrpo", "+recipe=smoke", f"hydra.run.dir={run_dir}"],
         cwd=tmp_path,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
         env={**os.environ, "HF_HUB_OFFLINE": "1", "AGRPO_CACHE": str(tmp_path / "cache")},
         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )

@@ -4,7 +4,6 @@ resolved instead of deriving it again (agrpo/config/prepare.py)."""
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -14,6 +13,7 @@ from agrpo.config.compose import compose_run_config
 from agrpo.config.prepare import prepare
 from agrpo.config.spec import with_values
 from agrpo.errors import ConfigError
+from tests.processes import Drained
 
 REPO = Path(__file__).resolve().parents[2]
 BAD = "+lora.bogus=1"  # composes (a `+` key), then the validation pass refuses it
@@ -24,13 +24,13 @@ def prepared(*overrides: str, cuda: bool = False, output_dir: str = "/tmp/agrpo-
     return prepare(compose_run_config(["+recipe=smoke", *overrides], output_dir=output_dir), cuda_available=cuda)
 
 
-def command(*argv: str, cwd: Path) -> subprocess.Popen:
+def command(*argv: str, cwd: Path) -> Drained:
     env = {
         **os.environ,
         "HF_HUB_OFFLINE": "1",
         "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]),
     }
-    return subprocess.Popen(argv, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return Drained(argv, cwd=cwd, env=env)  # three at once, each read as it comes (tests/processes.py)
 
 
 def test_every_entrypoint_refuses_a_bad_override_with_the_runs_paragraph(tmp_path):

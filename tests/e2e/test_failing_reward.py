@@ -97,7 +97,7 @@ def run_agrpo(args: list[str], tmp_path) -> subprocess.CompletedProcess:
         [sys.executable, "-m", "agrpo", *args],
         capture_output=True,
         text=True,
-        timeout=900,
+        timeout=600,
         cwd=tmp_path,
         env={**os.environ, "HF_HUB_OFFLINE": "1"},
     )

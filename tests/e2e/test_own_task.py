@@ -92,7 +92,7 @@ def run(argv: list[str], **env: str) -> subprocess.CompletedProcess:
         [sys.executable, *argv],
         capture_output=True,
         text=True,
-        timeout=900,
+        timeout=600,
         env={**os.environ, "HF_HUB_OFFLINE": "1", **env},
     )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-5000:]

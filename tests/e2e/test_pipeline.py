@@ -43,7 +43,7 @@ def run_agrpo(run_dir: Path, server_url: str, model_dir: Path, *overrides: str) 
         f"hydra.run.dir={run_dir}",
         *overrides,
     ]
-    return subprocess.run(argv, capture_output=True, text=True, timeout=900, env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    return subprocess.run(argv, capture_output=True, text=True, timeout=600, env={**os.environ, "HF_HUB_OFFLINE": "1"})
 
 
 def sha256(path: Path) -> str:
@@ -336,7 +336,7 @@ def test_a_trainer_killed_between_checkpoints_resumes_against_the_running_server
         ],
         capture_output=True,
         text=True,
-        timeout=900,
+        timeout=600,
         env={**os.environ, "HF_HUB_OFFLINE": "1"},
     )
     assert fresh.returncode == 0, fresh.stdout[-3000:] + fresh.stderr[-5000:]

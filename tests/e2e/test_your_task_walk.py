@@ -37,7 +37,7 @@ def shell(command: str, cwd: Path, **env: str) -> subprocess.CompletedProcess:
         cwd=cwd,
         capture_output=True,
         text=True,
-        timeout=900,
+        timeout=600,
         env={**os.environ, "PATH": path, "HF_HUB_OFFLINE": "1", **env},
     )
     assert result.returncode == 0, f"{command}\n{result.stdout[-3000:]}\n{result.stderr[-5000:]}"

@@ -57,7 +57,7 @@ def run_eval(out: Path, server_url: str, model_dir: Path, data: Path, *overrides
         "eval.concurrency=1",
         *overrides,
     ]
-    return subprocess.run(argv, capture_output=True, text=True, timeout=900, env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    return subprocess.run(argv, capture_output=True, text=True, timeout=600, env={**os.environ, "HF_HUB_OFFLINE": "1"})
 
 
 @pytest.fixture(scope="module")

@@ -54,12 +54,10 @@ def test_trl_still_loads_its_model_through_the_hooked_function():
     assert module.create_model_from_path is original
 
 
-def test_fsdp2_on_cpu_refuses_a_tied_head_and_trains_after_untie(tmp_path):
+def test_fsdp2_on_cpu_refuses_a_tied_head_and_trains_after_untie(tmp_path, held_port):
     """Real torch FSDP2 (fully_shard over gloo, 2 ranks on CPU): the refusal that untie_embeddings avoids."""
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO_ROOT)}
-    from agrpo.processes.ports import free_ports
-
-    port = free_ports(1, 29600)[0]
+    port = held_port  # the rendezvous port, held while torch.distributed binds it
     result = subprocess.run(
         [
             sys.executable,

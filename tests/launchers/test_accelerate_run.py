@@ -1,5 +1,7 @@
 """launcher=accelerate for real: two trainer ranks on CPU (gloo) against the session's vLLM server, and FSDP2 on
-GPUs (marked `gpu`: a machine with 3+ GPUs runs it; accelerate enables FSDP on accelerators only)."""
+GPUs (marked `gpu`: a machine with 3+ GPUs runs it; accelerate enables FSDP on accelerators only; it starts its own
+replica, so it is marked vllm too). Every wait is bounded below the test's own limit, so a hang fails with the run's
+output rather than pytest-timeout's stack."""
 
 from __future__ import annotations
 
@@ -13,7 +15,12 @@ import pytest
 import torch
 
 
-def run_agrpo(run_dir: Path, *overrides: str, timeout: int = 900) -> subprocess.CompletedProcess:
+CPU_RUN_S = 600  # under the default 900 s limit, which also holds the shared server's boot (~40 s)
+GPU_RUN_S = 600  # two runs under FSDP2_LIMIT_S
+FSDP2_LIMIT_S = 1500
+
+
+def run_agrpo(run_dir: Path, *overrides: str, timeout: int = CPU_RUN_S) -> subprocess.CompletedProcess:
     argv = [
         sys.executable,
         "-m",
@@ -61,12 +68,14 @@ def test_two_cpu_ranks_train_two_steps(vllm_server, tiny_model_dir, clean_adapte
 
 
 @pytest.mark.gpu
+@pytest.mark.vllm
+@pytest.mark.timeout(FSDP2_LIMIT_S)
 @pytest.mark.skipif(torch.cuda.device_count() < 3, reason="needs 3 GPUs: 2 FSDP ranks + 1 vLLM replica")
 def test_fsdp2_on_two_gpus_trains_checkpoints_and_resumes(tmp_path):
     """FSDP2 for real: 2 ranks on GPUs 0-1, the replica on GPU 2; a sharded checkpoint at step 2, then resume to 4."""
     run_dir = tmp_path / "run"
     common = ("trainer.gpus=[0,1]", "inference.gpus=[2]", "trainer.save_steps=2")
-    assert_trained(run_dir, run_agrpo(run_dir, *common, timeout=1800), steps=2)
+    assert_trained(run_dir, run_agrpo(run_dir, *common, timeout=GPU_RUN_S), steps=2)
     assert (run_dir / "checkpoint-2").is_dir()
-    resumed = run_agrpo(run_dir, *common, "trainer.resume=true", "trainer.max_steps=4", timeout=1800)
+    resumed = run_agrpo(run_dir, *common, "trainer.resume=true", "trainer.max_steps=4", timeout=GPU_RUN_S)
     assert_trained(run_dir, resumed, steps=4)

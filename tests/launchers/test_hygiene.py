@@ -22,7 +22,7 @@ from omegaconf import OmegaConf
 from agrpo.errors import ConfigError
 from agrpo.config.launch_checks import refuse_mixed_outputs, resumes
 from agrpo.paths import register_run_dir_resolver, run_suffix
-from tests.processes import RunProcesses
+from tests.processes import Drained, RunProcesses
 
 ENGINE_CORE = "VLLM::EngineCor"  # "VLLM::EngineCore" as /proc/<pid>/comm keeps it (15 characters)
 
@@ -52,12 +52,9 @@ def start_run(cwd: Path, *overrides: str, multirun: bool = False) -> subprocess.
     # Out of the default 8100 range, which other programs on a shared test machine bind without agrpo's locks;
     # runs of one test share it, so two runs at once must still be kept apart by the locks.
     base_port = f"inference.base_port={QUIET_BASE_PORT}"
-    proc = subprocess.Popen(
+    proc = Drained(  # its output read as it comes (tests/processes.py): a chatty run never blocks on a full pipe
         [sys.executable, "-m", "agrpo", *(["-m"] if multirun else []), "+recipe=smoke", base_port, *overrides],
         cwd=cwd,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
         start_new_session=True,
         env={**os.environ, "HF_HUB_OFFLINE": "1"},
         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
@@ -70,7 +67,7 @@ def wait_for_engine_core(token: str, proc: subprocess.Popen) -> RunProcesses:
     """Until vLLM's engine core (a renamed grandchild of the launcher) is up: the hardest process to catch. Returns
     the run's processes, tracked from now on."""
     run = RunProcesses(token)
-    found = run.wait_for(lambda f: ENGINE_CORE in f.values() or proc.poll() is not None, timeout_s=300)
+    found = run.wait_for(lambda f: ENGINE_CORE in f.values() or proc.poll() is not None, timeout_s=240)
     if ENGINE_CORE not in found.values():
         proc.kill()
         out, err = proc.communicate()
@@ -158,7 +155,7 @@ def wait_for_training(run_dir: Path, proc: subprocess.Popen) -> None:
     import time
 
     log = run_dir / "logs" / "trainer.log"
-    for _ in range(1200):  # a bound on a wait that must end, not a timing assertion
+    for _ in range(600):  # a bound on a wait that must end, not a timing assertion (the waits fit the 900 s limit)
         if proc.poll() is not None or (log.exists() and re.search(r"step +1/", log.read_text(errors="replace"))):
             break
         time.sleep(0.5)
@@ -229,7 +226,8 @@ def test_a_run_and_a_sweep_at_once_use_their_own_dirs_ports_and_servers(tmp_path
     )
     tracked = RunProcesses(run_token)
     tracked.wait_for(lambda found: ENGINE_CORE in found.values() or sweep.poll() is not None, 300)
-    (single_out, single_err), (sweep_out, sweep_err) = single.communicate(timeout=900), sweep.communicate(timeout=1200)
+    # Bounded waits that fit the 1800 s limit together (300 + 600 + 800 s), so a hang fails with the runs' output.
+    (single_out, single_err), (sweep_out, sweep_err) = single.communicate(timeout=600), sweep.communicate(timeout=800)
     assert single.returncode == 0, single_err[-3000:]
     assert sweep.returncode == 0, sweep_out[-3000:] + sweep_err[-5000:]
 

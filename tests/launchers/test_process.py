@@ -136,8 +136,8 @@ def serve_health(directory, port):
     return [sys.executable, "-m", "http.server", str(port), "--bind", "127.0.0.1", "--directory", str(directory)]
 
 
-def test_healthy_only_when_the_answer_comes_from_the_childs_own_socket(tmp_path):
-    port = free_ports(1, 20700)[0]
+def test_healthy_only_when_the_answer_comes_from_the_childs_own_socket(tmp_path, held_port):
+    port = held_port
     ours = ManagedProcess(
         "server",
         serve_health(tmp_path, port),
@@ -152,10 +152,10 @@ def test_healthy_only_when_the_answer_comes_from_the_childs_own_socket(tmp_path)
         ours.stop(timeout_s=5)
 
 
-def test_another_process_answering_on_our_port_is_not_our_server(tmp_path):
+def test_another_process_answering_on_our_port_is_not_our_server(tmp_path, held_port):
     """Two runs on one port: the second run's server answers /health, but the first run's child holds no socket
     there, so the first run must not call its replica healthy (it did: "healthy after 0 s")."""
-    port = free_ports(1, 20800)[0]
+    port = held_port
     (tmp_path / "theirs").mkdir()
     theirs = ManagedProcess(
         "their-server",
