@@ -5,6 +5,8 @@
 #   MODEL=/models/Qwen2.5-0.5B-Instruct DATA=/data/gsm8k/train.jsonl bash benchmarks/gpu_pipeline_check.sh [OUT_DIR]
 #
 # Needs: the project installed (make setup-gpu), the model in a local folder (or a Hub id with network access).
+# DRY_RUN=1 composes and validates the same command and prints its plan (launcher.dry_run=true), starting nothing:
+# how CI checks this script on a machine without a GPU (tests/benchmarks/test_benchmark_scripts.py).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 OUT=${1:-${OUT:-gpu_pipeline_check_out}}
@@ -16,6 +18,10 @@ mkdir -p "$OUT"
 RUN_DIR="$(cd "$OUT" && pwd)/run"
 data_override=()
 [ -n "${DATA:-}" ] && data_override=("data.path=$DATA")
+if [ -n "${DRY_RUN:-}" ]; then
+  exec "$PYTHON" -m agrpo "+recipe=$RECIPE" "model.name_or_path=$MODEL" "trainer.max_steps=$STEPS" \
+    trainer.save_steps=0 "hydra.run.dir=$RUN_DIR" "${data_override[@]}" launcher.dry_run=true
+fi
 nvidia-smi --query-gpu=name,memory.total --format=csv,noheader > "$OUT/gpu.txt" || true
 "$PYTHON" -m agrpo "+recipe=$RECIPE" "model.name_or_path=$MODEL" "trainer.max_steps=$STEPS" \
   trainer.save_steps=0 "hydra.run.dir=$RUN_DIR" "${data_override[@]}" 2>&1 | tee "$OUT/run.log"

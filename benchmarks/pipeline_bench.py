@@ -11,6 +11,10 @@ In one invocation on this machine, against ONE real vLLM replica started here:
 and prints seconds per optimizer step, async / lock-step, and async / max(gen-only, train-only).
 
     python benchmarks/pipeline_bench.py --recipe smoke --steps 30 [trainer.max_staleness=2 ...]
+    python benchmarks/pipeline_bench.py --steps 4 --url http://127.0.0.1:8000 --model DIR   # a running server of DIR
+
+`--url` uses a server that is already running (CI: the test session's shared replica) instead of starting one:
+its figures then include whatever else that server does, so take measured figures from a run that starts its own.
 """
 
 from __future__ import annotations
@@ -99,12 +103,18 @@ def main() -> None:
     parser.add_argument("--recipe", default="smoke")
     parser.add_argument("--steps", type=int, default=30)
     parser.add_argument("--json", help="also write the figures to this JSON file")
+    parser.add_argument("--url", help="a running vLLM server to use instead of starting one (needs --model)")
+    parser.add_argument("--model", help="with --url: the model folder that server serves")
     parser.add_argument("overrides", nargs="*", help="config overrides for every mode, e.g. trainer.max_staleness=2")
     args = parser.parse_args()
+    if bool(args.url) != bool(args.model):
+        parser.error("--url and --model go together: the server's address and the model folder it serves")
+    if args.steps <= WARMUP_STEPS:
+        parser.error(f"--steps must be more than the {WARMUP_STEPS} warm-up steps it excludes")
 
     work = Path(tempfile.mkdtemp(prefix="agrpo-pipeline-bench-"))
     composed = compose_run_config([f"+recipe={args.recipe}", *args.overrides], output_dir=str(work / "compose"))
-    model = prepare_model(composed.model)
+    model = args.model or prepare_model(composed.model)
     composed.model.name_or_path, composed.model.builder = model, None  # gen-only runs TRL's worker on this config
     cfg = prepare(composed, check_environment=False)  # the typed run spec the trainer's builders take
     # The same core split as `python -m agrpo` on this machine: the replica's worker on its own cores, the trainer
@@ -113,16 +123,7 @@ def main() -> None:
     trainer_env = {"OMP_NUM_THREADS": str(cpus.trainer_threads)}
     if cpus.trainer_cores:
         trainer_env[TRAINER_CPUS_ENV] = format_cores(cpus.trainer_cores)
-    port = free_ports(1, 18900)[0]
-    server = start_replica(
-        model,
-        port,
-        work / "vllm.log",
-        lora_rank=cfg.inference.max_lora_rank,
-        max_loras=max(cfg.trainer.max_staleness, 1) + 3,
-        max_model_len=cfg.inference.max_model_len,
-        cpu_cores=cpus.replica_cores[0] if cpus.replica_cores else None,
-    )
+    server = RunningServer(args.url) if args.url else start_server(model, cfg, cpus, work)
     try:
         figures = {}
         runs = {"async": [], "lock-step": ["trainer.max_staleness=0"]}
@@ -145,6 +146,29 @@ def main() -> None:
     print_figures(figures, args)
     if args.json:
         Path(args.json).write_text(json.dumps(figures, indent=2))
+
+
+class RunningServer:
+    """A server someone else started (--url): used, never stopped."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url.rstrip("/")
+
+    def stop(self) -> None:
+        unload_adapters(self.url)  # leave it as found: no trl-policy-* of these runs
+
+
+def start_server(model: str, cfg, cpus, work: Path):
+    """One replica on the replica's cores, the way `python -m agrpo` starts it on this machine."""
+    return start_replica(
+        model,
+        free_ports(1, 18900)[0],
+        work / "vllm.log",
+        lora_rank=cfg.inference.max_lora_rank,
+        max_loras=max(cfg.trainer.max_staleness, 1) + 3,
+        max_model_len=cfg.inference.max_model_len,
+        cpu_cores=cpus.replica_cores[0] if cpus.replica_cores else None,
+    )
 
 
 def print_figures(figures: dict[str, float], args: argparse.Namespace) -> None:

@@ -11,6 +11,9 @@ CI proves the gated half on the end-to-end rehearsal (tests/launchers/test_rehea
 negative cache are unit-tested (tests/launchers/test_rehearsal_standin.py). Run from the checkout:
 
     python benchmarks/rehearsal_sync.py [--lag 1.0] [--negative-cache 30] [--steps 2]
+
+Smallest (CI: tests/benchmarks/test_benchmark_scripts.py, one rehearsal, one replica Job, the ungated half that the
+e2e rehearsal does not run): `--gates off --replicas 1 --steps 1 --negative-cache 2`.
 """
 
 from __future__ import annotations
@@ -27,11 +30,11 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 
 
-def rehearse(root: Path, gate: bool, lag_s: float, negative_cache_s: float, steps: int) -> list[float]:
-    """publish -> loaded on both replicas (s), per logged step, of one rehearsal."""
+def rehearse(root: Path, gate: bool, lag_s: float, negative_cache_s: float, steps: int, replicas: int) -> list[float]:
+    """publish -> loaded on every replica (s), per logged step, of one rehearsal."""
     run_id = f"gate-{str(gate).lower()}"
     command = [
-        sys.executable, "-m", "agrpo", "+recipe=smoke", "launcher=hf_jobs", "sync=bucket", "inference.replicas=2",
+        sys.executable, "-m", "agrpo", "+recipe=smoke", "launcher=hf_jobs", "sync=bucket", f"inference.replicas={replicas}",
         "--rehearse", f"launcher.hf_jobs.run_id={run_id}", f"--rehearsal-dir={root}",
         "launcher.hf_jobs.poll_interval_s=2", "inference.device=cpu", f"trainer.max_steps={steps}",
         f"--rehearsal-listing-lag-s={lag_s}", f"--rehearsal-negative-cache-s={negative_cache_s}",
@@ -51,16 +54,22 @@ def main() -> None:
     parser.add_argument("--lag", type=float, default=1.0, help="the stand-in bucket's listing lag (s)")
     parser.add_argument("--negative-cache", type=float, default=30.0, help="its negative-lookup cache (s)")
     parser.add_argument("--steps", type=int, default=2)
+    parser.add_argument("--replicas", type=int, default=2, help="replica Jobs per rehearsal")
+    parser.add_argument("--gates", default="on,off", help="which rehearsals: on, off or both (on,off)")
     args = parser.parse_args()
+    gates = [{"on": True, "off": False}[name.strip()] for name in args.gates.split(",")]
     rows = []
     with tempfile.TemporaryDirectory(prefix="agrpo-rehearsal-sync-") as tmp:
-        for gate in (True, False):
+        for gate in gates:
             root = Path(tmp) / f"gate-{gate}" / "rehearsal"
             root.parent.mkdir(parents=True)
-            latencies = rehearse(root, gate, args.lag, args.negative_cache, args.steps)
+            latencies = rehearse(root, gate, args.lag, args.negative_cache, args.steps, args.replicas)
             rows.append((gate, latencies))
-    print(f"listing lag {args.lag:g} s, negative cache {args.negative_cache:g} s, {args.steps} steps")
-    print("| visibility gate | publish -> loaded on both replicas, median (s) | per step (s) |")
+    print(
+        f"listing lag {args.lag:g} s, negative cache {args.negative_cache:g} s, {args.steps} steps, "
+        f"{args.replicas} replica Job(s)"
+    )
+    print("| visibility gate | publish -> loaded on every replica, median (s) | per step (s) |")
     print("|---|---|---|")
     for gate, latencies in rows:
         median = f"{statistics.median(latencies):.2f}" if latencies else "-"

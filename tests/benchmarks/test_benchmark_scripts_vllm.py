@@ -1,0 +1,100 @@
+"""Every script under benchmarks/ that needs a vLLM server runs once, with its smallest arguments, as a user runs it,
+and prints its table with figures (test_benchmark_scripts.py holds the others). Where a script can use a running
+server (`--url`, or the Hydra overrides `role=trainer inference.urls=[...]` it passes to `python -m agrpo`), it uses the
+session's shared replica (tests/conftest.py `vllm_server`) instead of booting one: its figures then say nothing about
+speed, only that the script still runs end to end. The two whose subject is a boot start their own: the replica
+start (two boots) and the bucket-sync rehearsal (one replica Job). Boots: docs/ci.md's table; run times: its
+"Benchmarks in CI". No figure is asserted: a benchmark measures, a test only checks that it still does."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from agrpo.inference.vllm_server import unload_adapters
+from agrpo.processes.ports import free_ports
+from agrpo.rehearsal.runner import namespaces_available
+from tests.benchmarks.bench_output import has_number, run_script, table_rows
+
+pytestmark = [pytest.mark.vllm, pytest.mark.timeout(900)]
+
+
+@pytest.fixture
+def shared(vllm_server, tiny_model_dir):
+    """Overrides that train against the shared replica; its trl-policy-* adapters unloaded before and after, so each
+    run starts at v1 as on a fresh server."""
+    unload_adapters(vllm_server.url)
+    yield [
+        "role=trainer",
+        f"inference.urls=[{vllm_server.url}]",
+        f"model.name_or_path={tiny_model_dir}",
+        "model.builder=null",
+    ]
+    unload_adapters(vllm_server.url)
+
+
+def test_pipeline_bench(vllm_server, tiny_model_dir):
+    """--url: the shared replica instead of one of its own; 4 steps per mode (3 are warm-up)."""
+    unload_adapters(vllm_server.url)
+    output = run_script("pipeline_bench.py", "--steps", "4", "--url", vllm_server.url, "--model", str(tiny_model_dir))
+    rows = table_rows(output, "| mode | seconds per optimizer step |")
+    assert [row[0] for row in rows[:4]] == ["async", "lock-step", "gen-only", "train-only"], rows
+    assert all(has_number(row) for row in rows)
+
+
+def test_throughput_run_and_table(shared, tmp_path):
+    out = tmp_path / "bench"
+    output = run_script("throughput.py", "run", "--topology", "1", "--modes", "new", "--out", str(out), *shared,
+                        "trainer.max_steps=4")  # fmt: skip
+    rows = table_rows(output, "| topology | figure |")
+    steps = next(row for row in rows if row[1] == "steps/s")
+    assert re.fullmatch(r"\d+\.\d+", steps[3]), rows
+    again = table_rows(run_script("throughput.py", "table", str(out)), "| topology | figure |")
+    assert again == rows
+
+
+def test_elastic_run_table_and_plot(shared, tmp_path):
+    """One mode (fixed-min) on the shared replica; the fleet's own runs are tests/e2e/test_elastic.py's."""
+    out = tmp_path / "bench"
+    output = run_script("elastic.py", "run", "--modes", "fixed-min", "--out", str(out), *shared, "trainer.max_steps=4")
+    rows = table_rows(output, "wall s")
+    assert rows and all(has_number(row) for row in rows[:1]), output
+    assert table_rows(run_script("elastic.py", "table", str(out)), "wall s") == rows
+    run_script("elastic.py", "plot", str(out / "elastic-1-fixed-min-history.json"), str(tmp_path / "fleet.png"))
+    assert (tmp_path / "fleet.png").stat().st_size > 1000
+
+
+def test_trainer_start(shared):
+    output = run_script("trainer_start.py", "--repeats", "1", "--", *shared, "trainer.max_steps=2")
+    rows = table_rows(output, "| trainer starts | first step |")
+    assert len(rows) == 2 and all(has_number(row) for row in rows), rows
+    assert re.search(r"first step \d+\.\d+x sooner", output), output
+
+
+def test_agent_routing(shared):
+    """Both runs (1 and 2 replicas in its command) train against the one shared replica, without the warm start."""
+    output = run_script("agent_routing.py", *shared, "agent.warmstart.enabled=false", "trainer.max_steps=2")
+    rows = table_rows(output, "| replicas | continuations on the prefix's replica |")
+    assert [row[0] for row in rows] == ["1", "2"] and all(has_number(row) for row in rows), rows
+
+
+def test_own_tool_task(shared):
+    output = run_script("own_tool_task/run.py", "--steps", "2", *shared, "agent.warmstart.enabled=false")
+    assert re.search(r"tool calls per episode, first 5 steps -> last 5: \d+\.\d+ -> \d+\.\d+", output), output
+    assert re.search(r"reward \(numeric_match\), first 5 steps -> last 5: \d+\.\d+ -> \d+\.\d+", output), output
+
+
+def test_cpu_replica_start():
+    """Its subject is the boot: one repeat, each arm's replica started here (2 boots)."""
+    output = run_script("cpu_replica_start.py", "--repeats", "1", "--port", str(free_ports(1, 18950)[0]))
+    rows = table_rows(output, "| medians of 1 |")
+    assert [row[0] for row in rows] == ["s to /health", "tokens/s, 16 at a time"] and all(map(has_number, rows))
+
+
+@pytest.mark.requires(namespaces_available())
+def test_rehearsal_sync():
+    """The ungated half (the e2e rehearsal runs the gated one), one replica Job, one step: 1 boot."""
+    args = ("--gates", "off", "--replicas", "1", "--steps", "1", "--negative-cache", "2")
+    rows = table_rows(run_script("rehearsal_sync.py", *args), "| visibility gate |")
+    assert rows[0][0] == "off" and has_number(rows[0]), rows
