@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from agrpo.data.jsonl import task_rows_from_config
+from agrpo.data.jsonl_lines import row_label
 from agrpo.errors import ConfigError
 
 
@@ -32,4 +33,4 @@ def load_hub(data_cfg: Any, seed: int = 0):
             f"data.name={data_cfg.name!r} (config {data_cfg.config_name!r}, split "
             f"{data_cfg.split!r}) could not be loaded: {error}"
         ) from None
-    return task_rows_from_config(raw, data_cfg)
+    return task_rows_from_config(raw, data_cfg, row_label(f"{data_cfg.name} ({data_cfg.split})", None))

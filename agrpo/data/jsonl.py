@@ -7,7 +7,7 @@ row's other columns to the rewards, repeated once per completion. So a reward co
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from agrpo.errors import ConfigError
@@ -31,6 +31,11 @@ def chat_messages(value: Any) -> list[dict[str, str]]:
     """A prompt as chat messages: a string becomes one user turn; a list must already be {role, content} dicts."""
     if isinstance(value, str):
         return [{"role": "user", "content": value}]
+    if value is None:
+        raise ConfigError(
+            "the prompt is null or missing: a prompt is text or a list of chat messages like "
+            "[{'role': 'user', 'content': '...'}]"
+        )
     if isinstance(value, list) and value and all(isinstance(m, Mapping) for m in value):
         messages = [{"role": str(m.get("role")), "content": m.get("content")} for m in value]
         for message in messages:
@@ -87,8 +92,11 @@ def to_task_rows(
     prompt_template: str | None = None,
     system_prompt: str | None = None,
     instruction: str | None = None,
+    where: Callable[[int], str] | None = None,
 ):
-    """Rename columns, then build a chat `prompt` per row; every other column is kept as is, for the rewards."""
+    """Rename columns, then build a chat `prompt` per row; every other column is kept as is, for the rewards. A row
+    whose prompt cannot be built is a ConfigError naming it with `where` (its line in a JSONL file; default: its
+    index)."""
     if len(dataset) == 0:
         raise ConfigError("the dataset has no rows")
     dataset = rename_columns(dataset, columns or {})
@@ -98,18 +106,21 @@ def to_task_rows(
             f"column(s) {clashes} clash with the arguments TRL passes to every reward; rename them "
             f"with +data.columns.{clashes[0]}=another_name"
         )
-    render_prompt(dataset[0], template=prompt_template, system_prompt=system_prompt, instruction=instruction)
+    label = where or (lambda index: f"row {index} (counting from 0)")
 
-    def convert(row: dict[str, Any]) -> dict[str, Any]:
-        return {
-            "prompt": render_prompt(row, template=prompt_template, system_prompt=system_prompt, instruction=instruction)
-        }
+    def convert(row: dict[str, Any], index: int) -> dict[str, Any]:
+        try:
+            prompt = render_prompt(row, template=prompt_template, system_prompt=system_prompt, instruction=instruction)
+        except ConfigError as error:
+            raise ConfigError(f"{label(index)}: {error}") from None
+        return {"prompt": prompt}
 
+    convert(dataset[0], 0)  # a template naming no column fails here, before any map
     remove = ["prompt"] if "prompt" in dataset.column_names else []
-    return dataset.map(convert, remove_columns=remove, desc="formatting prompts")
+    return dataset.map(convert, with_indices=True, remove_columns=remove, desc="formatting prompts")
 
 
-def task_rows_from_config(raw, data_cfg: Any):
+def task_rows_from_config(raw, data_cfg: Any, where: Callable[[int], str] | None = None):
     """`to_task_rows` with the `data.*` keys (shared by the jsonl and hub loaders)."""
     return to_task_rows(
         raw,
@@ -117,6 +128,7 @@ def task_rows_from_config(raw, data_cfg: Any):
         prompt_template=data_cfg.prompt_template,
         system_prompt=data_cfg.system_prompt,
         instruction=data_cfg.instruction,
+        where=where,
     )
 
 
@@ -140,7 +152,7 @@ def load_jsonl(data_cfg: Any, seed: int = 0):
 
     `seed` is unused: shuffling and capping are the caller's (agrpo.data.loading).
     """
-    from agrpo.data.math import read_local
+    from agrpo.data.math import local_row_label, read_local
 
     if not data_cfg.path:
         raise ConfigError(
@@ -148,7 +160,7 @@ def load_jsonl(data_cfg: Any, seed: int = 0):
             "and the columns your rewards read)"
         )
     try:
-        raw = read_local(data_cfg.path, data_cfg.split)
+        raw, where = read_local(data_cfg.path, data_cfg.split), local_row_label(data_cfg.path)
     except (FileNotFoundError, ValueError) as error:
         raise ConfigError(f"data.path={data_cfg.path!r}: {error}") from None
-    return task_rows_from_config(raw, data_cfg)
+    return task_rows_from_config(raw, data_cfg, where)

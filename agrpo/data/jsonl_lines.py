@@ -8,6 +8,7 @@ as a bare StopIteration, and skips blank lines, so a row's index is not its line
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 
 _SHOWN = 80
@@ -49,3 +50,37 @@ def jsonl_row_lines(path: str | Path) -> list[int]:
             f"{path} is not UTF-8 text (byte {error.start}): a JSONL file is UTF-8 JSON, one object per line"
         ) from None
     return row_lines(text, path)
+
+
+def row_label(path: str | Path, lines: list[int] | None) -> Callable[[int], str]:
+    """How an error names row `index` of a file's rows as loaded: its line (`lines`, from `row_lines`) where known, else
+    its index (pure)."""
+    if lines is None:
+        return lambda index: f"row {index} of {path} (counting from 0)"
+    return lambda index: f"line {lines[index]} of {path}" if index < len(lines) else f"row {index} of {path}"
+
+
+_KINDS = {dict: "an object", list: "a list", str: "text", bool: "a boolean", int: "a number", float: "a number"}
+
+
+def mixed_column(text: str, path: str | Path) -> str | None:
+    """The first line whose column holds another kind of JSON value (object, list, text, number, boolean) than the
+    first row that has it, as a sentence naming both lines; None when every column keeps one kind (pure). For a file
+    `datasets` could not read: its error names no line."""
+    first: dict[str, tuple[str, int]] = {}
+    for number, line in enumerate(text.splitlines(), start=1):
+        try:
+            row = json.loads(line) if line.strip() else None
+        except json.JSONDecodeError:
+            continue
+        for column, value in row.items() if isinstance(row, dict) else ():
+            if value is None:
+                continue
+            kind = _KINDS.get(type(value), type(value).__name__)
+            seen = first.setdefault(column, (kind, number))
+            if seen[0] != kind:
+                return (
+                    f"line {number} of {path}: column {column!r} holds {kind}, where line {seen[1]} holds {seen[0]}; "
+                    "keep one kind of value per column (quote numbers as text, or wrap every row's value in a list)"
+                )
+    return None

@@ -8,12 +8,12 @@ statement, for evaluation records) and ``answer`` (the gold final answer, a stri
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from agrpo.data.jsonl_lines import jsonl_row_lines
+from agrpo.data.jsonl_lines import jsonl_row_lines, mixed_column, row_label
 from agrpo.data.prompts import DEFAULT_INSTRUCTION, build_prompt, problem_text
 from agrpo.rewards.answers import gsm8k_gold
 
@@ -70,7 +70,19 @@ def read_local(path: str | os.PathLike, split: str = "train"):
         jsonl_row_lines(path)  # a broken line or an empty file, named with its line (pyarrow names neither)
     elif path.stat().st_size == 0:
         raise ValueError(f"{path} is empty")
-    return datasets.load_dataset(builder, data_files=str(path), split="train")
+    try:
+        return datasets.load_dataset(builder, data_files=str(path), split="train")
+    except Exception as error:  # pyarrow's "Expected object or value" names no line: find it
+        mixed = mixed_column(path.read_text(encoding="utf-8"), path) if path.suffix == ".jsonl" else None
+        if mixed is None:
+            raise
+        first = (str(error).strip().splitlines() or [type(error).__name__])[0]
+        raise ValueError(f"{mixed} (the reader said: {first})") from None
+
+
+def local_row_label(path: str | os.PathLike) -> Callable[[int], str]:
+    """How an error names a row of the local file `path` as read: its line for a JSONL file, else its index."""
+    return row_label(path, jsonl_row_lines(path) if Path(path).suffix == ".jsonl" else None)
 
 
 def read_hub(name: str, split: str = "train", config_name: str | None = None):
@@ -118,11 +130,13 @@ def to_math_rows(
     columns: Mapping[str, str] | None = None,
     system_prompt: str | None = None,
     instruction: str | None = DEFAULT_INSTRUCTION,
+    where: Callable[[int], str] | None = None,
 ):
     """Reshape any dataset of problems and answers into ``prompt``, ``problem`` and ``answer`` columns.
 
     ``columns`` maps source columns to ``problem`` and ``answer`` (``{"question": "problem"}``); unmapped roles are
-    found among ``PROBLEM_COLUMNS`` and ``ANSWER_COLUMNS``.
+    found among ``PROBLEM_COLUMNS`` and ``ANSWER_COLUMNS``. A row that cannot be read is a ValueError naming it with
+    ``where`` (its line in a JSONL file; default: its index).
     """
     if len(dataset) == 0:
         raise ValueError("the dataset is empty")
@@ -134,15 +148,25 @@ def to_math_rows(
     problem_column = _pick(first, by_role.get("problem"), PROBLEM_COLUMNS, "problem")
     answer_column = _pick(first, by_role.get("answer"), ANSWER_COLUMNS, "answer")
 
-    def convert(row: Mapping[str, Any]) -> dict[str, Any]:
-        problem = problem_text(_get(row, problem_column), instruction)
+    label = where or (lambda index: f"row {index} (counting from 0)")
+
+    def convert(row: Mapping[str, Any], index: int) -> dict[str, Any]:
+        try:
+            problem, answer = _get(row, problem_column), _get(row, answer_column)
+            for column, value in ((problem_column, problem), (answer_column, answer)):
+                if value is None:
+                    raise ValueError(f"column {column!r} is null or missing")
+            problem = problem_text(problem, instruction)
+        except (KeyError, TypeError, ValueError) as error:
+            what = error.args[0] if isinstance(error, KeyError) and error.args else error  # KeyError's str() quotes
+            raise ValueError(f"{label(index)}: {what}") from None
         return {
             "prompt": build_prompt(problem, system_prompt, instruction),
             "problem": problem,
-            "answer": gold_answer(_get(row, answer_column)),
+            "answer": gold_answer(answer),
         }
 
-    return dataset.map(convert, remove_columns=dataset.column_names, desc="formatting math prompts")
+    return dataset.map(convert, with_indices=True, remove_columns=dataset.column_names, desc="formatting math prompts")
 
 
 def load_math_dataset(
@@ -160,10 +184,10 @@ def load_math_dataset(
     ends in a data-file suffix is read locally, with no network (tests and offline machines use this).
     """
     if is_local(name_or_path):
-        raw = read_local(name_or_path, split)
+        raw, where = read_local(name_or_path, split), local_row_label(name_or_path)
     else:
-        raw = read_hub(str(name_or_path), split, config_name)
-    return to_math_rows(raw, columns=columns, system_prompt=system_prompt, instruction=instruction)
+        raw, where = read_hub(str(name_or_path), split, config_name), row_label(f"{name_or_path} ({split})", None)
+    return to_math_rows(raw, columns=columns, system_prompt=system_prompt, instruction=instruction, where=where)
 
 
 def load_math(data_cfg: Any, seed: int = 0):
