@@ -53,16 +53,18 @@ def _fail(message: str, code: int) -> int:
 
 
 async def serve(settings: ProxySettings) -> None:
-    """Run until SIGINT or SIGTERM, then close cleanly."""
+    """Run until SIGINT or SIGTERM, then close cleanly (exit 0): requests in flight get --shutdown-timeout-s, the
+    rest is cancelled, sessions are closed. The handlers come first, so a signal during start-up (the health probes)
+    also ends in a clean stop rather than a KeyboardInterrupt or the signal's default death."""
     from agrpo.proxy.server import ProxyServer
 
     server = ProxyServer(settings)
-    await server.start()
-    print(f"agrpo.proxy listening on {server.url} in front of {len(server.replicas)} replica(s)", flush=True)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
+    await server.start()
+    print(f"agrpo.proxy listening on {server.url} in front of {len(server.replicas)} replica(s)", flush=True)
     try:
         await stop.wait()
     finally:

@@ -308,12 +308,16 @@ class FrontProtocol(asyncio.Protocol):
             handler.data_received(data)
 
     async def close(self, timeout: float) -> None:
-        """Let the request in flight finish (up to `timeout`), then close."""
-        if self._task is not None:
-            try:
-                await asyncio.wait_for(asyncio.shield(self._task), timeout)
-            except (asyncio.TimeoutError, Exception):
-                pass
+        """Let the request in flight finish (up to `timeout`), cancel it if it has not, then close. `asyncio.wait`
+        never raises what the request ended with: a request whose client left meanwhile is cancelled
+        (`connection_lost`), and awaiting it directly raised that CancelledError (a BaseException) out of the
+        proxy's shutdown, a traceback and an unclosed session on every SIGTERM."""
+        task = self._task
+        if task is not None:
+            await asyncio.wait([task], timeout=timeout)
+            if not task.done():
+                task.cancel()  # its upstream request too; the replica stops generating for nobody
+                await asyncio.wait([task], timeout=1.0)
         if self.transport is not None and not self.handed_over:
             self.transport.close()
 

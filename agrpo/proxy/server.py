@@ -164,23 +164,28 @@ class ProxyServer:
         return self._runner.server()
 
     async def stop(self) -> None:
-        await self.control.stop_probing()
-        if self._sweeper is not None:
-            self._sweeper.cancel()
-            self._sweeper = None
-        if self._listener is not None:
-            self._listener.close()  # no new connections; requests in flight may finish
-            await asyncio.gather(
-                *(front.close(self.settings.shutdown_timeout_s) for front in list(self.front_connections))
-            )
-            self._listener = None
-        if self._runner is not None:
-            await self._runner.cleanup()
-            self._runner = None
-        if self.session is not None:
-            await self.session.close()
-            self.session = None
-        self.pool.close()
+        """Stop probing, let requests in flight finish (--shutdown-timeout-s), then close. The client session and the
+        pool are closed whatever happened before (an unclosed session is an `Unclosed client session` error when the
+        loop ends)."""
+        try:
+            await self.control.stop_probing()
+            if self._sweeper is not None:
+                self._sweeper.cancel()
+                self._sweeper = None
+            if self._listener is not None:
+                self._listener.close()  # no new connections; requests in flight may finish
+                await asyncio.gather(
+                    *(front.close(self.settings.shutdown_timeout_s) for front in list(self.front_connections))
+                )
+                self._listener = None
+            if self._runner is not None:
+                await self._runner.cleanup()
+                self._runner = None
+        finally:
+            if self.session is not None:
+                session, self.session = self.session, None
+                await session.close()
+            self.pool.close()
 
     async def __aenter__(self) -> "ProxyServer":
         await self.start()
