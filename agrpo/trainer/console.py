@@ -21,6 +21,7 @@ from transformers import TrainerCallback
 from agrpo.config.schema import RunConfig
 from agrpo.plot import CURVES_PNG
 from agrpo.trainer.bottleneck import accounting_line, sample_accounting, stale_share
+from agrpo.trainer.console_events import RETIRED_DROPPED, WORKER_RESENT, ConsoleEvents, requests_figures, requests_line
 from agrpo.trainer.logs import CONSOLE_LOGGER, level_number, current_log_file
 from agrpo.trainer.run_notices import RunNotices, tool_calls_part
 
@@ -59,34 +60,10 @@ def step_line(logs: dict[str, Any], step: int, total: int) -> str:
     ]
     tools = tool_calls_part(logs)  # agent runs: tool calls per episode (agrpo/trainer/run_notices.py)
     parts += [tools] if tools else []
-    retried, dropped = logs.get("rollout/vllm_retry_total"), logs.get("rollout/retired_dropped_total")
-    if retried or dropped:  # each one's warning is in trainer.log (agrpo/trainer/rollout_loop.py)
-        parts.append(f"requests retried {int(retried or 0)}, dropped {int(dropped or 0)} (see trainer.log)")
+    resent, dropped = logs.get(WORKER_RESENT), logs.get(RETIRED_DROPPED)
+    if resent or dropped:  # each one is a line in trainer.log (agrpo/trainer/rollout_loop.py); totals: the summary
+        parts.append(f"re-sent {int(resent or 0)}, groups dropped {int(dropped or 0)} (trainer.log)")
     return "  ".join(parts)
-
-
-def replica_lines(hung: dict[int, int], logs: dict[str, Any], step: int) -> list[tuple[int, str]]:
-    """A line when the proxy finds a replica hung (`proxy/replicaN/hung`: it stopped answering, e.g. SIGSTOPped or a
-    stuck host) and one when that replica is back in rotation (`proxy/replicaN/healthy`). `hung` (replica -> the step
-    it was first seen hung) is updated in place. A replica that died gets no line here: it refuses connections
-    rather than hanging, and the launcher prints its own ("vllm-1 died; restarting it"). Returns (level, line)."""
-    lines = []
-    for key, value in logs.items():
-        if not (key.startswith("proxy/replica") and key.endswith("/hung")):
-            continue
-        index = int(key[len("proxy/replica") : -len("/hung")])
-        if value and index not in hung:
-            hung[index] = step
-            message = (
-                f"replica {index} is hung (not answering its health probe): the proxy took it out of rotation, its "
-                "requests and adapter syncs go to the other replicas; training goes on without it"
-            )
-            lines.append((logging.WARNING, message))
-        elif index in hung and logs.get(f"proxy/replica{index}/healthy"):
-            since = hung.pop(index)
-            message = f"replica {index} answers again (hung since step {since}): re-admitted with the current adapter"
-            lines.append((logging.INFO, message))
-    return lines
 
 
 def line_due(step: int, every: int, since_last_s: float, every_s: float) -> bool:
@@ -109,6 +86,7 @@ def run_summary(log_history: list[dict[str, Any]], window: int = 5) -> dict[str,
         "runtime_s": runtime,
         "stale_share": stale_share(steps),
         "samples": sample_accounting(steps),
+        "requests": requests_figures(steps),
     }
     if rewards:
         summary["reward_first"] = fmean(rewards[:window])
@@ -212,6 +190,8 @@ def summary_lines(
         lines.append("  speed        " + ", ".join(speed))
     if summary.get("samples", {}).get("used"):
         lines.append("  samples      " + accounting_line(summary["samples"]))
+    requests = requests_line(summary.get("requests") or {})
+    lines += [requests] if requests else []
     if verdict:
         lines.append(f"  bottleneck   {verdict}")
     if curves:
@@ -273,7 +253,7 @@ class ConsoleCallback(TrainerCallback):
         self.every = int(cfg.logger.console_every)
         self.every_s = float(cfg.logger.console_every_s)
         self.last_line_at = time.monotonic()
-        self.hung_replicas: dict[int, int] = {}  # replica -> the step it was first seen hung (replica_lines)
+        self.events = ConsoleEvents()  # hung replicas, dropped groups: one line per kind of event
         self.history: list[dict[str, Any]] = []
         self.bar = None
         self.main = True
@@ -326,7 +306,7 @@ class ConsoleCallback(TrainerCallback):
         if "perf/step_s" not in logs and "reward" not in logs:
             return
         self.history.append({**logs, "step": state.global_step})
-        for level, line in replica_lines(self.hung_replicas, logs, state.global_step):
+        for level, line in self.events.observe(logs, state.global_step):
             self.log.log(level, line)
         for line in self.notices.observe(logs):
             self.log.info(line)

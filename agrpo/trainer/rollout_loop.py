@@ -19,7 +19,8 @@ these overrides (a monkeypatch in the parent would not reach it). The default lo
   (`CONTEXT_FULL_COUNTER`, `REFUSED_COUNTER`); the first such turn is one console line with vLLM's words and the keys
   to change, the others go to trainer.log.
 - The child's log records go to the trainer's log file (the child has no logging set up: TRL's per-request
-  warnings reached the terminal). The console shows their count per step instead (agrpo/trainer/console.py).
+  warnings reached the terminal). Each dropped group is a DEBUG line there only (8 of them on the console for one
+  frozen replica, before); the console shows one line per kind of event and the counts (agrpo/trainer/console_events.py).
 """
 
 from __future__ import annotations
@@ -122,6 +123,9 @@ class AgrpoRolloutLoop(_AsyncRolloutLoop):
         token = trainer_bearer()
         self._auth = {"Authorization": f"Bearer {token}"} if token else {}
         log_to_trainer_log(os.environ.get(ROLLOUT_LOG_ENV))
+        log.setLevel(
+            logging.DEBUG
+        )  # its per-group DEBUG lines reach trainer.log whoever set logging up (not the console)
 
     async def _generate_loop(self, stop_event):
         if self._auth:  # the session exists now (TRL opens it in _run_loops); every request sends the token
@@ -195,7 +199,8 @@ class AgrpoRolloutLoop(_AsyncRolloutLoop):
             group_id = kwargs.get("group_id", args[3] if len(args) > 3 else 0)
             self._retired_groups.add(group_id)
             self._counters[DROPPED_COUNTER] += 1
-            log.info("dropping group %s: adapter version retired (%s)", group_id, err)
+            # trainer.log only: the console says it once per kind of event (agrpo/trainer/console_events.py)
+            log.debug("dropping group %s: adapter version retired (%s)", group_id, err)
             # An empty rollout keeps TRL's group bookkeeping whole; _score_group drops the group unscored.
             return [], [], [], 0, 0, None
 

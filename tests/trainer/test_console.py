@@ -17,12 +17,12 @@ import pytest
 
 from agrpo.config.schema import RunConfig
 from agrpo.config.spec import with_values
+from agrpo.trainer.console_events import ConsoleEvents
 from agrpo.trainer.console import (
     ConsoleCallback,
     banner_lines,
     eval_overrides,
     quiet_trainer,
-    replica_lines,
     reward_lines,
     run_summary,
     serve_command,
@@ -49,21 +49,21 @@ def test_step_line_with_missing_metrics_shows_dashes_and_no_stale_drop_is_zero()
 
 
 def test_one_line_when_a_replica_hangs_and_one_when_it_is_back_none_for_one_that_died():
-    hung: dict[int, int] = {}
+    events = ConsoleEvents()
     fine = {"proxy/replica0/healthy": 1.0, "proxy/replica0/hung": 0.0, "proxy/replica1/healthy": 1.0}
-    assert replica_lines(hung, {**fine, "proxy/replica1/hung": 0.0}, 10) == []
+    assert events.observe({**fine, "proxy/replica1/hung": 0.0}, 10) == []
     stopped = {**fine, "proxy/replica1/healthy": 0.0, "proxy/replica1/hung": 1.0}
-    [(level, line)] = replica_lines(hung, stopped, 11)
+    [(level, line)] = events.observe(stopped, 11)
     assert level == logging.WARNING and line.startswith("replica 1 is hung (not answering its health probe)")
     assert line.endswith("training goes on without it")
-    assert replica_lines(hung, stopped, 12) == [] and hung == {1: 11}  # said once
-    [(level, line)] = replica_lines(hung, {**fine, "proxy/replica1/hung": 0.0}, 30)
+    assert events.observe(stopped, 12) == [] and events.hung == {1: 11}  # said once
+    [(level, line)] = events.observe({**fine, "proxy/replica1/hung": 0.0}, 30)
     assert level == logging.INFO
     assert line == "replica 1 answers again (hung since step 11): re-admitted with the current adapter"
-    assert hung == {}
+    assert events.hung == {}
     died = {**fine, "proxy/replica1/healthy": 0.0, "proxy/replica1/hung": 0.0}  # refused: the launcher says it
-    assert replica_lines(hung, died, 31) == [] and replica_lines(hung, fine | {"proxy/replica1/hung": 0.0}, 32) == []
-    assert replica_lines(hung, by_step(3), 3) == []  # a one-replica run has no proxy figures
+    assert events.observe(died, 31) == [] and events.observe(fine | {"proxy/replica1/hung": 0.0}, 32) == []
+    assert events.observe(by_step(3), 3) == []  # a one-replica run has no proxy figures
 
 
 def test_run_summary_of_the_real_run():
