@@ -150,3 +150,16 @@ def test_the_allow_list_names_every_file_that_can_skip_and_only_tests_that_exist
 def test_the_gpu_versions_condition_reads_the_pinned_1x_line():
     pin = pinned_hub_version()
     assert pin is not None and pin.startswith("1.")
+
+
+def test_the_hub_condition_holds_for_the_pinned_1x_version_only(monkeypatch):
+    """A 1.x other than the pin (an unpinned GPU set-up) or any 2.x: the run_job(attempts=) skips are not allowed."""
+    import huggingface_hub
+
+    from tests.skip_policy import hub_is_the_pinned_1x_line
+
+    verdicts = {}
+    for version in (pinned_hub_version(), "1.20.0", "2.4.0", "3.0.0"):
+        monkeypatch.setattr(huggingface_hub, "__version__", version)
+        verdicts[version] = hub_is_the_pinned_1x_line()
+    assert verdicts == {pinned_hub_version(): True, "1.20.0": False, "2.4.0": False, "3.0.0": False}
