@@ -67,7 +67,10 @@ def _loop_member(member: str, used_by: str, *params: str) -> TrlName:
 TRL_NAMES: tuple[TrlName, ...] = (
     # The rollout loop agrpo's loop classes derive from (rollout_loop, guarded_loop, rollout_child, agent_loop).
     TrlName(W, "_AsyncRolloutLoop", "rollout_loop"),
-    TrlName(W, "_AsyncRolloutLoop.__init__", "guarded_loop", takes=LOOP_ARGS),
+    # Its arguments; it asks for `f"{lora_name}-v{N}"`: seam/worker hands it the served name (`<tenant>/trl-policy`).
+    TrlName(
+        W, "_AsyncRolloutLoop.__init__", "guarded_loop, seam/worker", takes=LOOP_ARGS + ("lora_name", "model_name")
+    ),
     _loop_member("_generate_loop", "rollout_loop, guarded_loop", "stop_event"),
     _loop_member("_score_loop", "guarded_loop", "stop_event"),
     _loop_member("_run_loops", "guarded_loop", "stop_event"),
@@ -123,7 +126,7 @@ TRL_NAMES: tuple[TrlName, ...] = (
     # (read with getattr(..., None) for ranks that have none: a rename would silently turn the feature off).
     TrlName(T, "AsyncGRPOTrainer._sync_weight_lora", "seam/trainer, sync_mode", ("t0",)),
     TrlName(T, "AsyncGRPOTrainer._lora_dir", "sync_mode, adapter_retention"),
-    TrlName(T, "AsyncGRPOTrainer._lora_name", "sync_mode, adapter_retention"),
+    TrlName(T, "AsyncGRPOTrainer._lora_name", "sync_mode, adapter_retention, seam/trainer"),
     TrlName(T, "AsyncGRPOTrainer._adapter_name", "sync_mode"),
     TrlName(T, "AsyncGRPOTrainer._metrics", "sync_mode, trl_backend, rollout_pacing"),
     TrlName(T, "AsyncGRPOTrainer.vllm_client", "seam/trainer, trl_backend, sync_mode, adapter_retention"),

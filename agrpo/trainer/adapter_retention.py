@@ -56,8 +56,11 @@ class AdapterRetention:
         clock: Callable[[], float] = time.monotonic,
         delete: Callable[[str], None] = lambda path: shutil.rmtree(path, ignore_errors=True),
         finished_margin_s: float = FINISHED_MARGIN_S,
+        served_name: str | None = None,
     ):
         self.lora_dir = os.path.abspath(lora_dir)
+        # the name loads and unloads use (`<tenant>/trl-policy` on a shared fleet: agrpo/trainer/adapter_names.py)
+        self._served = re.compile(rf"{re.escape(served_name or lora_name)}-v(\d+)")
         self.retain_s = retain_s
         self.clock = clock
         self.delete = delete
@@ -76,6 +79,11 @@ class AdapterRetention:
         if os.path.dirname(path) != self.lora_dir:
             return None
         match = self._pattern.fullmatch(os.path.basename(path))
+        return int(match.group(1)) if match else None
+
+    def version_served(self, name: str) -> int | None:
+        """The version a served name (a load's or unload's `lora_name`) stands for, or None for any other name."""
+        match = self._served.fullmatch(name)
         return int(match.group(1)) if match else None
 
     def loaded(self, version: int) -> None:
@@ -151,7 +159,7 @@ def retain_adapter_files(trainer: Any, retain_s: float, direct: bool = False) ->
     """The retention policy on a built AgrpoAsyncGRPOTrainer for the duration of `trainer.train()`
     (`trainer.retaining`: TRL's deletions of published versions are deferred, loads and unloads recorded).
     `direct`: the rollout worker talks to its one replica without a proxy, so its open versions bound retention."""
-    retention = AdapterRetention(trainer._lora_dir, trainer._lora_name, retain_s)
+    retention = AdapterRetention(trainer._lora_dir, trainer._lora_name, retain_s, served_name=trainer.served_lora_name)
     client = getattr(trainer, "vllm_client", None)  # non-main ranks neither load nor delete
     callback = OpenVersionsCallback(retention) if direct and client is not None else None
     if callback is not None:

@@ -92,7 +92,8 @@ class BackgroundSync:
     """Loads published adapter versions on a thread, newest first, and reports each once it is served.
 
     `load(name, path)` blocks until the version can be served (visibility gate included); `unload(name)` forgets it;
-    `delete(path)` removes its folder (deferred by the retention policy); `on_served(version)` switches the rollout
+    `name(v)` is the served name (`served_name`-vN: `<tenant>/trl-policy-vN` on a shared fleet, adapter_names.py),
+    `path(v)` the folder (`lora_name`-vN, never namespaced); `delete(path)` removes its folder (deferred by the retention policy); `on_served(version)` switches the rollout
     worker. Metrics go to `metrics` (a queue drained by the trainer's thread: TRL's metric dict is not thread-safe).
     """
 
@@ -107,8 +108,10 @@ class BackgroundSync:
         delete: Callable[[str], None],
         on_served: Callable[[int], None],
         clock: Callable[[], float] = time.monotonic,
+        served_name: str | None = None,
     ):
         self.lora_name = lora_name
+        self.served_name = served_name or lora_name
         self.lora_dir = lora_dir
         self.max_staleness = max_staleness
         self._load, self._unload, self._delete, self._on_served = load, unload, delete, on_served
@@ -122,10 +125,10 @@ class BackgroundSync:
         self._thread.start()
 
     def name(self, version: int) -> str:
-        return f"{self.lora_name}-v{version}"
+        return f"{self.served_name}-v{version}"
 
     def path(self, version: int) -> str:
-        return os.path.join(self.lora_dir, self.name(version))
+        return os.path.join(self.lora_dir, f"{self.lora_name}-v{version}")
 
     # ---- the trainer's side
     def publish(self, version: int, path: str, write: Callable[[str], None] | None = None) -> None:

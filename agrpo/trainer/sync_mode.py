@@ -102,7 +102,8 @@ class BackgroundSyncRun:
 
         client = self.client
         self.sync = BackgroundSync(
-            lora_name=trainer._lora_name,
+            lora_name=trainer._lora_name,  # the folders
+            served_name=trainer.served_lora_name,  # loads, unloads, requests: `<tenant>/trl-policy` on a shared fleet
             lora_dir=trainer._lora_dir,
             max_staleness=trainer.args.max_staleness,
             load=lambda name, path: client.load_lora_adapter(name, path),

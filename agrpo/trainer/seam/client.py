@@ -17,7 +17,6 @@ a request for it can still be inside an engine). Every call carries the admin to
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -83,7 +82,7 @@ class AgrpoVLLMClient(VLLMClient):
         """TRL: post the unload. agrpo: the retention policy notes when (its folder's deletion counts from then)."""
         retention = self.retention
         if retention is not None:
-            version = retention.version_of(os.path.join(retention.lora_dir, lora_name))
+            version = retention.version_served(lora_name)  # `<tenant>/trl-policy-vN` on a shared fleet
             if version is not None:
                 retention.unloaded(version)
         super().unload_lora_adapter(lora_name, timeout)

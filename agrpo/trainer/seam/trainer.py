@@ -27,6 +27,8 @@ from typing import Any
 from trl.experimental.async_grpo import AsyncGRPOTrainer
 from trl.experimental.async_grpo.async_rollout_worker import AsyncRolloutWorker
 
+from agrpo.errors import ConfigError
+from agrpo.trainer.adapter_names import AdapterNames
 from agrpo.trainer.seam.client import AgrpoVLLMClient
 from agrpo.trainer.seam.module_patches import fix_loaded_model, retaining_shutil
 from agrpo.trainer.seam.worker import AgrpoRolloutWorker
@@ -35,7 +37,17 @@ from agrpo.trainer.seam.worker import AgrpoRolloutWorker
 class AgrpoAsyncGRPOTrainer(AsyncGRPOTrainer):
     """TRL's async GRPO trainer with agrpo's client, worker, sync, log figures and pacing (see the module table)."""
 
-    def __init__(self, *args: Any, loop_cls: type, fix_model: Callable[[Any], Any] | None = None, **kwargs: Any):
+    tenant: str | None = None  # a shared fleet's tenant id (set in __init__)
+
+    def __init__(
+        self,
+        *args: Any,
+        loop_cls: type,
+        fix_model: Callable[[Any], Any] | None = None,
+        tenant: str | None = None,
+        **kwargs: Any,
+    ):
+        self.tenant = tenant  # on a shared fleet: adapters are served as `<tenant>/trl-policy-vN` (adapter_names.py)
         self.rollout_control: Any = None  # the paced child's ControlBlock while pacing (rollout_pacing.py)
         self._background: tuple[Any, float] | None = None  # (BackgroundSync or None on other ranks, timeout_s)
         self._log_figures: list[Callable[[], dict[str, float]]] = []
@@ -46,12 +58,18 @@ class AgrpoAsyncGRPOTrainer(AsyncGRPOTrainer):
             self.vllm_client = AgrpoVLLMClient(self.vllm_client.server_url, self.vllm_client.server_timeout)
         worker = self.rollout_worker
         if isinstance(worker, AsyncRolloutWorker) and not isinstance(worker, AgrpoRolloutWorker):
-            self.rollout_worker = AgrpoRolloutWorker.replacing(worker)
+            self.rollout_worker = AgrpoRolloutWorker.replacing(worker, served_lora_name=self.served_lora_name)
             self.rollout_queue = self.rollout_worker.rollout_buffer
         if self.rollout_worker is not None:
             self.rollout_worker.run_loop(loop_cls)
 
     # ---- the adapter sync
+    @property
+    def served_lora_name(self) -> str:
+        """TRL's `_lora_name` names both the folder and the served adapter; agrpo serves `served_lora_name`-vN (the
+        run's namespace on a shared fleet) and keeps the folder `_lora_name`-vN."""
+        return AdapterNames(self._lora_name, self.tenant).served_base
+
     def sync_in_background(self, sync: Any, timeout_s: float) -> None:
         """From now on `_sync_weight_lora` hands each version to `sync` (a BackgroundSync; None on the ranks that
         only take part in the collective snapshot)."""
@@ -64,6 +82,11 @@ class AgrpoAsyncGRPOTrainer(AsyncGRPOTrainer):
         when it would otherwise train on nothing usable (agrpo/trainer/sync_mode.py). Same (pause, barrier, transfer)
         marks, so TRL's `perf/weight_sync_s` keeps its meaning: the time a sync blocked the trainer."""
         if self._background is None:
+            if self.tenant:  # TRL's sync pauses every replica and serves `_lora_name`-vN, outside the namespace
+                raise ConfigError(
+                    "a run on a shared fleet publishes its adapters in the background: TRL's blocking sync would pause "
+                    "the other runs' generation; set sync.mode=background"
+                )
             return super()._sync_weight_lora(t0)
         from agrpo.trainer.sync_mode import sync_without_pause
 

@@ -89,12 +89,17 @@ class AgrpoRolloutWorker(AsyncRolloutWorker):
         self.guard: RolloutGuard | None = None
 
     @classmethod
-    def replacing(cls, worker: AsyncRolloutWorker) -> "AgrpoRolloutWorker":
+    def replacing(cls, worker: AsyncRolloutWorker, served_lora_name: str | None = None) -> "AgrpoRolloutWorker":
         """This class, built with the arguments TRL gave `worker` (its loop's keyword arguments, queue size
-        included). `worker` must not have started."""
+        included). `worker` must not have started. TRL's loop asks for `f"{lora_name}-v{N}"` with its `_lora_name`;
+        `served_lora_name` replaces it (a shared fleet's `<tenant>/trl-policy`) where TRL syncs adapters (a
+        `lora_name` of None: TRL syncs full weights and requests name the base model)."""
         if worker._process is not None:
             raise RuntimeError("the rollout worker to replace has already started its child")
-        return cls(**dict(worker._loop_kwargs))
+        kwargs = dict(worker._loop_kwargs)
+        if served_lora_name is not None and kwargs.get("lora_name") is not None:
+            kwargs["lora_name"] = served_lora_name
+        return cls(**kwargs)
 
     def run_loop(self, loop_cls: type) -> type:
         """Spawn `loop_cls` (TRL passes the class to the child by reference). A loop that `loop_cls` extends is
