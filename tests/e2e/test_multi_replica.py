@@ -294,6 +294,13 @@ def test_a_hung_replica_costs_seconds_and_comes_back_current(phased_run):
     output = phased_run["output"]
     assert output.count("replica 1 is hung (not answering its health probe)") == 1, output[-3000:]
     assert "replica 1 answers again" in output and "training goes on without it" in output
+    # Issue 42: one line per event. The hang was 9 console lines (8x "dropping group N: adapter version retired");
+    # now its line and the "answers again" one, which counts the dropped groups, with only step lines between.
+    console = output.splitlines()
+    went = next(i for i, line in enumerate(console) if "replica 1 is hung" in line)
+    back = next(i for i, line in enumerate(console) if "replica 1 answers again" in line)
+    events = [line for line in console[went : back + 1] if not line.startswith("step ")]
+    assert len(events) == 2 and "dropping group" not in output, events
     symmetric = steps_between(history, 1, marks["straggler_from"], margin=2)
     pace = statistics.median(e["perf/step_s"] for e in symmetric)
     lost = sum(e["perf/step_s"] for e in during) - len(during) * pace
