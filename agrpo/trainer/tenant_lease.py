@@ -207,12 +207,16 @@ def ending_when_gone(renewer: LeaseRenewer) -> Iterator[LeaseRenewer]:
 # ---- the run's share, at the end ---------------------------------------------------------------------------------
 
 
-def fleet_share(fleet: str | None, answer: Mapping[str, Any]) -> dict[str, Any] | None:
-    """metrics.json's `shared_fleet` from `GET /fleet/tenants/<id>` (that tenant's entry plus the fleet's totals
-    under `fleet`, or beside it as `fleet_replica_seconds`); None when the answer has no figures."""
-    totals = answer.get("fleet") if isinstance(answer.get("fleet"), Mapping) else {}
-    total = _number(totals.get("replica_seconds", answer.get("fleet_replica_seconds")))
-    mine = _number(answer.get("replica_seconds"))
+def fleet_share(fleet: str | None, answer: Mapping[str, Any], own: Mapping[str, Any] | None = None) -> dict | None:
+    """metrics.json's `shared_fleet` from `GET /fleet/tenants/<id>`: the tenant's entry plus the fleet's totals, either
+    under `fleet` or merged at the top (then the top `replica_seconds` is the fleet's, as `idle_replica_seconds` beside
+    it shows, and the run's own comes from `own`, its row of /proxy/stats' `tenants`). None without figures."""
+    if isinstance(answer.get("fleet"), Mapping):
+        total, mine = _number(answer["fleet"].get("replica_seconds")), _number(answer.get("replica_seconds"))
+    elif "idle_replica_seconds" in answer:  # the totals merged over the entry
+        total, mine = _number(answer.get("replica_seconds")), _number((own or {}).get("replica_seconds"))
+    else:
+        total, mine = _number(answer.get("fleet_replica_seconds")), _number(answer.get("replica_seconds"))
     tokens = _number(answer.get("tokens"))
     if mine is None and tokens is None:
         return None
@@ -266,7 +270,8 @@ def read_share(tenancy: Tenancy, fleet: str | None, timeout_s: float = 10.0) -> 
         status, body = fleet_call(tenancy, "GET", f"/fleet/tenants/{tenancy.tenant}", timeout_s)
     except OSError as error:
         status, body = None, {"message": str(error)}
-    section = fleet_share(fleet, body) if status == 200 else None
+    own = own_row(tenancy, timeout_s) if status == 200 and not isinstance(body.get("fleet"), Mapping) else None
+    section = fleet_share(fleet, body, own) if status == 200 else None
     if section is None:
         log.warning(
             "the fleet's figures for tenant %s could not be read (HTTP %s: %s); metrics.json has no "
@@ -276,3 +281,13 @@ def read_share(tenancy: Tenancy, fleet: str | None, timeout_s: float = 10.0) -> 
             str(body.get("message") or "")[:200],
         )
     return section
+
+
+def own_row(tenancy: Tenancy, timeout_s: float) -> dict[str, Any] | None:
+    """This tenant's row of the proxy's /proxy/stats `tenants` (its replica-seconds), or None."""
+    try:
+        status, body = fleet_call(tenancy, "GET", "/proxy/stats", timeout_s)
+    except OSError:
+        return None
+    rows = body.get("tenants") if status == 200 else None
+    return next((r for r in rows or [] if isinstance(r, dict) and r.get("tenant") == tenancy.tenant), None)

@@ -66,6 +66,7 @@ class Fleet(BaseHTTPRequestHandler):
     answers: list[int] = [200]
     requests: list[tuple[str, str, str | None]] = []
     entry: dict = {}
+    stats: dict = {}
 
     def _answer(self, status: int, body: dict) -> None:
         raw = json.dumps(body).encode()
@@ -83,7 +84,7 @@ class Fleet(BaseHTTPRequestHandler):
 
     def do_GET(self):
         Fleet.requests.append(("GET", self.path, self.headers.get("Authorization")))
-        self._answer(200, Fleet.entry)
+        self._answer(200, Fleet.stats if self.path == "/proxy/stats" else Fleet.entry)
 
     def log_message(self, *args):
         pass
@@ -91,7 +92,7 @@ class Fleet(BaseHTTPRequestHandler):
 
 @pytest.fixture()
 def fleet():
-    Fleet.answers, Fleet.requests, Fleet.entry = [200], [], {}
+    Fleet.answers, Fleet.requests, Fleet.entry, Fleet.stats = [200], [], {}, {}
     server = ThreadingHTTPServer(("127.0.0.1", 0), Fleet)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     yield f"http://127.0.0.1:{server.server_port}"
@@ -165,6 +166,20 @@ def test_the_runs_share_is_read_from_the_fleet_at_the_end(fleet):
     }
     assert share_line(section) == "fleet shared: this run's share 25% of 120 replica-seconds (12,345 tokens)"
     assert share_line(section, price_per_hour=3.6).endswith("(12,345 tokens), ~$0.03")
+
+
+def test_with_the_totals_merged_over_the_entry_the_runs_own_seconds_come_from_the_proxys_stats(fleet):
+    """The proxy's answer `{**entry, **totals}`: the top `replica_seconds` is the fleet's; the run's own is its row of
+    /proxy/stats (open, counters only)."""
+    Fleet.entry = {"tenant": "t1-a", "tokens": 800, "replica_seconds": 90.0, "replicas": 1, "idle_replica_seconds": 9}
+    Fleet.stats = {
+        "tenants": [{"tenant": "t2-b", "replica_seconds": 50.0}, {"tenant": "t1-a", "replica_seconds": 30.0}]
+    }
+    section = read_share(Tenancy("t1-a", 20.0, "s", fleet), "f")
+    assert [path for _, path, _ in Fleet.requests] == ["/fleet/tenants/t1-a", "/proxy/stats"]
+    assert section["replica_seconds_share"] == 30.0 and section["fleet_replica_seconds"] == 90.0
+    assert section["share_of_fleet"] == pytest.approx(1 / 3) and section["tokens"] == 800
+    assert share_line(section) == "fleet f: this run's share 33% of 90 replica-seconds (800 tokens)"
 
 
 def test_a_share_without_figures_is_none_and_a_fleet_gone_at_the_end_is_logged(caplog):
