@@ -5,7 +5,8 @@
   on stop, the run's loop class: seam/worker.py, loop_install.py).
 - `_sync_weight_lora(t0)`: with `sync.mode=background` no pause, the load on a thread (sync_mode.py,
   background_sync.py).
-- `log(logs, start_time)`: figures measured outside TRL (serving, fleet) in every training log.
+- `log(logs, start_time)`: figures measured outside TRL (serving, fleet) in every training log; a full disk met there
+  (TensorBoard's writer) or in any thread ends the run with its paragraph only, no traceback (disk_full_quiet.py).
 - `rollout_queue`: `pace_with(block)` counts what the trainer consumes, for the paced child (rollout_pacing.py).
 - TRL's module `shutil.rmtree` of old versions: `retaining(retention)` defers it while a request may still need the
   folder (adapter_retention.py).
@@ -29,6 +30,8 @@ from trl.experimental.async_grpo.async_rollout_worker import AsyncRolloutWorker
 
 from agrpo.errors import ConfigError
 from agrpo.trainer.adapter_names import AdapterNames
+from agrpo.trainer.disk_full import disk_full_cause
+from agrpo.trainer.disk_full_quiet import install_thread_hook, on_disk_full
 from agrpo.trainer.seam.client import AgrpoVLLMClient
 from agrpo.trainer.seam.module_patches import fix_loaded_model, retaining_shutil
 from agrpo.trainer.seam.worker import AgrpoRolloutWorker
@@ -52,6 +55,7 @@ class AgrpoAsyncGRPOTrainer(AsyncGRPOTrainer):
         self._background: tuple[Any, float] | None = None  # (BackgroundSync or None on other ranks, timeout_s)
         self._log_figures: list[Callable[[], dict[str, float]]] = []
         self._retention: Any = None
+        install_thread_hook()  # TensorBoard's writer thread meets a full disk first: no traceback on the console
         with fix_loaded_model(fix_model):
             super().__init__(*args, **kwargs)
         if self.vllm_client is not None:  # main process only
@@ -141,4 +145,9 @@ class AgrpoAsyncGRPOTrainer(AsyncGRPOTrainer):
         if "train_runtime" not in logs:
             for figures in self._log_figures:
                 logs.update(figures())
-        super().log(logs, start_time)
+        try:
+            super().log(logs, start_time)
+        except Exception as error:
+            if disk_full_cause(error) is not None:  # the trainer ends with the paragraph (agrpo/trainer/__main__.py)
+                on_disk_full(error, "main")
+            raise
