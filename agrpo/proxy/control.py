@@ -72,7 +72,9 @@ class Control(ReplicaHealth):
         return reply
 
     async def broadcast(self, request: web.Request) -> web.Response:
-        denied = self.server.admin_denied(request)
+        denied, tenant, tenancy = self.server.admin_denied(request), None, self.server.tenancy
+        if denied is not None and tenancy is not None:  # a run's token: its own adapters only (tenant_routes.py)
+            tenant, denied = tenancy.broadcast_refusal(request, denied)
         if denied is not None:
             return denied
         if not request.raw_path.startswith("/"):
@@ -82,6 +84,10 @@ class Control(ReplicaHealth):
             return read
         body, held = read
         path, path_qs = request.path, request.raw_path
+        refused = None if tenant is None else tenancy.adapter_refusal(tenant, path, body)
+        if refused is not None:
+            self.server.budget.release(held)
+            return refused
         started = perf_counter()
         try:  # shielded: a client that leaves must not stop a state change half-way (all-or-nothing)
             outcome = await asyncio.shield(self._locked_apply(path, path_qs, body))
@@ -91,6 +97,15 @@ class Control(ReplicaHealth):
         if not outcome.ok:
             log.warning("%s -> %d: %s", path, outcome.status, outcome.body[:500])
         return web.Response(status=outcome.status, body=outcome.body, content_type=outcome.content_type.split(";")[0])
+
+    async def unload(self, name: str) -> Outcome:
+        """Unload adapter `name` from every replica, as a client's broadcast would (a tenant that left)."""
+        started, path = perf_counter(), "/v1/unload_lora_adapter"
+        outcome = await self._locked_apply(path, path, json.dumps({"lora_name": name}).encode())
+        self.metrics.observe_broadcast("unload_lora_adapter", outcome.ok, perf_counter() - started)
+        if not outcome.ok:
+            log.warning("unloading %s -> %d: %s", name, outcome.status, outcome.body[:500])
+        return outcome
 
     async def _locked_apply(self, path: str, path_qs: str, body: bytes) -> Outcome:
         try:
@@ -213,7 +228,10 @@ class Control(ReplicaHealth):
 
     # ------------------------------------------------------------------ stats
     async def stats(self, request: web.Request) -> web.Response:
-        return web.json_response(self.metrics.stats(self.replicas, self.server.router.tracked))
+        stats = self.metrics.stats(self.replicas, self.server.router.tracked)
+        if self.server.tenancy is not None:  # --tenancy: each run's share, counters only (no names, no tokens)
+            stats["tenants"] = self.server.tenancy.stats()
+        return web.json_response(stats)
 
     async def prometheus(self, request: web.Request) -> web.Response:
         text = self.metrics.prometheus(self.replicas, self.server.router.tracked)
@@ -225,7 +243,7 @@ class Control(ReplicaHealth):
     async def add_replica(self, request: web.Request) -> web.Response:
         denied = self.server.admin_denied(request)
         if denied is not None:
-            return denied
+            return denied if self.server.tenancy is None else self.server.tenancy.admin_only(request, denied)
         url = await replica_url_from(request, self.server)
         if isinstance(url, web.Response):
             return url
@@ -239,7 +257,7 @@ class Control(ReplicaHealth):
     async def remove_replica(self, request: web.Request) -> web.Response:
         denied = self.server.admin_denied(request)
         if denied is not None:
-            return denied
+            return denied if self.server.tenancy is None else self.server.tenancy.admin_only(request, denied)
         url = await replica_url_from(request, self.server)
         if isinstance(url, web.Response):
             return url

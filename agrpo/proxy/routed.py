@@ -17,6 +17,7 @@ from agrpo.proxy.pool import Exchange
 from agrpo.proxy.replicas import Replica
 from agrpo.proxy.request_fields import BadRequest, parse_routing_fields
 from agrpo.proxy.retired import retired_body
+from agrpo.proxy.tenant_gate import StreamCount
 from agrpo.proxy.upstream import (
     REPLICA_HEADER,
     TRANSPORT_ERRORS,
@@ -91,6 +92,7 @@ class RoutedPath:
         self.pool = server.pool
         self.control = server.control
         self.timeout_s = server.settings.total_timeout_s
+        self.tenancy = None if server.tenancy is None else server.tenancy.gate  # --tenancy only (tenant_gate.py)
 
     async def handle(self, sink, method: str, path_qs: str, raw_headers, raw: bytes, started: float) -> None:
         try:
@@ -114,10 +116,23 @@ class RoutedPath:
             metrics.rejected += 1
             await sink.respond(400, JSON, error_body(400, str(err), "BadRequestError"))
             return
+        if self.tenancy is None:
+            await self._forward(sink, method, path_qs, raw_headers, raw, started, fields, None)
+            return
+        tenant, go = await self.tenancy.enter(sink, raw_headers, fields.model, fields.n)  # may wait: fair share
+        if not go:
+            return
+        try:
+            await self._forward(sink, method, path_qs, raw_headers, raw, started, fields, tenant)
+        finally:
+            if tenant is not None:
+                self.tenancy.leave(tenant, fields.n)
+
+    async def _forward(self, sink, method, path_qs, raw_headers, raw, started, fields, tenant) -> None:
+        metrics = self.metrics
         head_lines = forwarded_head_lines(raw_headers)
         tried: set[int] = set()
-        kind = None
-        last_error, replica = "no replica is available", None
+        kind, reloaded, last_error, replica = None, False, "no replica is available", None
         for attempt in range(2):
             if fields.model in self.control.retired:  # before the first try and before a failover
                 metrics.retired += 1
@@ -139,18 +154,27 @@ class RoutedPath:
             try:
                 try:
                     upstream = await exchange.send(method, path_qs, head_lines, raw)
+                    body = None
+                    if upstream.status == 404 and self.tenancy is not None and not reloaded:
+                        again = (method, path_qs, head_lines, raw)
+                        exchange, upstream, body = await self._reloaded(exchange, upstream, fields.model, again)
+                        reloaded = body is None
                     # An answer is never the replica's health (probes and connection failures are): a 500 is this
                     # request's problem and goes back as it is. "Not now" statuses get one try elsewhere.
                     if upstream.status in RETRY_ELSEWHERE and attempt == 0 and self.replicas.loads(tried, fields.model):
                         last_error = f"replica {replica.index} answered {upstream.status}"
                         continue
                     if upstream.content_type == "text/event-stream":
-                        await self.stream(sink, exchange, upstream, replica, kind, started)
+                        counter = None if tenant is None else StreamCount(tenant)
+                        await self.stream(sink, exchange, upstream, replica, kind, started, counter)
                         return
-                    body = await upstream.read()
+                    if body is None:
+                        body = await upstream.read()
                 except TRANSPORT_ERRORS as err:
                     last_error = self.control.transport_failed(replica, err)
                     continue
+                if tenant is not None:
+                    self.tenancy.count(tenant, body)
                 metrics.observe_routed(kind, perf_counter() - started)
                 await sink.respond(upstream.status, response_headers(upstream.headers, replica), body)
                 return
@@ -164,7 +188,18 @@ class RoutedPath:
             error_body(502, f"no replica could serve the request: {last_error}", "UpstreamError"),
         )
 
-    async def stream(self, sink, exchange, upstream, replica: Replica, kind, started) -> None:
+    async def _reloaded(self, exchange, upstream, model: str, again: tuple):
+        """(exchange, answer, its body) after a 404: when the replica lost adapter `model` that the proxy loaded, the
+        adapter is reloaded there and the request sent again (body None: not read yet); else the 404 as it was."""
+        body = await upstream.read()
+        replica = exchange.replica
+        if not await self.tenancy.reload_evicted(replica, model, body):
+            return exchange, upstream, body
+        exchange.finish()
+        exchange = Exchange(self.pool, replica, self.timeout_s)
+        return exchange, await exchange.send(*again), None
+
+    async def stream(self, sink, exchange, upstream, replica: Replica, kind, started, counter=None) -> None:
         """Pass server-sent events through as they arrive; nothing is buffered.
 
         A stream the replica cuts short (it died, the connection dropped, or a completion
@@ -189,6 +224,8 @@ class RoutedPath:
                 exchange.abort()
                 return
             tail = (tail + chunk)[-32:]
+            if counter is not None:
+                counter.feed(chunk)
         if problem is None and b"[DONE]" not in tail and kind is not None:
             problem = "the stream ended without vLLM's closing DONE event"
         if problem is not None:
@@ -198,5 +235,7 @@ class RoutedPath:
             await sink.abort_stream(cut_event(problem))
             return
         await sink.end_stream()
+        if counter is not None:
+            counter.done()
         if kind is not None:
             self.metrics.observe_routed(kind, perf_counter() - started)

@@ -22,6 +22,7 @@ from agrpo.proxy.pool import Exchange, Pool
 from agrpo.proxy.replicas import Replica, ReplicaSet
 from agrpo.proxy.routed import AiohttpSink, RoutedPath
 from agrpo.proxy.routing import Router
+from agrpo.proxy.tenant_routes import Tenancy
 from agrpo.proxy.settings import (
     ProxySettings,
     canonical_url,
@@ -83,6 +84,7 @@ class ProxyServer:
         self.url: str | None = None
         self.session: aiohttp.ClientSession | None = None
         self.timeout = aiohttp.ClientTimeout(total=settings.total_timeout_s, connect=settings.connect_timeout_s)
+        self.tenancy = Tenancy(self) if settings.tenancy else None  # one fleet, many runs (tenant_routes.py)
         self.control = Control(self)
         self.routed = RoutedPath(self)
         self._runner: web.AppRunner | None = None
@@ -113,6 +115,8 @@ class ProxyServer:
         app.router.add_post("/proxy/replicas", self.control.add_replica)
         app.router.add_delete("/proxy/replicas", self.control.remove_replica)
         app.router.add_get("/server_info", self._server_info)
+        if self.tenancy is not None:
+            self.tenancy.add_routes(app)
         app.router.add_route("*", "/{tail:.*}", self._any)
         return app
 
@@ -157,6 +161,8 @@ class ProxyServer:
             )
         await self.control.probe_all()
         self.control.start_probing()
+        if self.tenancy is not None:
+            self.tenancy.start()
         log.info("proxy on %s in front of %d replica(s)", self.url, len(self.replicas))
 
     def aiohttp_server(self):
@@ -169,6 +175,8 @@ class ProxyServer:
         loop ends)."""
         try:
             await self.control.stop_probing()
+            if self.tenancy is not None:
+                await self.tenancy.stop()
             if self._sweeper is not None:
                 self._sweeper.cancel()
                 self._sweeper = None
@@ -307,6 +315,8 @@ class ProxyServer:
             return self._absolute_form(request)
         if not open_without_token(request.method, request.path):
             denied = self.admin_denied(request)
+            if denied is not None and self.tenancy is not None:  # a run's token reads, never posts
+                denied = None if self.tenancy.may_read(request) else self.tenancy.admin_only(request, denied)
             if denied is not None:
                 return denied
         body = await self.read_body(request)

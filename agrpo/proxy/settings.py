@@ -113,6 +113,24 @@ class ProxySettings:
         "closed, so a client dribbling bytes cannot hold a connection or its body bytes forever",
     )
 
+    # --- tenancy (issue 43): one fleet, many runs
+    tenancy: bool = _knob(
+        False,
+        "serve several runs (tenants) on one fleet: registration at /fleet/tenants, a token and an adapter namespace "
+        "per run, leases, a fair share of the replicas and each run's cost (needs --admin-token-env)",
+    )
+    max_tenants: int = _knob(4, "runs the fleet takes at once (--tenancy); one more is refused at registration (409)")
+    max_loras: int = _knob(
+        0,
+        "LoRA slots the replicas were started with (--max-loras): registration refuses versions beyond (0: unchecked)",
+    )
+    max_lora_rank: int = _knob(
+        0, "the replicas' --max-lora-rank: registration refuses a larger lora_rank (0: unchecked)"
+    )
+    tenant_slots_per_replica: int = _knob(
+        256, "sequences one replica runs at once (its --max-num-seqs): the fair share divides these between tenants"
+    )
+
     def problems(self) -> list[str]:
         """Everything wrong with these settings, as sentences naming the flag to change."""
         found = []
@@ -165,12 +183,23 @@ class ProxySettings:
                 "--max-inflight-body-bytes x (1 - --token-reserved-body-share) must be at least --max-body-bytes "
                 "(else the largest body without the admin token could never be accepted)"
             )
+        found.extend(self._tenancy_problems())
         if self.spill_factor < 1:
             found.append("--spill-factor below 1 would spill from a replica under the mean load")
         if self.spill_slack_requests < 0 or self.load_retry_deadline_s < 0 or self.health_quorum < 0:
             found.append("--spill-slack-requests, --load-retry-deadline-s and --health-quorum cannot be negative")
         if self.health_quorum > len(self.upstreams) > 0:
             found.append(f"--health-quorum {self.health_quorum} exceeds the {len(self.upstreams)} replicas given")
+        return found
+
+    def _tenancy_problems(self) -> list[str]:
+        found = []
+        if self.tenancy and not self.admin_token_env:
+            found.append("--tenancy needs --admin-token-env (the fleet's admin token registers the runs)")
+        if self.max_tenants < 1 or self.tenant_slots_per_replica < 1:
+            found.append("--max-tenants and --tenant-slots-per-replica must be at least 1")
+        if self.max_loras < 0 or self.max_lora_rank < 0:
+            found.append("--max-loras and --max-lora-rank cannot be negative (0: not checked)")
         return found
 
     def open_body_bytes(self) -> int:
