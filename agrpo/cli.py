@@ -105,6 +105,7 @@ SUBCOMMANDS = {
     "eval": "agrpo.eval.cli",  # agrpo eval +recipe=NAME [eval.adapter=PATH]
     "plot": "agrpo.plot",  # agrpo plot RUN_DIR [RUN_DIR...] [-o out.png]
     "push": "agrpo.report.push",  # agrpo push RUN_DIR --repo-id NAME [--private]
+    "fleet": "agrpo.launchers.fleet_cli",  # agrpo fleet up|down|status: a fleet several runs share
 }
 
 
@@ -123,12 +124,14 @@ def main() -> None:
     register_configs()
     register_resolvers()
     from agrpo.launchers.hf_jobs.hub import backend_from_argv
+    from agrpo.sweep_fleet import concurrent_argv
 
     try:
         hub, overrides, notes = backend_from_argv(sys.argv[1:])  # agrpo's own flags, before Hydra parses the rest
         for note in notes:
             print(f"agrpo: {note}", file=sys.stderr)
         sys.argv = [sys.argv[0], *expand_recipe_paths(overrides)]
+        sys.argv = concurrent_argv(sys.argv)  # a multirun on a shared fleet: its points at once (agrpo/sweep_fleet.py)
     except ConfigError as error:
         print(f"agrpo: error: {error}", file=sys.stderr)
         sys.exit(error.exit_code)

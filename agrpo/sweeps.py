@@ -4,7 +4,8 @@ A Hydra callback (`hydra.callbacks.sweep_summary` in conf/config.yaml). It is la
 the files every point left in its job directory (<sweep dir>/<job num>/), so points that ran sequentially (local,
 accelerate), concurrently (a Hydra launcher plugin, HF Jobs) or in other processes are all found:
 - `.hydra/overrides.yaml`  the point's overrides (Hydra writes it for every job);
-- `metrics.json`           the trainer's summary (reward_last, reward_first, global_step, wall_time_s);
+- `metrics.json`           the trainer's summary (reward_last, reward_first, global_step, wall_time_s; on a shared
+                           fleet its `shared_fleet` section: the point's share of the fleet's replica-seconds);
 - `sweep_point.json`       written by this callback when the job returns in this process: status, the value returned
                            to the sweeper, the point's whole wall time (replica start included), the error if any.
 The table also lands in <sweep dir>/sweep_summary.md and .json, and the points' curves (those that left a
@@ -47,6 +48,7 @@ class PointRow:
     wall_s: float | None = None  # the whole point: replicas start, training, teardown
     train_s: float | None = None  # the trainer process alone (metrics.json)
     error: str | None = None
+    fleet_share: float | None = None  # on a shared fleet: the point's share of its replica-seconds (0..1)
 
 
 def read_point(job_dir: Path) -> PointRow:
@@ -67,7 +69,15 @@ def read_point(job_dir: Path) -> PointRow:
         wall_s=point.get("wall_s"),
         train_s=metrics.get("wall_time_s"),
         error=point.get("error"),
+        fleet_share=fleet_share(metrics),
     )
+
+
+def fleet_share(metrics: dict[str, Any]) -> float | None:
+    """metrics.json's `shared_fleet.replica_seconds_share` (written by a run on a shared fleet), when it is a number."""
+    section = metrics.get("shared_fleet")
+    share = section.get("replica_seconds_share") if isinstance(section, dict) else None
+    return float(share) if isinstance(share, (int, float)) and not isinstance(share, bool) else None
 
 
 def collect_points(sweep_dir: Path) -> list[PointRow]:
@@ -88,6 +98,8 @@ def render_table(rows: list[PointRow]) -> str:
     scored = [row.reward_last for row in rows if row.reward_last is not None]
     best = max(scored) if scored else None
     header = ["job", "overrides", "status", "reward last 5", "reward first 5", "steps", "wall", "trainer"]
+    shared = any(row.fleet_share is not None for row in rows)  # a sweep on a shared fleet: each point's share
+    header += ["fleet share"] if shared else []
     lines = [
         f"sweep of {len(rows)} point(s); common overrides: {' '.join(common) or '(none)'}",
         "| " + " | ".join(header) + " |",
@@ -104,7 +116,7 @@ def render_table(rows: list[PointRow]) -> str:
             "-" if row.steps is None else str(row.steps),
             _secs(row.wall_s),
             _secs(row.train_s),
-        ]
+        ] + ([_share(row.fleet_share)] if shared else [])
         lines.append("| " + " | ".join(cells) + " |")
     lines += [f"job {row.job} failed: {row.error}" for row in rows if row.error]
     return "\n".join(lines)
@@ -188,6 +200,10 @@ def _error_of(job_dir: Path) -> str | None:
 
 def _num(value: float | None) -> str:
     return "-" if value is None else f"{value:.4f}"
+
+
+def _share(value: float | None) -> str:
+    return "-" if value is None else f"{100 * value:.0f}%"
 
 
 def _secs(value: float | None) -> str:

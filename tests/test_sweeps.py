@@ -99,3 +99,31 @@ def test_optuna_recipe_composes_with_the_optuna_sweeper(tmp_path):
     sweeper = yaml.safe_load(result.stdout)["hydra"]["sweeper"]
     assert sweeper["_target_"].endswith("OptunaSweeper") and sweeper["direction"] == "maximize"
     assert set(sweeper["params"]) == {"trainer.learning_rate", "lora.r"}
+
+
+def test_points_on_a_shared_fleet_show_their_share_of_its_replica_seconds(tmp_path):
+    shared = {"reward_last": 0.5, "global_step": 5}
+    fake_point(tmp_path, 0, ["lora.r=1"], {**shared, "shared_fleet": {"replica_seconds_share": 0.31}}, None)
+    fake_point(tmp_path, 1, ["lora.r=4"], {**shared, "shared_fleet": {"replica_seconds_share": "bad"}}, None)
+    fake_point(tmp_path, 2, ["lora.r=8"], {**shared, "shared_fleet": {"replica_seconds_share": 0.69}}, None)
+    rows = collect_points(tmp_path)
+    assert [row.fleet_share for row in rows] == [0.31, None, 0.69]
+    table = render_table(rows)
+    assert table.splitlines()[1].endswith("| trainer | fleet share |")
+    assert table.splitlines()[3].endswith("| 31% |") and table.splitlines()[4].endswith("| - |")
+    fake_point(tmp_path / "own", 0, ["lora.r=1"], shared, None)  # own fleets: no share column
+    assert "fleet share" not in render_table(collect_points(tmp_path / "own"))
+
+
+def test_a_multirun_on_the_joblib_launcher_runs_its_points_in_workers_and_tables_them(tmp_path):
+    # What a shared-fleet sweep gets (agrpo/sweep_fleet.py); dry runs, so no vLLM: the launcher and the callbacks only.
+    result = agrpo(
+        "-m", "+recipe=smoke", "launcher.dry_run=true", "lora.r=1,4", "hydra/launcher=joblib",
+        "hydra.launcher.n_jobs=2", cwd=tmp_path,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert "Joblib.Parallel(n_jobs=2" in result.stdout + result.stderr
+    assert "| 0 | lora.r=1 | no metrics |" in result.stdout and "| 1 | lora.r=4 | no metrics |" in result.stdout
+    points = sorted(tmp_path.glob("outputs/multirun/smoke/*/*/sweep_point.json"))
+    assert [json.loads(p.read_text())["status"] for p in points] == ["completed", "completed"]
+    assert points[0].parent.parent == points[1].parent.parent  # one sweep dir, though each worker is its own process

@@ -1,0 +1,178 @@
+"""agrpo/sweep_fleet.py: the argv rewrite that runs a shared-fleet sweep's points at once (pure), and the callback that
+starts the sweep's fleet and always stops it (real processes: a stand-in for `agrpo fleet up`, see FAKE_FLEET)."""
+
+from __future__ import annotations
+
+import os
+import pickle
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+from omegaconf import OmegaConf
+
+from agrpo import sweep_fleet
+from agrpo.sweep_fleet import FLEET_NOTE, SharedFleetSweep, fleet_overrides, joblib_args, point_count, ready_url
+
+SWEEP = ["agrpo", "-m", "+recipe=smoke", "lora.r=1,4,8,16", "inference.shared_fleet=sweep"]
+
+
+def test_a_shared_fleet_multirun_gets_the_joblib_launcher_one_job_per_point():
+    assert joblib_args(SWEEP, max_tenants=4) == [*SWEEP, "hydra/launcher=joblib", "hydra.launcher.n_jobs=4"]
+    two = ["agrpo", "--multirun", "+recipe=smoke", "lora.r=1,4", "trainer.max_steps=5", "inference.shared_fleet=x"]
+    assert joblib_args(two, max_tenants=4)[-1] == "hydra.launcher.n_jobs=2"
+
+
+def test_n_jobs_is_capped_at_the_fleets_tenants_and_counts_the_product_of_the_lists():
+    argv = ["agrpo", "-m", "lora.r=1,4,8,16", "trainer.learning_rate=1e-3,1e-2", "inference.shared_fleet=sweep"]
+    assert point_count(argv[2:]) == 8
+    assert joblib_args(argv, max_tenants=4)[-1] == "hydra.launcher.n_jobs=4"
+    assert joblib_args(argv, max_tenants=16)[-1] == "hydra.launcher.n_jobs=8"
+    assert point_count(["lora.r=range(1,4)", "x=1"]) == 3
+
+
+def test_an_optuna_style_sweep_it_cannot_count_gets_the_tenant_cap():
+    argv = ["agrpo", "-m", "+recipe=smoke_optuna", "lora.r=interval(1,8)", "inference.shared_fleet=sweep"]
+    assert point_count(argv[2:]) is None
+    assert joblib_args(argv, max_tenants=3)[-2:] == ["hydra/launcher=joblib", "hydra.launcher.n_jobs=3"]
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["agrpo", "+recipe=smoke", "inference.shared_fleet=sweep"],  # one run, no multirun
+        ["agrpo", "-m", "+recipe=smoke", "lora.r=1,4"],  # a sweep with its own fleets, as before
+        [*SWEEP, "hydra/launcher=basic"],  # the user's own launcher choice stands
+        ["agrpo", "-m", "lora.r=1,4", "inference.shared_fleet=a,b"],  # a swept fleet name: not one fleet
+        ["agrpo", "-m", "lora.r=1,4", "inference.shared_fleet=sweep", "bad=["],  # Hydra will refuse it itself
+    ],
+)
+def test_argv_is_left_alone_outside_a_shared_fleet_multirun(argv):
+    assert joblib_args(argv, max_tenants=4) == argv
+
+
+def test_the_users_n_jobs_stands():
+    argv = [*SWEEP, "hydra.launcher.n_jobs=2"]
+    assert joblib_args(argv, max_tenants=4) == [*argv, "hydra/launcher=joblib"]
+
+
+def test_fleet_up_gets_the_unswept_overrides_and_the_largest_swept_rank_and_staleness():
+    task = [
+        "+recipe=smoke",
+        "lora.r=1,4,8,16",
+        "inference.shared_fleet=sweep",
+        "trainer.learning_rate=1e-3,1e-2",
+        "trainer.max_staleness=1,2",
+        "trainer.max_steps=5",
+    ]
+    assert fleet_overrides(task) == ["+recipe=smoke", "lora.r=16", "trainer.max_staleness=2", "trainer.max_steps=5"]
+
+
+def test_the_ready_line_is_the_named_fleets_only():
+    text = "booting\nfleet other ready at http://127.0.0.1:1\nfleet sweep ready at http://127.0.0.1:8300\n"
+    assert ready_url(text, "sweep") == "http://127.0.0.1:8300"
+    assert ready_url(text, "nope") is None
+    assert ready_url("fleet sweep ready at", "sweep") is None
+
+
+# A stand-in for `agrpo fleet up NAME ...` (the real one boots vLLM replicas; tests/fleet and the e2e runs cover it):
+# it prints a few lines and the ready line, then waits for SIGTERM, and notes in a file that it was stopped by it.
+FAKE_FLEET = """
+import signal, sys, time, pathlib
+name, marker = sys.argv[1], pathlib.Path(sys.argv[-1].split("=", 1)[1])
+def stop(*_):
+    marker.write_text("SIGTERM")
+    sys.exit(0)
+signal.signal(signal.SIGTERM, stop)
+print("starting replicas for", " ".join(sys.argv[2:]), flush=True)
+if "fail" in name:
+    sys.exit(3)
+print(f"fleet {name} ready at http://127.0.0.1:9", flush=True)
+while True:
+    time.sleep(0.1)
+"""
+
+
+def _config(sweep_dir: Path, name: str, marker: Path):
+    task = ["+recipe=smoke", "lora.r=1,4", f"inference.shared_fleet={name}", f"marker={marker}"]
+    return OmegaConf.create(
+        {"hydra": {"overrides": {"task": task}, "sweep": {"dir": str(sweep_dir)}}, "inference": {"shared_fleet": name}}
+    )
+
+
+@pytest.fixture
+def fake_fleet(tmp_path, monkeypatch):
+    script = tmp_path / "fake_fleet_up.py"
+    script.write_text(FAKE_FLEET)
+    monkeypatch.setattr(sweep_fleet, "running_fleet", lambda name: None)  # no fleet of that name is up
+    return [sys.executable, str(script)]
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    with open(f"/proc/{pid}/stat") as stat:
+        return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
+
+
+def test_the_callback_starts_the_fleet_waits_for_ready_and_stops_it_at_the_end(tmp_path, fake_fleet):
+    marker = tmp_path / "stopped"
+    callback = SharedFleetSweep(command=fake_fleet, stop_timeout_s=10)
+    callback.on_multirun_start(_config(tmp_path / "sweep", "sweep", marker))
+    pid = callback.fleet.pid
+    assert _alive(pid) and os.getpgid(pid) == pid  # its own process group
+    log = (tmp_path / "sweep" / "fleet_sweep.log").read_text()
+    assert f"starting replicas for +recipe=smoke lora.r=4 marker={marker}" in log  # not swept; the largest rank
+    assert '"started_by_sweep": true' in (tmp_path / "sweep" / FLEET_NOTE).read_text()
+    copy = pickle.loads(pickle.dumps(callback))  # what Hydra hands each joblib worker
+    assert copy.fleet is None and callback.fleet is not None
+    callback.on_multirun_end(_config(tmp_path / "sweep", "sweep", marker))
+    assert marker.read_text() == "SIGTERM" and not _alive(pid)
+    callback.stop()  # again (atexit after a normal end): nothing to do
+
+
+def test_a_fleet_that_dies_before_ready_ends_the_sweep_with_its_log(tmp_path, fake_fleet, capsys):
+    callback = SharedFleetSweep(command=fake_fleet)
+    with pytest.raises(SystemExit) as exit_info:
+        callback.on_multirun_start(_config(tmp_path / "sweep", "failing", tmp_path / "m"))
+    assert exit_info.value.code != 0
+    err = capsys.readouterr().err
+    assert "fleet failing exited with code 3 before it was ready" in err and "starting replicas for" in err
+    assert callback.fleet is None
+
+
+def test_a_fleet_already_up_is_used_and_left_running(tmp_path, fake_fleet, monkeypatch, capsys):
+    up = SimpleNamespace(url="http://127.0.0.1:8300", run_dir=str(tmp_path / "fleet_run"), max_tenants=4)
+    monkeypatch.setattr(sweep_fleet, "running_fleet", lambda name: up if name == "sweep" else None)
+    callback = SharedFleetSweep(command=fake_fleet)
+    callback.on_multirun_start(_config(tmp_path / "sweep", "sweep", tmp_path / "m"))
+    assert callback.fleet is None and not (tmp_path / "sweep" / "fleet_sweep.log").exists()
+    assert "already up: it stays up after" in capsys.readouterr().out
+    assert '"started_by_sweep": false' in (tmp_path / "sweep" / FLEET_NOTE).read_text()
+    callback.on_multirun_end(_config(tmp_path / "sweep", "sweep", tmp_path / "m"))
+
+
+def test_a_sweep_without_a_shared_fleet_starts_nothing(tmp_path, fake_fleet):
+    config = OmegaConf.create(
+        {"hydra": {"overrides": {"task": ["lora.r=1,4"]}, "sweep": {"dir": str(tmp_path)}}, "inference": {}}
+    )
+    callback = SharedFleetSweep(command=fake_fleet)
+    callback.on_multirun_start(config)
+    assert callback.fleet is None and not (tmp_path / FLEET_NOTE).exists()
+
+
+def test_a_stopped_fleet_is_killed_when_it_ignores_sigterm(tmp_path, monkeypatch):
+    script = tmp_path / "stubborn.py"
+    script.write_text(
+        FAKE_FLEET.replace("signal.signal(signal.SIGTERM, stop)", "signal.signal(signal.SIGTERM, signal.SIG_IGN)")
+    )
+    monkeypatch.setattr(sweep_fleet, "running_fleet", lambda name: None)
+    callback = SharedFleetSweep(command=[sys.executable, str(script)], stop_timeout_s=1)
+    callback.on_multirun_start(_config(tmp_path / "sweep", "sweep", tmp_path / "m"))
+    pid = callback.fleet.pid
+    callback.stop()
+    assert not _alive(pid)
+    assert not (tmp_path / "m").exists()  # it never ran its SIGTERM handler: SIGKILL after stop_timeout_s
