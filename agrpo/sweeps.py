@@ -49,6 +49,7 @@ class PointRow:
     train_s: float | None = None  # the trainer process alone (metrics.json)
     error: str | None = None
     fleet_share: float | None = None  # on a shared fleet: the point's share of its replica-seconds (0..1)
+    fleet_replica_s: float | None = None  # ... and those replica-seconds (attributed by the tokens it was served)
 
 
 def read_point(job_dir: Path) -> PointRow:
@@ -69,15 +70,17 @@ def read_point(job_dir: Path) -> PointRow:
         wall_s=point.get("wall_s"),
         train_s=metrics.get("wall_time_s"),
         error=point.get("error"),
-        fleet_share=fleet_share(metrics),
+        fleet_share=fleet_figure(metrics, "share_of_fleet"),
+        fleet_replica_s=fleet_figure(metrics, "replica_seconds_share"),
     )
 
 
-def fleet_share(metrics: dict[str, Any]) -> float | None:
-    """metrics.json's `shared_fleet.replica_seconds_share` (written by a run on a shared fleet), when it is a number."""
+def fleet_figure(metrics: dict[str, Any], key: str) -> float | None:
+    """A number from metrics.json's `shared_fleet` section (agrpo/trainer/tenant_lease.py: `share_of_fleet`, the
+    fraction; `replica_seconds_share`, the run's replica-seconds), or None."""
     section = metrics.get("shared_fleet")
-    share = section.get("replica_seconds_share") if isinstance(section, dict) else None
-    return float(share) if isinstance(share, (int, float)) and not isinstance(share, bool) else None
+    value = section.get(key) if isinstance(section, dict) else None
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
 
 def collect_points(sweep_dir: Path) -> list[PointRow]:
@@ -98,7 +101,9 @@ def render_table(rows: list[PointRow]) -> str:
     scored = [row.reward_last for row in rows if row.reward_last is not None]
     best = max(scored) if scored else None
     header = ["job", "overrides", "status", "reward last 5", "reward first 5", "steps", "wall", "trainer"]
-    shared = any(row.fleet_share is not None for row in rows)  # a sweep on a shared fleet: each point's share
+    shared = any(
+        row.fleet_share is not None or row.fleet_replica_s is not None for row in rows
+    )  # a sweep on a shared fleet: each point's share
     header += ["fleet share"] if shared else []
     lines = [
         f"sweep of {len(rows)} point(s); common overrides: {' '.join(common) or '(none)'}",
@@ -116,7 +121,7 @@ def render_table(rows: list[PointRow]) -> str:
             "-" if row.steps is None else str(row.steps),
             _secs(row.wall_s),
             _secs(row.train_s),
-        ] + ([_share(row.fleet_share)] if shared else [])
+        ] + ([_share(row.fleet_share, row.fleet_replica_s)] if shared else [])
         lines.append("| " + " | ".join(cells) + " |")
     lines += [f"job {row.job} failed: {row.error}" for row in rows if row.error]
     return "\n".join(lines)
@@ -202,8 +207,9 @@ def _num(value: float | None) -> str:
     return "-" if value is None else f"{value:.4f}"
 
 
-def _share(value: float | None) -> str:
-    return "-" if value is None else f"{100 * value:.0f}%"
+def _share(share: float | None, replica_s: float | None) -> str:
+    shown = "-" if share is None else f"{100 * share:.0f}%"
+    return shown if replica_s is None else f"{shown} ({replica_s:.0f} replica-s)"
 
 
 def _secs(value: float | None) -> str:

@@ -103,14 +103,24 @@ def test_optuna_recipe_composes_with_the_optuna_sweeper(tmp_path):
 
 def test_points_on_a_shared_fleet_show_their_share_of_its_replica_seconds(tmp_path):
     shared = {"reward_last": 0.5, "global_step": 5}
-    fake_point(tmp_path, 0, ["lora.r=1"], {**shared, "shared_fleet": {"replica_seconds_share": 0.31}}, None)
+    # metrics.json's section as agrpo/trainer/tenant_lease.py writes it: replica_seconds_share is the run's seconds
+    fleet = {"fleet_replica_seconds": 200.0, "tokens": 900}
+    fake_point(
+        tmp_path,
+        0,
+        ["lora.r=1"],
+        {**shared, "shared_fleet": {**fleet, "replica_seconds_share": 62.0, "share_of_fleet": 0.31}},
+        None,
+    )
     fake_point(tmp_path, 1, ["lora.r=4"], {**shared, "shared_fleet": {"replica_seconds_share": "bad"}}, None)
-    fake_point(tmp_path, 2, ["lora.r=8"], {**shared, "shared_fleet": {"replica_seconds_share": 0.69}}, None)
+    fake_point(tmp_path, 2, ["lora.r=8"], {**shared, "shared_fleet": {"share_of_fleet": 0.69}}, None)
     rows = collect_points(tmp_path)
     assert [row.fleet_share for row in rows] == [0.31, None, 0.69]
+    assert [row.fleet_replica_s for row in rows] == [62.0, None, None]
     table = render_table(rows)
     assert table.splitlines()[1].endswith("| trainer | fleet share |")
-    assert table.splitlines()[3].endswith("| 31% |") and table.splitlines()[4].endswith("| - |")
+    assert table.splitlines()[3].endswith("| 31% (62 replica-s) |") and table.splitlines()[4].endswith("| - |")
+    assert table.splitlines()[5].endswith("| 69% |")
     fake_point(tmp_path / "own", 0, ["lora.r=1"], shared, None)  # own fleets: no share column
     assert "fleet share" not in render_table(collect_points(tmp_path / "own"))
 
