@@ -176,3 +176,23 @@ def test_a_stopped_fleet_is_killed_when_it_ignores_sigterm(tmp_path, monkeypatch
     callback.stop()
     assert not _alive(pid)
     assert not (tmp_path / "m").exists()  # it never ran its SIGTERM handler: SIGKILL after stop_timeout_s
+
+
+def test_the_cli_caps_n_jobs_at_the_running_fleets_tenants_else_the_command_line_else_the_default(
+    monkeypatch, tmp_path
+):
+    from agrpo.config.schema.inference import SharedFleetConfig
+    from agrpo.fleet.registry import write_fleet
+    from agrpo.processes.private_dir import RUNTIME_ENV
+    from agrpo.sweep_fleet import concurrent_argv
+    from tests.fleet.test_registry import a_record
+
+    monkeypatch.setenv(RUNTIME_ENV, str(tmp_path / "rt"))  # this test's own fleet registry
+    eight = ["agrpo", "-m", "lora.r=1,2,4,8,16,32,64,128", "inference.shared_fleet=sweep"]
+    assert concurrent_argv(eight)[-1] == f"hydra.launcher.n_jobs={SharedFleetConfig().max_tenants}"
+    assert concurrent_argv([*eight, "inference.shared.max_tenants=2"])[-1] == "hydra.launcher.n_jobs=2"
+    write_fleet(a_record("sweep", max_tenants=3))  # a fleet of that name runs (this process stands for it)
+    assert concurrent_argv([*eight, "inference.shared.max_tenants=2"])[-1] == "hydra.launcher.n_jobs=3"
+    assert concurrent_argv(["agrpo", "lora.r=1", "inference.shared_fleet=sweep"]) == [
+        "agrpo", "lora.r=1", "inference.shared_fleet=sweep"
+    ]  # fmt: skip
