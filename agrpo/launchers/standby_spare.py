@@ -1,6 +1,7 @@
 """A spare replica's process, started ahead as a standby (agrpo/inference/standby.py): `stand_by()` launches it to
 import vLLM and wait, holding no device; `start()` then lets it serve (it writes the go file), or starts it cold when
-there is no standby (it ended, it was stopped, it was never stood by). The fleet controller counts a replica's
+there is no standby (it ended, it was stopped, it was never stood by). The go file's folder must be this user's and
+closed to others' writes (the run's fleet folder is). The fleet controller counts a replica's
 seconds from `start()`: a standby has no model, no KV cache and no GPU context, so it holds nothing a replica-hour
 pays for (docs/elastic.md, "Standby spares")."""
 
@@ -8,8 +9,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from agrpo.errors import LaunchError
 from agrpo.inference.standby import GO_ENV
 from agrpo.processes.managed import ManagedProcess
+from agrpo.processes.private_dir import open_to_others_problem
 
 
 class StandbyProcess(ManagedProcess):
@@ -20,8 +23,14 @@ class StandbyProcess(ManagedProcess):
 
     def stand_by(self) -> None:
         """Launch the standby (a fresh one: whatever is left of an earlier process is reaped first)."""
+        self.go_path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        problem = open_to_others_problem(self.go_path.parent)
+        if problem:  # the standby would refuse it too (agrpo/inference/standby.py)
+            raise LaunchError(
+                f"{self.name}'s standby go file {self.go_path} cannot be there: {problem}, so another user could "
+                "start the replica; give the run a directory of your own (hydra.run.dir)"
+            )
         self.go_path.unlink(missing_ok=True)
-        self.go_path.parent.mkdir(parents=True, exist_ok=True)
         cold_env, self.env = self.env, {**self.env, GO_ENV: str(self.go_path)}
         try:
             super().start()

@@ -132,3 +132,20 @@ def runtime_dir(*names: str) -> Path:
     opens by name (a socket, a go file). Code that creates files itself should use the descriptor instead."""
     os.close(open_runtime_dir(*names))
     return runtime_base().joinpath(*names)
+
+
+def open_to_others_problem(directory: str | Path) -> str | None:
+    """Why a file one of this user's processes waits for (a go file) must not be in `directory` (None: it may): the
+    directory is not this user's, or others may create files in it (/tmp, a 1777 or group-writable directory), so
+    another user could create the file first. Links in the path are followed: only the directory reached counts."""
+    try:
+        info = os.stat(directory)
+    except OSError as error:
+        return f"{directory} cannot be checked ({error.strerror})"
+    if not stat.S_ISDIR(info.st_mode):
+        return f"{directory} is not a directory"
+    if info.st_uid != os.geteuid():
+        return f"{directory} belongs to uid {info.st_uid}, not to you (uid {os.geteuid()})"
+    if stat.S_IMODE(info.st_mode) & 0o022:
+        return f"{directory} has mode {stat.S_IMODE(info.st_mode):04o}: other users can create files in it"
+    return None
