@@ -23,7 +23,8 @@ other work shares the machine); with 64 clients and 128-token prompts also the d
 figures, so the proxy's throughput is a ratio to direct in the same run. `--compare-with`
 runs only that, for this checkout's proxy and another checkout's (say a worktree of an older
 commit) pinned to the same core, the three paths taking turns. The HTTP harness lives in
-benchmarks/proxy_http.py.
+benchmarks/proxy_http.py. `--tenancy-ab` runs only the A/B of a proxy with --tenancy off and on (issue 43):
+benchmarks/proxy_tenancy_ab.py.
 """
 
 import argparse
@@ -207,8 +208,16 @@ def main():
         metavar="CHECKOUT",
         help="only compare this proxy's throughput with CHECKOUT's, in one run",
     )
-    parser.add_argument("--rounds", type=int, default=6, help="turns per path (--compare-with)")
+    parser.add_argument("--rounds", type=int, default=6, help="turns per path (--compare-with, --tenancy-ab)")
+    parser.add_argument(
+        "--tenancy-ab", action="store_true", help="only the hot-path cost of --tenancy: off vs on, in one run"
+    )
     args = parser.parse_args()
+    if args.tenancy_ab:
+        from proxy_tenancy_ab import report, tenancy_ab
+
+        report(asyncio.run(tenancy_ab(2 if args.quick else args.rounds, 1.0 if args.quick else 3.0)))
+        return
     if args.compare_with:
         asyncio.run(compare(args.compare_with.resolve(), args.rounds, 1.0 if args.quick else 2.0))
         return

@@ -23,8 +23,11 @@ class FairShare:
         self.waiting: dict[str, deque] = {}  # tenant -> deque of (ticket, n), oldest first
 
     def active(self) -> int:
-        """Tenants with requests waiting or in flight."""
-        return sum(1 for t in set(self.in_flight) | set(self.waiting) if self._active(t))
+        """Tenants with requests waiting or in flight (both dicts hold only those: a count of 0 or an empty queue is
+        removed)."""
+        if not self.waiting:
+            return len(self.in_flight)
+        return len(self.in_flight.keys() | self.waiting.keys())
 
     def _active(self, tenant: str) -> bool:
         return self.in_flight.get(tenant, 0) > 0 or bool(self.waiting.get(tenant))
@@ -40,13 +43,22 @@ class FairShare:
         held = self.in_flight.get(tenant, 0)
         return held == 0 or held + n <= cap
 
-    def arrive(self, tenant: str, n: int, ticket) -> bool:
-        """True: admitted now (its `n` counted in flight). False: `ticket` waits; `leave` or `withdraw` admits it."""
-        queue = self.waiting.get(tenant)
-        if not queue and self._fits(tenant, n, self.cap(tenant)):
+    def enter(self, tenant: str, n: int) -> bool:
+        """True: admitted now (its `n` counted in flight); False: it must `wait` (nothing recorded yet)."""
+        if tenant not in self.waiting and self._fits(tenant, n, self.cap(tenant)):
             self.in_flight[tenant] = self.in_flight.get(tenant, 0) + n
             return True
+        return False
+
+    def wait(self, tenant: str, n: int, ticket) -> None:
+        """`ticket` waits behind its tenant's earlier ones; `leave`, `withdraw` or `resize` admits it."""
         self.waiting.setdefault(tenant, deque()).append((ticket, n))
+
+    def arrive(self, tenant: str, n: int, ticket) -> bool:
+        """`enter`, else `wait` with `ticket`."""
+        if self.enter(tenant, n):
+            return True
+        self.wait(tenant, n, ticket)
         return False
 
     def leave(self, tenant: str, n: int) -> list:
@@ -81,6 +93,8 @@ class FairShare:
         return self._admit_waiting()
 
     def _admit_waiting(self) -> list:
+        if not self.waiting:
+            return []
         admitted = []
         cap = self.cap()  # admitting a waiting ticket never changes who is active
         for tenant in list(self.waiting):

@@ -81,10 +81,10 @@ class TenantGate:
         """(tenant or None for the admin, True) when the request may go now, after waiting for its fair share if it
         must; (None, False) once the refusal has been answered."""
         authorization = authorization_of(raw_headers)
-        if self.server.admin.allows(authorization):
-            return None, True
-        tenant = self.registry.who(authorization)
+        tenant = self.registry.who(authorization)  # a run's token first: nearly every request here carries one
         if tenant is None:
+            if self.server.admin.allows(authorization):
+                return None, True
             message = (
                 "this fleet serves several runs (--tenancy): completions need 'Authorization: Bearer <token>' with "
                 "the run's tenant token (from POST /fleet/tenants) or the fleet's admin token"
@@ -96,16 +96,18 @@ class TenantGate:
             await sink.respond(403, JSON, error_body(403, refusal, "Forbidden"))
             return None, False
         tenant.requests += 1
-        if not await self._admitted(tenant, n):
+        if self.fair.enter(tenant.id, n):  # under its cap: no wait, no future
+            tenant.in_flight += n
+            return tenant, True
+        if not await self._waited(tenant, n):
             await sink.respond(410, JSON, error_body(410, GONE, "Gone"))
             return None, False
         return tenant, True
 
-    async def _admitted(self, tenant: Tenant, n: int) -> bool:
+    async def _waited(self, tenant: Tenant, n: int) -> bool:
+        """Wait behind the tenant's earlier requests for its fair share; False when the tenant left meanwhile."""
         ticket = asyncio.get_running_loop().create_future()
-        if self.fair.arrive(tenant.id, n, ticket):
-            tenant.in_flight += n
-            return True
+        self.fair.wait(tenant.id, n, ticket)
         try:
             ok = await ticket
         except asyncio.CancelledError:  # the client left while it waited

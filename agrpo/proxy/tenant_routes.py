@@ -124,7 +124,8 @@ class Tenancy:
 
     async def drop(self, tenant: Tenant) -> list[str]:
         """Forget the tenant and unload its adapters from every replica (those out of rotation at re-admission)."""
-        self.registry.remove(tenant.id)
+        if self.registry.remove(tenant.id) is None:
+            return []  # already dropped (its lease lapsed while it unregistered)
         self.gate.forget(tenant)
         names = self.adapters(tenant.id)
         for name in names:

@@ -193,8 +193,10 @@ def adapter_refusal(tenant: Tenant, name: str | None, action: str) -> str | None
 def model_refusal(tenant: Tenant, model: str, loaded: dict | set) -> str | None:
     """Why `tenant` may not ask for `model` (None: it may): its own adapters and the base model only, never another
     run's adapter nor one the fleet's admin loaded outside every namespace."""
+    if model.startswith(tenant.id) and model[len(tenant.id) : len(tenant.id) + 1] == "/":  # its own: the usual case
+        return None
     owner = tenant_of(model)
-    if owner == tenant.id or (owner is None and model not in loaded):
+    if owner is None and model not in loaded:
         return None
     return (
         f"tenant {tenant.id} may ask only for its own adapters ('{tenant.id}/...') or the base model on this shared "
