@@ -29,6 +29,7 @@ from agrpo.inference.standby import (
 )
 from agrpo.launchers.standby_spare import StandbyProcess
 from agrpo.processes.ports import listening_inodes, socket_inodes
+from tests.inference.engine_sockets import listeners_held_by_children
 from tests.processes import wait_for
 
 REPO = Path(__file__).resolve().parents[2]
@@ -115,7 +116,8 @@ child.kill()
 
 def engine_core_holds_the_listener(mode: str) -> tuple[bool, bool]:
     """(the forked child holds the parent's listening socket, the parent does), read from /proc/<pid>/fd and
-    /proc/net/tcp while both run: `mode` "serverless" (the standby's context) or "fork" (multiprocessing's)."""
+    /proc/net/tcp while both run (tests/inference/engine_sockets.py, which the real vLLM runs use too): `mode`
+    "serverless" (the standby's context) or "fork" (multiprocessing's)."""
     parent = subprocess.Popen(
         [sys.executable, "-c", FORKED_AFTER_BIND, mode],
         stdin=subprocess.PIPE,
@@ -127,7 +129,9 @@ def engine_core_holds_the_listener(mode: str) -> tuple[bool, bool]:
         child, port = (int(field) for field in parent.stdout.readline().split())
         listening = listening_inodes(port)
         assert listening, "the parent listens"
-        return bool(listening & socket_inodes(child)), listening <= socket_inodes(parent.pid)
+        held = listeners_held_by_children(parent.pid)
+        assert held in ({}, {child: [port]}), held
+        return bool(held), listening <= socket_inodes(parent.pid)
     finally:
         parent.stdin.close()
         parent.wait(timeout=30)
