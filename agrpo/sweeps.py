@@ -29,6 +29,8 @@ from agrpo.interprocess import number, read_metrics, read_record, record, signed
 log = logging.getLogger(__name__)
 
 POINT_FILE = "sweep_point.json"
+FLEET_NOTE_RECORD = record({"name": text, "run_dir": text}, keep_unknown=True)
+FLEET_SUMMARY = record({"replica_seconds": number, "up_s": number}, keep_unknown=True)
 POINT_RECORD = record({"status": text, "return_value": signed, "wall_s": number, "error": text}, keep_unknown=True)
 ERROR_FILE = "error.txt"  # a failed point's one-paragraph error (written by the CLI)
 SUMMARY_NAME = "sweep_summary"
@@ -156,13 +158,31 @@ class SweepSummary(Callback):
         rows = collect_points(sweep_dir)
         if not rows:
             return
-        table = render_table(rows)
+        table = render_table(rows) + fleet_line(sweep_dir)
         (sweep_dir / f"{SUMMARY_NAME}.md").write_text(table + "\n")
         (sweep_dir / f"{SUMMARY_NAME}.json").write_text(json.dumps([asdict(row) for row in rows], indent=2))
         curves = plot_points(sweep_dir, rows)
         also = f"{sweep_dir / SUMMARY_NAME}.md" + (f", curves in {curves}" if curves else "")
         print(f"\n{table}\n(also in {also})", flush=True)
         LAST_SWEEP_FAILURES[:] = [row.job for row in rows if row.status == "failed"]
+
+
+def fleet_line(sweep_dir: Path) -> str:
+    """A line under the table for a sweep on a shared fleet (agrpo/sweep_fleet.py's note): the fleet's replica-seconds
+    from its fleet_summary.json, once it has stopped; '' otherwise."""
+    from agrpo.sweep_fleet import FLEET_NOTE
+
+    note = read_record(sweep_dir / FLEET_NOTE, FLEET_NOTE_RECORD, default={})
+    if not note.get("name"):
+        return ""
+    summary = read_record(Path(note.get("run_dir") or sweep_dir) / "fleet_summary.json", FLEET_SUMMARY, default={})
+    started = "started and stopped by this sweep" if note.get("started_by_sweep") else "already up, left running"
+    if summary.get("replica_seconds") is None:
+        return f"\nfleet {note['name']} ({started}): no fleet_summary.json yet"
+    return (
+        f"\nfleet {note['name']} ({started}): {summary['replica_seconds']:.0f} replica-seconds in all, "
+        f"up {summary.get('up_s') or 0:.0f} s (its summary: {Path(note['run_dir']) / 'fleet_summary.json'})"
+    )
 
 
 def plot_points(sweep_dir: Path, rows: list[PointRow]) -> Path | None:

@@ -137,3 +137,18 @@ def test_a_multirun_on_the_joblib_launcher_runs_its_points_in_workers_and_tables
     points = sorted(tmp_path.glob("outputs/multirun/smoke/*/*/sweep_point.json"))
     assert [json.loads(p.read_text())["status"] for p in points] == ["completed", "completed"]
     assert points[0].parent.parent == points[1].parent.parent  # one sweep dir, though each worker is its own process
+
+
+def test_a_sweep_on_a_shared_fleet_ends_with_the_fleets_replica_seconds(tmp_path):
+    from agrpo.sweeps import fleet_line
+
+    assert fleet_line(tmp_path) == ""  # own fleets: no line
+    fleet_dir = tmp_path / "fleet_run"
+    note = {"name": "sweep", "run_dir": str(fleet_dir), "started_by_sweep": True}
+    (tmp_path / "sweep_fleet.json").write_text(json.dumps(note))
+    assert fleet_line(tmp_path) == "\nfleet sweep (started and stopped by this sweep): no fleet_summary.json yet"
+    fleet_dir.mkdir()
+    (fleet_dir / "fleet_summary.json").write_text(json.dumps({"replica_seconds": 231.4, "up_s": 118.0}))
+    assert fleet_line(tmp_path).startswith(
+        "\nfleet sweep (started and stopped by this sweep): 231 replica-seconds in all, up 118 s (its summary: "
+    )
