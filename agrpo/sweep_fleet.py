@@ -56,11 +56,11 @@ def fleet_name(overrides: Sequence[str]) -> str | None:
 
 
 def point_count(overrides: Sequence[str]) -> int | None:
-    """How many points a basic sweep of `overrides` has (the product of its lists); None for a sweep it cannot count
-    (Optuna's intervals)."""
+    """How many points a basic sweep of `overrides` has (the product of its lists); None for a sweep it cannot count:
+    Optuna's intervals, or no list at all (a recipe's sweeper holds the search space: recipes/smoke_optuna.yaml)."""
     parsed = _parse(overrides) or []
     sweeps = [o for o in parsed if o.is_sweep_override() and not o.key_or_group.startswith("hydra")]
-    if any(not o.is_discrete_sweep() for o in sweeps):
+    if not sweeps or any(not o.is_discrete_sweep() for o in sweeps):
         return None
     return math.prod(len(list(o.sweep_string_iterator())) for o in sweeps)
 

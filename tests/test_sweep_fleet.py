@@ -30,6 +30,7 @@ def test_n_jobs_is_capped_at_the_fleets_tenants_and_counts_the_product_of_the_li
     assert joblib_args(argv, max_tenants=4)[-1] == "hydra.launcher.n_jobs=4"
     assert joblib_args(argv, max_tenants=16)[-1] == "hydra.launcher.n_jobs=8"
     assert point_count(["lora.r=range(1,4)", "x=1"]) == 3
+    assert point_count(["+recipe=smoke_optuna", "hydra.sweeper.n_jobs=4"]) is None  # the recipe's sweeper decides
 
 
 def test_an_optuna_style_sweep_it_cannot_count_gets_the_tenant_cap():
