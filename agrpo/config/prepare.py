@@ -76,6 +76,7 @@ def prepare(
     this machine's device decides what they serve on."""
     from agrpo.config.eval_checks import served_adapter_rank
     from agrpo.config.resolve import resolve
+    from agrpo.config.shared_fleet_checks import attached_spec
     from agrpo.config.validate import validate
 
     if check_environment and not evaluating and trains_here(cfg):
@@ -95,7 +96,8 @@ def prepare(
     cuda = machine_has_cuda(cfg, jobs_on_this_machine) if cuda_available is None else cuda_available
     bf16 = machine_has_bf16(cfg, jobs_on_this_machine) if cuda else True
     rank = served_adapter_rank(cfg) if evaluating and check_environment else None
-    return resolve(cfg, cuda_available=cuda, bf16_supported=bf16, adapter_rank=rank)
+    spec = resolve(cfg, cuda_available=cuda, bf16_supported=bf16, adapter_rank=rank)
+    return attached_spec(spec)  # a run on a shared fleet talks to its proxy (agrpo/config/shared_fleet_checks.py)
 
 
 def prepare_overrides(overrides: list[str], output_dir: str | None = None, check_environment: bool = True) -> RunConfig:

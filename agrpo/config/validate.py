@@ -17,6 +17,7 @@ from agrpo.config.hf_jobs_checks import hf_jobs_problems
 from agrpo.config.machine_checks import machine_problems, setting_problems
 from agrpo.config.resolve import least_loras
 from agrpo.config.schema import Device, Role
+from agrpo.config.shared_fleet_checks import shared_fleet_problems
 from agrpo.config.launch_checks import accelerate_problems, run_dir_problems
 from agrpo.config.vllm_checks import vllm_problems
 from agrpo.errors import ConfigError
@@ -124,7 +125,7 @@ def run_shape_problems(cfg: DictConfig) -> list[str]:
     """Replicas, device and role: what the launcher can start."""
     problems: list[str] = []
     inference = cfg.inference
-    problems += fleet_problems(cfg)
+    problems += fleet_problems(cfg) + shared_fleet_problems(cfg)
     if inference.device not in DEVICES:
         problems.append(f"inference.device={inference.device!r} must be one of {DEVICES}")
     if cfg.role not in ROLES:

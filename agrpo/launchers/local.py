@@ -47,6 +47,7 @@ from agrpo.launchers.plan import (
 from agrpo.processes.managed import ManagedProcess, SignalGuard, stop_all
 from agrpo.config.launch_checks import refuse_mixed_outputs
 from agrpo.launchers.fleet_run import fleet_controller
+from agrpo.launchers.shared_fleet import attach, attached_tenant
 from agrpo.launchers.supervise import ReplicaSupervisor, wait_supervised
 from agrpo.trainer.trainer_error import (
     TRAINER_ERROR_ENV,
@@ -316,7 +317,10 @@ class LocalLauncher(Launcher):
     name = "local"
 
     def build_plan(self, cfg: RunConfig) -> Plan:
-        plan = plan_on_this_machine(cfg, cfg.sync.output_dir)
+        if cfg.inference.shared_fleet:  # a tenant of a running fleet: the trainer only (launchers/shared_fleet.py)
+            plan = attach(cfg, plan_on_this_machine)
+        else:
+            plan = plan_on_this_machine(cfg, cfg.sync.output_dir)
         plan.files[RESOLVED_CONFIG] = spec_yaml(cfg)  # what every process of the run reads (load_spec)
         return plan
 
@@ -326,7 +330,7 @@ class LocalLauncher(Launcher):
         run ends."""
         run_dir = Path(plan.run_dir)
         refuse_mixed_outputs(run_dir, plan.resume)
-        with bound(plan) as running:
+        with bound(plan) as bound_plan, attached_tenant(bound_plan) as running:  # registered on a shared fleet
             run_dir.mkdir(parents=True, exist_ok=True)
             if running.model is not None:
                 prepare_model(running.model)

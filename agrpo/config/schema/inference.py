@@ -122,6 +122,22 @@ class FleetConfig:
 
 
 @dataclass(frozen=True)
+class SharedFleetConfig:
+    """A fleet several runs share (`agrpo fleet up`, inference.shared_fleet; docs/shared_fleet.md)."""
+
+    max_tenants: int = knob(
+        4,
+        doc="agrpo fleet up: runs the fleet takes at once. Each replica gets --max-loras = max_tenants x "
+        "(trainer.max_staleness + 2) and --max-cpu-loras twice that; one run more is refused at registration.",
+    )
+    lease_s: float = knob(
+        20.0,
+        doc="A run on a shared fleet: its lease, renewed every lease_s / 4 s while it runs. A run that dies without "
+        "unregistering is dropped and its adapters unloaded within lease_s + 1 s + the unloads.",
+    )
+
+
+@dataclass(frozen=True)
 class InferenceConfig:
     """vLLM replicas: how many, with which engine flags, on which devices."""
 
@@ -134,6 +150,13 @@ class InferenceConfig:
     min_replicas: int = knob(1, doc="replicas=auto: the fewest replicas, started before the trainer.")
     max_replicas: int = knob(2, doc="replicas=auto: the most replicas the run may grow to.")
     fleet: FleetConfig = group(FleetConfig)
+    shared_fleet: Optional[str] = knob(
+        None,
+        doc="The name of a running shared fleet (`agrpo fleet up NAME`) this run attaches to as a tenant: it starts "
+        "no replicas of its own (replicas and urls are ignored), needs sync.mode=background, and its model, "
+        "max_model_len and lora.r must fit the fleet's. None: the run starts its own replicas.",
+    )
+    shared: SharedFleetConfig = group(SharedFleetConfig)
     urls: list[str] = knob(
         factory=list,
         doc="Already-running servers to use instead of starting replicas (e.g. HF Jobs replicas). Empty: start our own.",
