@@ -169,6 +169,10 @@ class SharedFleetSweep(Callback):
         name = fleet_name(task) or OmegaConf.select(config, FLEET_KEY, default=None)
         if not name:
             return
+        if OmegaConf.select(config, "launcher.dry_run", default=False) is True:  # a dry run starts nothing
+            print(f"agrpo: dry run: the sweep would start fleet {name} (unless it is up) with: agrpo fleet up {name} "
+                  f"{' '.join(fleet_overrides(task))}", flush=True)  # fmt: skip
+            return
         sweep_dir = Path(str(config.hydra.sweep.dir))
         sweep_dir.mkdir(parents=True, exist_ok=True)
         try:

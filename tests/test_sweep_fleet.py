@@ -197,3 +197,14 @@ def test_the_cli_caps_n_jobs_at_the_running_fleets_tenants_else_the_command_line
     assert concurrent_argv(["agrpo", "lora.r=1", "inference.shared_fleet=sweep"]) == [
         "agrpo", "lora.r=1", "inference.shared_fleet=sweep"
     ]  # fmt: skip
+
+
+def test_a_dry_run_sweep_says_which_fleet_it_would_start_and_starts_none(tmp_path, fake_fleet, capsys):
+    config = _config(tmp_path / "sweep", "sweep", tmp_path / "m")
+    config.launcher = {"dry_run": True}
+    callback = SharedFleetSweep(command=fake_fleet)
+    callback.on_multirun_start(config)
+    assert callback.fleet is None and not (tmp_path / "sweep").exists()
+    assert "the sweep would start fleet sweep (unless it is up) with: agrpo fleet up sweep +recipe=smoke lora.r=4" in (
+        capsys.readouterr().out
+    )
