@@ -3,9 +3,10 @@ a shared fleet's registry): created with mode 0700, and only ever used once its 
 open descriptor, so another user of the machine can neither read it nor make a run create, truncate or write a file
 anywhere through it.
 
-Like tmux's /tmp/tmux-<uid> and systemd's $XDG_RUNTIME_DIR (docs/security.md, "Runtime files"):
-- the base is $AGRPO_RUNTIME_DIR, else $XDG_RUNTIME_DIR/agrpo when $XDG_RUNTIME_DIR is a directory of this user's,
-  else /tmp/agrpo-<uid>;
+Like tmux's /tmp/tmux-<uid> and systemd's $XDG_RUNTIME_DIR (docs/security.md, "Runtime files and port locks"):
+- the base is $AGRPO_RUNTIME_DIR, else /tmp/agrpo-<uid>: one place per user whatever the session ($XDG_RUNTIME_DIR
+  is set in a login session and not under cron, sudo or many CI runners, and two runs of one user must find the same
+  port locks);
 - a directory's last component is opened with O_NOFOLLOW | O_DIRECTORY (a planted symlink is refused, not followed),
   then fstat'ed: it must be a directory owned by this process's effective uid with no group or other permission bits.
   Files are then created relative to that descriptor (`dir_fd`), so no component can be swapped between the check and
@@ -33,14 +34,6 @@ def runtime_base(environ: dict[str, str] | None = None) -> Path:
     environ = os.environ if environ is None else environ
     if environ.get(RUNTIME_ENV):
         return Path(environ[RUNTIME_ENV])
-    xdg = environ.get("XDG_RUNTIME_DIR")
-    if xdg:
-        try:
-            info = os.stat(xdg)
-        except OSError:
-            info = None
-        if info is not None and stat.S_ISDIR(info.st_mode) and info.st_uid == os.geteuid():
-            return Path(xdg) / "agrpo"
     return Path(f"/tmp/agrpo-{os.geteuid()}")
 
 
