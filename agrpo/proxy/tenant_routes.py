@@ -227,7 +227,7 @@ class Tenancy:
         tenant = self._own(request)
         if isinstance(tenant, web.Response):
             return tenant
-        entry = tenant.entry(self.adapters(tenant.id), self._now())
+        entry = {**tenant.entry(self.adapters(tenant.id), self._now()), "waiting": self.waiting(tenant)}
         return web.json_response({**entry, **self.totals()})
 
     async def list(self, request: web.Request) -> web.Response:
@@ -242,15 +242,22 @@ class Tenancy:
 
     def summary(self) -> dict:
         now = self._now()
-        tenants = [t.entry(self.adapters(t.id), now) for t in self.registry.tenants.values()]
+        tenants = [
+            {**t.entry(self.adapters(t.id), now), "waiting": self.waiting(t)} for t in self.registry.tenants.values()
+        ]
         return {"tenants": tenants, **self.totals()}
 
+    def waiting(self, tenant: Tenant) -> int:
+        return len(self.fair.waiting.get(tenant.id, ()))
+
     def stats(self) -> list[dict]:
-        """The cheap per-tenant counters /proxy/stats carries."""
+        """The cheap per-tenant counters /proxy/stats carries. `waiting`: its requests held back by the fair share,
+        demand that vLLM's own num_requests_waiting does not see (a fleet controller adds it)."""
         return [
             {
                 "tenant": t.id,
                 "in_flight": t.in_flight,
+                "waiting": self.waiting(t),
                 "requests": t.requests,
                 "tokens": t.tokens,
                 "replica_seconds": round(t.replica_seconds, 3),

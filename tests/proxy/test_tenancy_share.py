@@ -33,6 +33,8 @@ def test_a_burst_of_50_does_not_delay_the_other_tenant_beyond_its_share(monkeypa
 
             burst = [asyncio.create_task(ask(token_a, [1, i])) for i in range(50)]
             await wait_until(lambda: len(proxy.tenancy.fair.waiting.get(a, ())) == 48, what="a's burst queued")
+            status, stats = await call(session, "GET", f"{proxy.url}/proxy/stats")
+            assert {t["tenant"]: (t["in_flight"], t["waiting"]) for t in stats["tenants"]} == {a: (2, 48), b: (0, 0)}
             steady = [asyncio.create_task(ask(token_b, [2, i])) for i in range(5)]
             statuses = await asyncio.gather(*burst, *steady)
             assert statuses == [200] * 55
