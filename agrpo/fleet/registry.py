@@ -21,7 +21,7 @@ from agrpo.errors import ConfigError
 from agrpo.fleet.tenancy import valid_fleet_name
 from agrpo.interprocess import MAX_INPUT_BYTES, BadInput, integer, number, parse_record, record, text
 from agrpo.processes.private_dir import open_runtime_dir, runtime_base
-from agrpo.processes.watchdog import start_time
+from agrpo.processes.watchdog import proc_stat
 
 FLEETS = "fleets"  # the runtime directory's subfolder
 FILE_MODE = 0o600
@@ -49,11 +49,12 @@ class FleetRecord:
     pid_start: int | None = None  # the fleet process's start time (clock ticks): tells it from a later process
 
     def alive(self) -> bool:
-        """Whether the fleet's process still runs (the same process: a reused pid with another start time is not)."""
-        started = start_time(self.pid)
-        if started is None:
+        """Whether the fleet's process still runs (the same process: a reused pid with another start time is not;
+        an exited one its parent has not reaped yet, a zombie, is not either)."""
+        found = proc_stat(self.pid)
+        if found is None or found[0] in ("Z", "X"):
             return False
-        return self.pid_start is None or started == self.pid_start
+        return self.pid_start is None or found[3] == self.pid_start
 
 
 REQUIRED = tuple(name for name in FleetRecord.__dataclass_fields__ if name != "pid_start")

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import signal
+import sys
 import time
 import urllib.error
 import urllib.request
@@ -124,7 +125,7 @@ def status_main(name: str | None) -> int:
         stale = getattr(error, "fleet", None)
         if stale is not None:
             remove_fleet(stale.name, pid=stale.pid)
-        print(f"agrpo fleet status: error: {error}", flush=True)
+        print(f"agrpo fleet status: error: {error}", file=sys.stderr, flush=True)
         return error.exit_code
     print("\n".join(lines), flush=True)
     return code
@@ -181,7 +182,7 @@ def down_main(name: str) -> int:
     try:
         line, code = down(name)
     except ConfigError as error:
-        print(f"agrpo fleet down: error: {error}", flush=True)
+        print(f"agrpo fleet down: error: {error}", file=sys.stderr, flush=True)
         return error.exit_code
     print(line, flush=True)
     return code

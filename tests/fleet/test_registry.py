@@ -159,3 +159,17 @@ def test_model_identity_compares_folders_by_real_path(tmp_path):
     (tmp_path / "link").symlink_to(folder)
     assert registry.model_identity(str(tmp_path / "link")) == str(folder)
     assert registry.model_identity("HuggingFaceTB/SmolLM2-135M-Instruct") == "HuggingFaceTB/SmolLM2-135M-Instruct"
+
+
+def test_a_fleet_that_exited_and_awaits_its_parent_is_gone(fleets):
+    """A zombie (exited, not yet reaped by whoever started `agrpo fleet up`) is no running fleet."""
+    from agrpo.processes.watchdog import proc_stat
+
+    process = subprocess.Popen([sys.executable, "-c", "pass"])
+    try:
+        deadline = time.monotonic() + 30
+        while (proc_stat(process.pid) or ("Z",))[0] != "Z" and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not a_record(pid=process.pid, pid_start=None).alive()
+    finally:
+        process.wait()
