@@ -96,7 +96,11 @@ def summary_lines(summary: dict[str, Any], shown: int = 4) -> list[str]:
             f"{t['tenant']} {t['share']:.0%}" if t["share"] is not None else f"{t['tenant']} ?" for t in tenants[:shown]
         ]
         more = f", +{len(tenants) - shown} more" if len(tenants) > shown else ""
-        lines.append(f"fleet {summary['fleet']}: tenants' shares: {', '.join(parts)}{more} (by tokens generated)")
+        attached = sum(not t["left_before_the_end"] for t in tenants)
+        still = f"; {attached} run(s) still attached lost their fleet" if attached else ""
+        lines.append(
+            f"fleet {summary['fleet']}: tenants' shares: {', '.join(parts)}{more} (by tokens generated){still}"
+        )
     elif summary["tenant_figures"]:
         lines.append(f"fleet {summary['fleet']}: tenants' shares {summary['tenant_figures']}")
     else:

@@ -249,6 +249,9 @@ def main(argv: list[str]) -> int:
     logging.basicConfig(level=logging.INFO, format="[%(asctime)s][%(name)s][%(levelname)s] - %(message)s")
     try:
         return up(name, overrides)
+    except KeyboardInterrupt:  # before its processes started (they are stopped by `serve` itself)
+        print(f"agrpo fleet up: interrupted before fleet {name} started anything", file=sys.stderr, flush=True)
+        return 130
     except AgrpoError as error:
         if os.environ.get("AGRPO_DEBUG") == "1":
             raise
