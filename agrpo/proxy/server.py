@@ -180,15 +180,15 @@ class ProxyServer:
             if self._sweeper is not None:
                 self._sweeper.cancel()
                 self._sweeper = None
+            closing = []  # the front's connections and aiohttp's wait for their requests at the same time
             if self._listener is not None:
                 self._listener.close()  # no new connections; requests in flight may finish
-                await asyncio.gather(
-                    *(front.close(self.settings.shutdown_timeout_s) for front in list(self.front_connections))
-                )
+                closing += [front.close(self.settings.shutdown_timeout_s) for front in list(self.front_connections)]
                 self._listener = None
             if self._runner is not None:
-                await self._runner.cleanup()
+                closing.append(self._runner.cleanup())
                 self._runner = None
+            await asyncio.gather(*closing)
         finally:
             if self.session is not None:
                 session, self.session = self.session, None
