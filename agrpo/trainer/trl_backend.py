@@ -36,6 +36,8 @@ from agrpo.trainer.fleet_signals import FleetSignals
 from agrpo.trainer.serving_metrics import ServingCollector, log_serving_figures, summary_line
 from agrpo.trainer.summary import final_metrics
 from agrpo.trainer.sync_mode import BackgroundSyncRun
+from agrpo.trainer.logs import CONSOLE_LOGGER
+from agrpo.trainer.tenant_lease import Tenancy, leased, read_share, share_line, tenancy_from_env
 
 log = logging.getLogger(__name__)
 
@@ -205,9 +207,9 @@ def is_paced(cfg: RunConfig) -> bool:
     return is_auto(cfg.trainer.max_inflight_tasks) or cfg.sync.mode == BACKGROUND
 
 
-def build_trainer(cfg: RunConfig, args: Any) -> Any:
+def build_trainer(cfg: RunConfig, args: Any, tenant: str | None = None) -> Any:
     """agrpo's AsyncGRPOTrainer (agrpo/trainer/seam/trainer.py) on the run's data, rewards and agent, with the rollout
-    loop class its child will run."""
+    loop class its child will run; `tenant`: its adapters are served as `<tenant>/trl-policy-vN` (a shared fleet)."""
     from agrpo.agents.build import agent_enabled, prepare_agent
     from agrpo.config.data_checks import reward_problems
     from agrpo.data import load_train_dataset
@@ -232,6 +234,7 @@ def build_trainer(cfg: RunConfig, args: Any) -> Any:
         peft_config=build_peft_config(cfg.lora),
         loop_cls=loop_class(agent=agent_enabled(cfg.agent), paced=is_paced(cfg)),  # the one loop class
         fix_model=untie_embeddings if untie else None,
+        tenant=tenant,
         **agent_kwargs,
     )
 
@@ -330,7 +333,14 @@ def write_run_files(trainer: Any, summary: dict[str, Any], final_dir: Path, cons
 
 
 def run_training(cfg: RunConfig, vllm_url: str, num_replicas: int) -> dict[str, Any]:
-    """Train with TRL's AsyncGRPOTrainer against `vllm_url`; return the summary written to metrics.json."""
+    """Train with TRL's AsyncGRPOTrainer against `vllm_url`; return the summary written to metrics.json. On a shared
+    fleet (the launcher set AGRPO_TENANT) the lease is renewed from the start (agrpo/trainer/tenant_lease.py)."""
+    tenancy = tenancy_from_env(os.environ, vllm_url)
+    with leased(tenancy, cfg.inference.shared_fleet):
+        return train_run(cfg, vllm_url, num_replicas, tenancy)
+
+
+def train_run(cfg: RunConfig, vllm_url: str, num_replicas: int, tenancy: Tenancy | None) -> dict[str, Any]:
     started = time.monotonic()
     from agrpo.trainer.attention import trainer_attention
     from agrpo.trainer.seam.module_patches import apply_trl_patches
@@ -341,7 +351,7 @@ def run_training(cfg: RunConfig, vllm_url: str, num_replicas: int) -> dict[str, 
     args = build_grpo_args(cfg, vllm_url, num_replicas, use_gpu)
     # transformers 5 reads the TensorBoard directory from the environment only.
     os.environ["TENSORBOARD_LOGGING_DIR"] = os.path.join(args.output_dir, TENSORBOARD_DIR)
-    trainer = build_trainer(cfg, args)
+    trainer = build_trainer(cfg, args, tenant=tenancy.tenant if tenancy else None)
     syncing, watchers = watch_run(trainer, cfg, vllm_url, num_replicas, attention.banner)
     train(trainer, cfg, syncing)
 
@@ -352,6 +362,12 @@ def run_training(cfg: RunConfig, vllm_url: str, num_replicas: int) -> dict[str, 
     if sync:
         summary["sync"] = sync  # versions loaded and skipped (a newer one came during a load)
     summary["wall_time_s"] = time.monotonic() - started  # model load + training + final save (sweep tables)
-    if trainer.accelerator.is_main_process:  # under accelerate every rank gets here; one writes
+    main = trainer.accelerator.is_main_process  # under accelerate every rank gets here; one writes
+    if main and tenancy is not None and (share := read_share(tenancy, cfg.inference.shared_fleet)):
+        summary["shared_fleet"] = share  # this run's tokens and share of the fleet's replica-seconds
+    if main:
         write_run_files(trainer, summary, final_dir, watchers.console)
+    if main and "shared_fleet" in summary:
+        price = cfg.inference.fleet.replica_price_per_hour
+        logging.getLogger(CONSOLE_LOGGER).info(share_line(summary["shared_fleet"], price))
     return summary
