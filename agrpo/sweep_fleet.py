@@ -187,6 +187,10 @@ class SharedFleetSweep(Callback):
             self.stop()
             print(f"agrpo: error: {error}", file=sys.stderr, flush=True)
             sys.exit(error.exit_code)
+        except KeyboardInterrupt:  # Ctrl-C while the fleet boots: one line, not Hydra's traceback
+            self.stop()
+            print(f"agrpo: interrupted while fleet {name} started; no point ran", file=sys.stderr, flush=True)
+            sys.exit(130)
         note = {"name": name, "run_dir": getattr(record, "run_dir", None), "started_by_sweep": self.fleet is not None}
         (sweep_dir / FLEET_NOTE).write_text(json.dumps(note, indent=2))
 

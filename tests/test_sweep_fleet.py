@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import os
 import pickle
+import signal
+import subprocess
 import sys
 from pathlib import Path
 from types import SimpleNamespace
@@ -13,6 +15,8 @@ import pytest
 from omegaconf import OmegaConf
 
 from agrpo import sweep_fleet
+from agrpo.processes.private_dir import RUNTIME_ENV
+from tests.processes import wait_for
 from agrpo.sweep_fleet import FLEET_NOTE, SharedFleetSweep, fleet_overrides, joblib_args, point_count, ready_url
 
 SWEEP = ["agrpo", "-m", "+recipe=smoke", "lora.r=1,4,8,16", "inference.shared_fleet=sweep"]
@@ -208,3 +212,66 @@ def test_a_dry_run_sweep_says_which_fleet_it_would_start_and_starts_none(tmp_pat
     assert "the sweep would start fleet sweep (unless it is up) with: agrpo fleet up sweep +recipe=smoke lora.r=4" in (
         capsys.readouterr().out
     )
+
+
+# A stand-in for `agrpo fleet up` that never gets ready (the real one would be booting its replicas): the sweep is
+# still in its start when the test stops it.
+BOOTING_FLEET = """
+import signal, sys, time, pathlib
+marker = pathlib.Path(sys.argv[1])
+def stop(*_):
+    marker.write_text("SIGTERM")
+    sys.exit(0)
+signal.signal(signal.SIGTERM, stop)
+print("starting replicas", flush=True)
+while True:
+    time.sleep(0.1)
+"""
+
+
+def _sweep_waiting_for_its_fleet(tmp_path: Path) -> tuple[subprocess.Popen, Path, int]:
+    """The real CLI, a 2-point sweep on fleet `booting`, started with the stand-in; returns once the stand-in runs:
+    (the sweep's process, the marker the stand-in writes on SIGTERM, the stand-in's pid)."""
+    script, marker = tmp_path / "booting_fleet.py", tmp_path / "stopped"
+    script.write_text(BOOTING_FLEET)
+    command = f"+hydra.callbacks.shared_fleet.command=[{sys.executable},{script},{marker}]"
+    sweep = subprocess.Popen(
+        [sys.executable, "-m", "agrpo", "-m", "+recipe=smoke", "lora.r=1,4", "inference.shared_fleet=booting", command,
+         f"hydra.sweep.dir={tmp_path / 'sweep'}"],
+        cwd=tmp_path, env={**os.environ, "HF_HUB_OFFLINE": "1", RUNTIME_ENV: str(tmp_path / "rt")},
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    log = tmp_path / "sweep" / "fleet_booting.log"
+    wait_for(lambda: log.is_file() and "starting replicas" in log.read_text(), timeout_s=120, what="the stand-in")
+    pids = [
+        int(p)
+        for p in os.listdir("/proc")
+        if p.isdigit() and _cmdline(int(p)).startswith(f"{sys.executable} {script} ")
+    ]
+    assert len(pids) == 1
+    return sweep, marker, pids[0]
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as cmdline:
+            return cmdline.read().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""
+
+
+def test_ctrl_c_while_the_fleet_boots_stops_the_fleet(tmp_path):
+    sweep, marker, fleet_pid = _sweep_waiting_for_its_fleet(tmp_path)
+    sweep.send_signal(signal.SIGINT)
+    assert sweep.wait(timeout=120) == 130
+    err = sweep.stderr.read()
+    assert "interrupted while fleet booting started" in err and "Traceback" not in err
+    assert marker.read_text() == "SIGTERM" and not _alive(fleet_pid)  # atexit: on_multirun_end never came
+
+
+def test_a_killed_sweep_leaves_no_fleet_behind(tmp_path):
+    sweep, marker, fleet_pid = _sweep_waiting_for_its_fleet(tmp_path)
+    sweep.kill()  # SIGKILL: no atexit; the launcher's watchdog stops the fleet's process group
+    sweep.wait(timeout=30)
+    wait_for(lambda: not _alive(fleet_pid), timeout_s=60, what="the fleet to stop")
+    assert marker.read_text() == "SIGTERM"
