@@ -44,11 +44,14 @@ AUTO = ["inference.replicas=auto", "inference.min_replicas=1", "inference.max_re
 #   of samples ahead. Measured (docs/elastic.md): starved 60% (add at 5%), kept at steps/s 1.35 -> 2.11 (5% needed);
 #   after the switch the trainer waited 0.2 s of its 31 s over steps 42-57 (0.6%; release at 2%).
 SCENARIO = ["trainer.max_staleness=2"]
-# The spare is a standby (inference.fleet.standby): it served 12 s after the addition (step ~8) and was kept at step
-# ~20; the release needs the default 30 s cool-down and inference.fleet.recent_steps (20) quiet steps after the
-# switch (step ~57), then its own judgement (kept at ~64). 100 leave room for a slower machine, and end before where
-# one 130-step run's reward collapsed (step ~115: the fleet then added again, a third boot).
-STEPS = 100
+# The spare is a standby (inference.fleet.standby): it served 4-12 s after the addition (step ~10-20) and was kept at
+# step ~24-29, where the test switches; the release needs the default 30 s cool-down and inference.fleet.recent_steps
+# (20) quiet steps after that, then its own judgement: kept at step ~52 and ~57 in two runs. The run must end soon
+# after: with one replica left, the in-flight budget the straggler phase cut to 17 samples (32 -> 17 on its stale
+# drops) left the trainer waiting ~0.2 s of each 2 s step from step 62 in one run, which the defaults read as
+# generation-bound (5%): an addition at step ~75 (a third boot), undone. 70 steps end before that (and well before
+# the reward collapse one 130-step run had at step ~115).
+STEPS = 70
 TRAINER_SHARE = 0.05  # of a core, for the trainer's own process once the addition was kept
 VERDICT = re.compile(
     r"agrpo fleet: 2 replica\(s\): kept the add|agrpo fleet: 2 -> 1 replicas \(vllm-1 draining\): undo the add, it did "
