@@ -12,7 +12,6 @@ from agrpo.errors import LaunchError
 from agrpo.processes.ports import (
     free_ports,
     listener_owned_by,
-    lock_dir,
     parse_listeners,
     port_locked_by_another_run,
     reserve_ports,
@@ -90,11 +89,6 @@ def test_no_ports_left_names_the_knob(monkeypatch):
         port = busy.getsockname()[1]
         with pytest.raises(LaunchError, match="inference.base_port"):
             reserve_ports(1, port, search=1)
-
-
-def test_lock_dir_is_machine_wide_by_default(monkeypatch):
-    monkeypatch.delenv("AGRPO_PORT_LOCK_DIR")
-    assert str(lock_dir()) == "/tmp/agrpo-ports"
 
 
 PROC_NET_TCP = """\

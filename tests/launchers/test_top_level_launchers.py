@@ -88,7 +88,7 @@ def test_one_node_script_runs_python_m_agrpo_with_the_arguments(tmp_path):
     assert "[replica] vllm-0" in done.stdout and "[replica] vllm-1" in done.stdout and "[proxy] proxy" in done.stdout
 
 
-@pytest.mark.parametrize("given_key", ["key-from-the-user-0123456789", None])
+@pytest.mark.parametrize("given_key", ["key-from-the-user-0123456789abcdef", None])
 def test_multi_node_script_serves_a_keyed_replica_per_other_node_and_gives_the_trainer_their_urls(
     tmp_path, fake_slurm, given_key
 ):
