@@ -225,8 +225,11 @@ class ProxyServer:
         )
 
     def trusted(self, authorization: str | None) -> bool:
-        """Whether a request carries the admin token (its body then draws on the share others cannot hold)."""
-        return self.admin.enabled and self.admin.allows(authorization)
+        """Whether a request carries the admin token or, with --tenancy, a run's token (its body then draws on the
+        share others cannot hold: the runs of a shared fleet all come from one address)."""
+        if self.admin.enabled and self.admin.allows(authorization):
+            return True
+        return self.tenancy is not None and self.tenancy.registry.who(authorization) is not None
 
     async def read_body(self, request: web.Request):
         """(body, its budget hold) or an error response: 413 over --max-body-bytes, 503 when the body budget has no

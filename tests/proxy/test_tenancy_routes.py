@@ -200,3 +200,15 @@ def test_tokens_are_counted_and_replica_seconds_attributed(monkeypatch, stream):
             assert abs(total - by_id[a]["replica_seconds"] - listing["idle_replica_seconds"]) < 1e-6
 
     run(scenario())
+
+
+def test_a_runs_token_draws_on_the_trusted_body_share(monkeypatch):
+    """The runs of a shared fleet all come from one address: their bodies must not count as strangers' (trust.py)."""
+
+    async def scenario():
+        async with fleet(monkeypatch) as (proxy, fakes, session):
+            _, token = await register(session, proxy, "run-a")
+            assert proxy.trusted(f"Bearer {token}") and proxy.trusted(f"Bearer {ADMIN}")
+            assert not proxy.trusted(f"Bearer {token}x") and not proxy.trusted(None)
+
+    run(scenario())
