@@ -51,7 +51,8 @@ class ReplicaHealth:
             exchange.drop(f"replica {replica.index} stopped answering ({reason})")
         log.warning(
             "replica %d (%s) marked unhealthy: hung, not answering (%s); dropped from every broadcast in progress, "
-            "its %d request(s) in flight retried on the other replicas; training goes on without it",
+            "its %d request(s) in flight handed back (each retried on another replica, or answered 410 if its adapter "
+            "version was retired meanwhile); training goes on without it",
             replica.index,
             replica.url,
             reason,

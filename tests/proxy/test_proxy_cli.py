@@ -16,6 +16,7 @@ from omegaconf import OmegaConf
 
 from agrpo.proxy import ProxySettings, start_proxy_thread
 from agrpo.proxy.cli import build_parser, settings_from_args
+from tests.processes import Drained
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -123,11 +124,9 @@ def test_cli_port_in_use_is_a_clear_error():
     assert "already in use" in result.stderr and "Traceback" not in result.stderr
 
 
-def test_cli_serves_until_terminated(tmp_path):
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    process = subprocess.Popen(
+def test_cli_serves_until_terminated(tmp_path, held_port):
+    port = held_port
+    process = Drained(
         [
             sys.executable,
             "-m",
@@ -140,9 +139,6 @@ def test_cli_serves_until_terminated(tmp_path):
             "60",
         ],
         cwd=REPO,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
     )
     try:
         deadline = time.monotonic() + 20

@@ -21,14 +21,20 @@ REPLICA_KEY = "replica-key-5f1c9a"  # the second replica's API key (in its envir
 @pytest.fixture()
 def second_replica(tiny_model_dir, tmp_path):
     from agrpo.inference.vllm_server import start_replica
-    from agrpo.processes.ports import free_ports
+    from tests.processes import held_ports
 
-    port = free_ports(1, 18300)[0]
-    replica = start_replica(
-        tiny_model_dir, port, tmp_path / "vllm-2.log", lora_rank=8, max_loras=4, max_model_len=256, api_key=REPLICA_KEY
-    )
-    yield replica
-    replica.stop()
+    with held_ports(1, 18300) as (port,):
+        replica = start_replica(
+            tiny_model_dir,
+            port,
+            tmp_path / "vllm-2.log",
+            lora_rank=8,
+            max_loras=4,
+            max_model_len=256,
+            api_key=REPLICA_KEY,
+        )
+        yield replica
+        replica.stop()
 
 
 @pytest.fixture()
