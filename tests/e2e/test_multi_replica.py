@@ -345,3 +345,13 @@ def test_a_killed_replica_does_not_flood_the_console(phased_run):
     output = phased_run["output"]
     assert "; retry " not in output
     assert "Child did not exit within" not in output
+
+
+def test_no_shutdown_noise_in_the_replica_and_proxy_logs(phased_run):
+    """Issue 42: each replica log ended with multiprocessing's leaked-semaphore warning (vLLM's own engine core, killed
+    at its documented shutdown: the replica's environment names that one warning, agrpo/inference/vllm_server.py), and
+    the proxy printed a CancelledError traceback on SIGTERM (the console: the launcher's output)."""
+    run = phased_run["run"]
+    for log in (run.replica0_log, run.replica1_log):
+        assert "leaked semaphore" not in read(log), log
+    assert "Traceback" not in phased_run["output"]
