@@ -10,6 +10,7 @@ answered by reloading it there and trying once more (`reload_evicted`).
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import re
 
@@ -153,6 +154,9 @@ class TenantGate:
         if load is None or b"does not exist" not in body:
             return False
         reply = await control._send(replica, "POST", "/v1/load_lora_adapter", load)
+        if broadcast.serves_adapter(reply) and model not in control.loaded:  # unloaded meanwhile: undo the reload
+            await control._send(replica, "POST", "/v1/unload_lora_adapter", json.dumps({"lora_name": model}).encode())
+            return False
         if broadcast.serves_adapter(reply):
             log.info("replica %d had lost adapter %s: reloaded it, retrying the request", replica.index, model)
             return True

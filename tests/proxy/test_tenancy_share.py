@@ -181,3 +181,30 @@ def test_waiting_requests_of_a_tenant_that_leaves_get_410_and_a_client_that_leav
             assert len(fakes[0].requests("/v1/completions")) == 1
 
     run(scenario())
+
+
+def test_a_reload_that_races_the_runs_unload_is_undone(monkeypatch):
+    """The run unloads a version while the proxy reloads it on a replica that lost it: the reload must not leave the
+    retired version holding a LoRA slot there."""
+
+    async def scenario():
+        async with fleet(monkeypatch, n=1) as (proxy, fakes, session):
+            fake = fakes[0]
+            fake.check_models = True
+            a, token_a = await register(session, proxy, "run-a")
+            name = f"{a}/trl-policy-v1"
+            assert (await call(session, "POST", f"{proxy.url}/v1/load_lora_adapter", load_body(a), token_a))[0] == 200
+            fake.loaded.discard(name)
+            fake.load_delay_s = 0.5  # the reload is slow: the unload below lands while it runs
+            asking = asyncio.create_task(
+                call(session, "POST", f"{proxy.url}/v1/completions", completion([1], name), token_a)
+            )
+            await wait_until(lambda: len(fake.requests("/v1/load_lora_adapter")) == 2, what="the reload under way")
+            unload = {"lora_name": name}
+            await call(session, "POST", f"{proxy.url}/v1/unload_lora_adapter", unload, token_a)
+            status, _ = await asking
+            assert status == 404  # vLLM's answer stands: the version is gone
+            assert name not in fake.loaded
+            assert len(fake.requests("/v1/completions")) == 1  # not retried
+
+    run(scenario())
