@@ -242,7 +242,8 @@ def refusal(path: str | Path, error: BadInput, consequence: str, remedy: str) ->
 
 # The proxy's /proxy/stats answer (agrpo/proxy/metrics.py `stats`, replicas.py `describe`): the fields readers use.
 PROXY_REPLICA = record(
-    {"index": integer, "url": text, "healthy": flag, "hung": flag, "routed": number}, required=("url",)
+    {"index": integer, "url": text, "healthy": flag, "hung": flag, "routed": number, "adapters": array(text)},
+    required=("url",),
 )
 PROXY_STATS = record(
     {

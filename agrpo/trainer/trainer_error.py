@@ -26,6 +26,8 @@ from agrpo.errors import LaunchError
 
 TRAINER_ERROR_ENV = "AGRPO_TRAINER_ERROR_FILE"
 TRAINER_ERROR_FILE = "logs/trainer_error.txt"
+# What spill_file may hold per error file: the paragraph, its traceback, and those kept by disk_full_quiet.py
+SPILL_SUFFIXES = (".txt", ".traceback.txt", ".main.traceback.txt", ".thread.traceback.txt", ".log.traceback.txt")
 
 
 def trainer_error_file(run_dir: str | Path) -> Path:
@@ -87,7 +89,7 @@ def report_trainer_error(message: str) -> None:
 def clear_trainer_error(run_dir: str | Path) -> None:
     """Launcher side, before the trainer starts: an earlier attempt's paragraph must not be shown for this one."""
     path = trainer_error_file(run_dir)
-    for stale in (path, spill_file(path), spill_file(path, ".traceback.txt")):
+    for stale in (path, *(spill_file(path, suffix) for suffix in SPILL_SUFFIXES)):
         if stale is not None:
             stale.unlink(missing_ok=True)
 

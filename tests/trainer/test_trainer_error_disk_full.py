@@ -120,8 +120,10 @@ def test_a_trainer_meeting_a_full_disk_prints_no_traceback(full_run, tmp_path):
     text = trainer_failure(full_run, 1)
     assert text.startswith(f"the disk holding the run folder {full_run} is full (0 bytes free): No space left"), text
     assert "its disk was full; traceback: " in text
-    assert "OSError: [Errno 28]" in spill_file(trainer_error_file(full_run), ".thread.traceback.txt").read_text()
+    thread = spill_file(trainer_error_file(full_run), ".thread.traceback.txt")
+    assert "OSError: [Errno 28]" in thread.read_text()
     clear_trainer_error(full_run)
+    assert not thread.exists()
 
 
 @pytest.mark.requires(mount_problem())
@@ -138,6 +140,7 @@ def test_trainer_log_on_a_full_disk_says_so_once(full_run, capsys):
     finally:
         handler.close()
         logging.raiseExceptions = True  # on_disk_full switched it off for this process
+        clear_trainer_error(full_run)
     err = capsys.readouterr().err
     assert err.splitlines() == [
         f"agrpo trainer: {full_run}/logs/trainer.log: the disk is full; no more lines are written there"
