@@ -8,6 +8,10 @@ running server). Both arms run the same `python -m agrpo +recipe=...` command, a
 then `early`, each repeat), and each repeat reads its seconds from the console: the launcher's start to `step 1/`
 and to the end, plus the reward of the last 5 steps from metrics.json (a faster start must not change what is
 learnt). Prints figures and the ratio of the medians; asserts nothing. Run it under the vLLM lock on a quiet machine.
+
+With `-- role=trainer inference.urls=[URL] ...` both arms train against a server that is already running (CI does so
+on its shared test replica: figures that say nothing about a start, only that the script runs); each run's
+trl-policy-* adapters are then unloaded from it, so that the next run starts at v1 as on a fresh server.
 """
 
 from __future__ import annotations
@@ -21,6 +25,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+from agrpo.inference.vllm_server import unload_adapters
 
 ARMS = {"late": "launcher.trainer_during_boot=false", "early": "launcher.trainer_during_boot=true"}
 
@@ -45,6 +51,12 @@ def one_run(recipe: str, arm: str, extra: list[str]) -> dict[str, float]:
     return {"first_step_s": first_step, "total_s": total, "reward_last": metrics["reward_last"]}
 
 
+def reused_servers(extra: list[str]) -> list[str]:
+    """The URLs of `inference.urls=[...]` among the overrides (servers these runs do not start)."""
+    urls = [item.split("=", 1)[1].strip("[]") for item in extra if item.startswith("inference.urls=")]
+    return [url.strip() for value in urls for url in value.split(",") if url.strip()]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=3)
@@ -55,6 +67,8 @@ def main() -> None:
     for repeat in range(args.repeats):
         for arm in ARMS:
             figures = one_run(args.recipe, arm, args.extra)
+            for url in reused_servers(args.extra):
+                unload_adapters(url)
             results[arm].append(figures)
             print(
                 f"repeat {repeat + 1} {arm:5s}  first step after {figures['first_step_s']:5.1f} s, "
