@@ -9,7 +9,6 @@ runs the plan, and the ports stay reserved for the run's life (agrpo/launchers/b
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import sys
@@ -57,6 +56,7 @@ from agrpo.trainer.trainer_error import (
     trainer_still_running,
 )
 from agrpo.processes.watchdog import RUN_TOKEN_ENV, run_token
+from agrpo.interprocess import read_metrics
 from agrpo.proxy.settings import ADMIN_TOKEN_ENV, proxy_knob_flags
 from agrpo.models.resolve import prepare_model
 
@@ -375,7 +375,7 @@ def run_processes(plan: Plan) -> dict[str, Any]:
                     print(fleet.finish(), flush=True)
             if code != 0:
                 raise LaunchError(trainer_failure(run_dir, code))
-            return json.loads((run_dir / "metrics.json").read_text())
+            return read_metrics(run_dir / "metrics.json")
         except KeyboardInterrupt as stop:
             guard.teardown()
             name = getattr(stop, "signame", "SIGINT")

@@ -11,6 +11,8 @@ import sys
 from pathlib import Path
 from typing import TextIO
 
+from agrpo.trainer.disk_full_quiet import QuietFileHandler
+
 CONSOLE_LOGGER = "agrpo.console"  # the banner, the step lines and the summary; also written to trainer.log
 TRAINER_LOG = "trainer.log"
 FILE_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
@@ -122,7 +124,7 @@ def setup_trainer_logging(run_dir: str | os.PathLike, level: str | int = "INFO",
     for handler in [h for h in root.handlers if getattr(h, _OUR_HANDLER, False)]:
         root.removeHandler(handler)
         handler.close()
-    file_handler = logging.FileHandler(log_file, encoding="utf-8")
+    file_handler = QuietFileHandler(log_file, encoding="utf-8")  # a full disk: one line, not a stack per record
     file_handler.setFormatter(logging.Formatter(FILE_FORMAT))
     console = ConsoleHandler(stream if stream is not None else sys.stderr)
     console.addFilter(ConsoleFilter(console_level if rank in ("", "0") else max(console_level, logging.WARNING)))

@@ -204,7 +204,8 @@ class JobsFleetPlan(FleetPlan):
 
 def jobs_fleet_plan(cfg: RunConfig, api: Any = None) -> JobsFleetPlan:
     """The trainer Job's fleet from the record the launcher uploaded into the run's folder (read through the mount)."""
-    record = JobsFleet.from_json((Path(str(cfg.sync.output_dir)) / FLEET_FILE).read_text())
+    path = Path(str(cfg.sync.output_dir)) / FLEET_FILE
+    record = JobsFleet.from_json(path.read_text(), source=str(path))
     jobs = cfg.launcher.hf_jobs
     return JobsFleetPlan(
         min_replicas=record.min_replicas,

@@ -22,6 +22,9 @@ from agrpo.config.schema import InferenceConfig, RunConfig
 from agrpo.config.spec import with_values
 from agrpo.config.schema.inference import is_auto_fleet
 from agrpo.errors import AgrpoError, LaunchError
+from agrpo.interprocess import BadInput, integer, parse_record
+from agrpo.interprocess import record as record_of
+from agrpo.interprocess import text as text_field
 from agrpo.launchers.hf_jobs.client import cancel_jobs, cancel_run, make_api, run_jobs, stage_of
 from agrpo.launchers.hf_jobs.plan import LAUNCH_ID_ENV
 from agrpo.sync.resume import prepare_resume
@@ -67,9 +70,10 @@ def next_attempt(previous: dict[str, Any] | None, launch_id: str) -> dict[str, A
 
 
 def record_attempt(storage: BucketStorage, launch_id: str) -> int:
-    try:
-        previous = json.loads(storage.read_text(ATTEMPTS_FILE))
-    except (FileNotFoundError, ValueError):
+    try:  # written by an earlier attempt of this Job: parsed at the guarded boundary, a bad one counts as none
+        text = storage.read_text(ATTEMPTS_FILE)
+        previous = parse_record(text, record_of({"launch_id": text_field, "attempt": integer}))
+    except (FileNotFoundError, BadInput):
         previous = None
     record = next_attempt(previous, launch_id)
     storage.write_text(ATTEMPTS_FILE, json.dumps(record))
