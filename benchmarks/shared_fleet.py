@@ -156,7 +156,8 @@ def main() -> None:
     results = []
     for repeat in range(args.repeats):
         figures = {}
-        for arm in ARMS if repeat % 2 == 0 else tuple(reversed(ARMS)):  # alternate which arm goes first
+        order = tuple(reversed(ARMS)) if repeat % 2 == 0 else ARMS  # alternate; shared first: its failure shows soonest
+        for arm in order:
             figures[arm] = one_arm(arm, base / f"{repeat}" / arm, args, repeat)
             f = figures[arm]
             rises = " ".join("-" if r is None else f"{r:+.2f}" for r in f["rises"])
