@@ -268,7 +268,7 @@ def launched_here(rehearsal: dict, bucket_dir, jobs: dict, server_url: str, mode
     cost = re.search(r"would cost   \$(\d+\.\d+) for ", output)
     expected = sum(job["running_s"] for job in jobs.values()) * 5.00 / 3600  # every Job on h200, $5.00/h
     assert cost and abs(float(cost[1]) - expected) <= 0.01 * len(jobs), (cost, expected)
-    assert re.search(rf"per sample   \$\d+\.\d+ per 1,000 samples trained \({STEPS * 16}\)", output)  # steps x 16
+    assert re.search(rf"per sample   \$\d+\.\d+ per 1,000 samples trained \({STEPS * 16:,}\)", output)  # steps x 16
     # replicas=auto: the fleet's own lines (the requeued trainer Job carried the first attempt's figures on)
     assert re.search(r"agrpo fleet: \d+ replica-seconds \(1 replica\(s\) \d+ s, 2 replica\(s\) \d+ s\)", output), (
         output[-4000:]
