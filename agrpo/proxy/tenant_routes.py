@@ -74,6 +74,7 @@ class Tenancy:
         self.fair = FairShare(self.slots())
         self.gate = TenantGate(server, self.registry, self.fair)
         self._task: asyncio.Task | None = None
+        self._sweep: asyncio.Task | None = None  # unloading the adapters of tenants that are gone
         self._last_tick: float | None = None
 
     def slots(self) -> int:
@@ -93,10 +94,11 @@ class Tenancy:
         self._task = asyncio.get_running_loop().create_task(self._forever())
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            await asyncio.gather(self._task, return_exceptions=True)
-            self._task = None
+        for task in (self._task, self._sweep):
+            if task is not None:
+                task.cancel()
+                await asyncio.gather(task, return_exceptions=True)
+        self._task = self._sweep = None
 
     @staticmethod
     def _now() -> float:
@@ -111,7 +113,9 @@ class Tenancy:
                 log.exception("tenancy tick failed")
 
     async def tick(self) -> None:
-        """Attribute the replica-seconds since the last tick, follow the replica count, and let lapsed leases go."""
+        """Attribute the replica-seconds since the last tick, follow the replica count, let lapsed leases go, and
+        unload (in the background) every adapter whose tenant is gone: a lapsed one's, or one whose load landed after
+        its tenant left."""
         now = self._now()
         dt, self._last_tick = now - (self._last_tick or now), now
         self.registry.tick(len(self.server.replicas.healthy()), dt)
@@ -120,17 +124,30 @@ class Tenancy:
             log.warning(
                 "tenant %s (run %s): lease of %gs lapsed; unloading its adapters", tenant.id, tenant.run, tenant.lease_s
             )
-            await self.drop(tenant)
+            self.forget(tenant)
+        if self._sweep is None or self._sweep.done():
+            orphans = self.orphans()
+            if orphans:
+                self._sweep = asyncio.get_running_loop().create_task(self.unload(orphans))
 
-    async def drop(self, tenant: Tenant) -> list[str]:
-        """Forget the tenant and unload its adapters from every replica (those out of rotation at re-admission)."""
-        if self.registry.remove(tenant.id) is None:
-            return []  # already dropped (its lease lapsed while it unregistered)
-        self.gate.forget(tenant)
-        names = self.adapters(tenant.id)
+    def forget(self, tenant: Tenant) -> None:
+        """The tenant is gone: its token no longer passes, its waiting requests get 410, its share goes to the rest."""
+        if self.registry.remove(tenant.id) is not None:
+            self.gate.forget(tenant)
+
+    def orphans(self) -> list[str]:
+        """Adapters loaded through the proxy in the namespace of a tenant that is no longer registered."""
+        tenants = self.registry.tenants
+        return sorted(n for n in self.server.control.loaded if (t := tenant_of(n)) is not None and t not in tenants)
+
+    async def unload(self, names: list[str]) -> list[str]:
+        """Unload each of `names` still loaded from every replica (those out of rotation at re-admission)."""
+        done = []
         for name in names:
-            await self.server.control.unload(name)
-        return names
+            if name in self.server.control.loaded:
+                await self.server.control.unload(name)
+                done.append(name)
+        return done
 
     def adapters(self, tenant_id: str) -> list[str]:
         return sorted(name for name in self.server.control.loaded if tenant_of(name) == tenant_id)
@@ -219,7 +236,8 @@ class Tenancy:
         tenant = self._own(request)
         if isinstance(tenant, web.Response):
             return tenant
-        unloaded = await asyncio.shield(self.drop(tenant))
+        self.forget(tenant)
+        unloaded = await asyncio.shield(self.unload(self.adapters(tenant.id)))
         log.info("tenant %s unregistered; unloaded %s", tenant.id, unloaded or "nothing")
         return web.json_response({"unloaded": unloaded})
 

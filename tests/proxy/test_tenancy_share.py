@@ -208,3 +208,24 @@ def test_a_reload_that_races_the_runs_unload_is_undone(monkeypatch):
             assert len(fake.requests("/v1/completions")) == 1  # not retried
 
     run(scenario())
+
+
+def test_a_load_that_lands_after_its_tenant_left_is_unloaded(monkeypatch):
+    """The run's last load is still running when its lease lapses (it died mid-sync): the adapter it leaves behind
+    belongs to nobody and is unloaded by the next tick, on every replica."""
+
+    async def scenario():
+        async with fleet(monkeypatch) as (proxy, fakes, session):
+            a, token_a = await register(session, proxy, "dies-mid-load", lease_s=1.0)
+            for fake in fakes:
+                fake.load_delay_s = 2.3  # longer than the lease and the tick that lets it go (1 s + 1 s)
+            status, _ = await call(session, "POST", f"{proxy.url}/v1/load_lora_adapter", load_body(a), token_a)
+            assert status == 200  # the load was admitted while the tenant lived
+            assert a not in proxy.tenancy.registry.tenants  # and its lease lapsed before the load answered
+            await wait_until(
+                lambda: not any(f.loaded for f in fakes), timeout=1.0 + 0.5, what="the orphan unloaded at the next tick"
+            )
+            assert all(len(f.requests("/v1/unload_lora_adapter")) == 1 for f in fakes)
+            assert proxy.control.loaded == {}
+
+    run(scenario())
