@@ -172,6 +172,32 @@ def read_fleet(name: str) -> FleetRecord:
     return fleet
 
 
+def hold_name(name: str) -> int:
+    """An exclusive lock on fleet `name` (`fleets/.NAME.lock`, opened without following a link), held by the fleet
+    process for its whole life, so that two `agrpo fleet up NAME` never both start; the kernel drops it when that
+    process ends, however it ends. Returns the descriptor (keep it open); ConfigError when another process holds it."""
+    import fcntl
+
+    _name_problem(name)
+    fd = open_runtime_dir(FLEETS)
+    try:
+        lock_fd = os.open(
+            f".{name}.lock", os.O_RDONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, FILE_MODE, dir_fd=fd
+        )
+    finally:
+        os.close(fd)
+    try:
+        fcntl.flock(lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(lock_fd)
+        raise ConfigError(
+            f"another `agrpo fleet up {name}` is starting or running (it holds {shown_path(name)[:-5]}.lock): attach "
+            f"runs with inference.shared_fleet={name} once it prints `fleet {name} ready at URL`, stop it with "
+            f"`agrpo fleet down {name}`, or name another fleet"
+        ) from None
+    return lock_fd
+
+
 def fleet_names() -> list[str]:
     """The names of every record in the directory (stale or bad ones included), sorted."""
     fd = open_runtime_dir(FLEETS)

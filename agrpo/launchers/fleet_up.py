@@ -25,7 +25,7 @@ from typing import Any
 from agrpo.config.schema import RunConfig
 from agrpo.config.spec import spec_yaml, with_values
 from agrpo.errors import AgrpoError, ConfigError, LaunchError
-from agrpo.fleet.registry import FleetRecord, load_fleet, model_identity, remove_fleet, write_fleet
+from agrpo.fleet.registry import FleetRecord, hold_name, load_fleet, model_identity, remove_fleet, write_fleet
 from agrpo.fleet.tenancy import valid_fleet_name
 from agrpo.launchers.binding import bound
 from agrpo.launchers.fleet_run import fleet_controller
@@ -142,6 +142,7 @@ def up(name: str, overrides: list[str]) -> int:
     if cfg.launcher.dry_run:
         print(render_plan(plan, name))
         return 0
+    hold_name(name)  # held until this process ends: no second fleet of this name starts meanwhile
     refuse_running(name)
     from agrpo.models.resolve import prepare_model
 

@@ -173,3 +173,16 @@ def test_a_fleet_that_exited_and_awaits_its_parent_is_gone(fleets):
         assert not a_record(pid=process.pid, pid_start=None).alive()
     finally:
         process.wait()
+
+
+def test_one_process_at_a_time_holds_a_fleets_name(fleets):
+    held = registry.hold_name("demo")
+    try:
+        with pytest.raises(ConfigError, match=r"another `agrpo fleet up demo` is starting or running"):
+            registry.hold_name("demo")
+        os.close(registry.hold_name("other"))  # another name is free
+    finally:
+        os.close(held)
+    os.close(registry.hold_name("demo"))  # free again once its holder let go
+    assert stat.S_IMODE(os.lstat(fleets / ".demo.lock").st_mode) == 0o600
+    assert registry.fleet_names() == []  # a lock is no record
