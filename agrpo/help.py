@@ -28,6 +28,7 @@ Other commands:
   agrpo push RUN_DIR --repo-id NAME             upload the adapter with a model card to the Hub
   agrpo jobs status|logs|cancel RUN_ID          the HF Jobs of a run (status: what they cost so far)
   agrpo pull RUN_ID                             a Jobs run's folder into outputs/<run_name>/RUN_ID
+  agrpo fleet up|status|down [NAME]             a fleet of replicas several runs share (docs/shared_fleet.md)
   agrpo --version                               agrpo's version
 """
 
