@@ -30,7 +30,7 @@ from typing import Any
 from agrpo.fleet import files
 from agrpo.fleet.cost import FleetBill, fleet_cost_lines
 from agrpo.fleet.policy import ADD, HOLD, RELEASE, Decision, Knobs, Memory, Signals, decide, replacement, took_effect
-from agrpo.fleet.signals import TRAINED, busy_share, replica_load, window_signals
+from agrpo.fleet.signals import TRAINED, busy_share, latest, replica_load, window_signals
 from agrpo.interprocess import PROXY_STATS, Skipped, answer_record, flag, record
 from agrpo.processes.managed import http_ok
 
@@ -105,12 +105,16 @@ class FleetController:
     samples: int = 0  # trained, from the step entries
     price_per_hour: float = 0.0  # $ per replica-hour for the end-of-run lines (0: replica-seconds only)
     price_source: str = ""
+    tenants_of: str = ""  # a shared fleet's name (agrpo fleet up): its tenants' steps, combined (signals.py)
     _held: str = ""  # the last hold said below min_replicas (said once)
     _settling: int = 0  # steps still to leave out of the window after the last change
 
     def __post_init__(self) -> None:
         self.skipped = Skipped(logger=log)  # bad step lines, state files and proxy answers (agrpo/interprocess.py)
-        self.reader = files.StepReader(self.run_dir, self.skipped)
+        shared = self.tenants_of  # a shared fleet reads its tenants' steps, tagged with each one's id
+        self.reader = (
+            files.TenantSteps(shared, self.skipped) if shared else files.StepReader(self.run_dir, self.skipped)
+        )
         self.reader.read()  # steps already there are an earlier attempt's (a resumed run, a requeued trainer Job)
         self._carry_over(files.read_state(self.run_dir, self.skipped))
         self.replicas = len(self.watched) if self.replace_lost else self.knobs.min_replicas
@@ -215,7 +219,7 @@ class FleetController:
         busy = busy_share(loads)
         if busy is not None:
             self.busy.append((len(self.window), busy))  # a sample a poll: their mean is the share of the time busy
-        recent = self.window[-self.knobs.recent_steps :]  # a new regime shows within these (docs/elastic.md)
+        recent = latest(self.window, self.knobs.recent_steps, getattr(self.reader, "tenants", None))  # docs/elastic.md
         first = len(self.window) - len(recent)
         samples = [share for seen, share in self.busy if seen >= first] or [share for _, share in self.busy[-1:]]
         mean_busy = sum(samples) / len(samples) if samples else None
@@ -309,11 +313,7 @@ class FleetController:
         return answer_record(body or b"{}", _ADMIN_ANSWER, f"{self.proxy_url}/proxy/replicas", self.skipped, {})
 
     def _advance(self) -> None:
-        pending = self.pending
-        if pending.decision.action == ADD:
-            self._advance_add(pending)
-        else:
-            self._advance_release(pending)
+        (self._advance_add if self.pending.decision.action == ADD else self._advance_release)(self.pending)
 
     def _advance_add(self, pending: Pending) -> None:
         spare, waited = pending.replica, self.clock() - pending.since
@@ -367,7 +367,7 @@ class FleetController:
     def _took_effect(self, pending: Pending, what: str) -> None:
         self._tick()
         self.replicas += 1 if pending.decision.action == ADD else -1
-        recent = self.window[-self.knobs.window_steps :]  # the steps just before it took effect: the baseline
+        recent = latest(self.window, self.knobs.window_steps, getattr(self.reader, "tenants", None))  # the baseline
         basis = window_signals(recent, self.clock(), pending.basis.replicas) if len(recent) >= 2 else pending.basis
         self.memory = took_effect(pending.decision, basis, self.clock(), self.memory)
         self.window, self.busy = [], []  # the next window starts with the new fleet, once it settled

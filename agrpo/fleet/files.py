@@ -5,17 +5,27 @@ log_history).
 
 Both are read through agrpo/interprocess.py: a bad step line (not an object, not JSON, NaN, a string where a number
 goes) is skipped and counted, never handed on; a bad state.json reads as none.
+
+A shared fleet (`agrpo fleet up NAME ... inference.replicas=auto`) finds its tenants' step files through one record
+per attached run, `<runtime dir>/fleets/NAME/tenants/<TENANT>.json` = {"tenant", "run_dir"} (0600, written
+atomically by the attaching launcher at registration, removed at its teardown: `write_tenant`, `remove_tenant`);
+`TenantSteps` reads every current tenant's steps.jsonl, each line tagged with its tenant (signals.combine_tenants).
 """
 
 from __future__ import annotations
 
 import json
 import math
+import os
+import stat
 from pathlib import Path
 from typing import Any
 
-from agrpo.interprocess import SKIPPED, Skipped, digits, integer, mapping, number, numbers, parse_lines, read_record
-from agrpo.interprocess import record
+from agrpo.fleet.signals import TENANT
+from agrpo.fleet.tenancy import TENANT_RE
+from agrpo.interprocess import SKIPPED, BadInput, Skipped, digits, integer, mapping, number, numbers, parse_lines
+from agrpo.interprocess import MAX_INPUT_BYTES, parse_record, read_record, record, text
+from agrpo.processes.private_dir import open_runtime_dir
 
 FLEET_DIR = "fleet"
 STEPS_FILE = "steps.jsonl"
@@ -97,4 +107,118 @@ class StepReader:
         self.offset += len(complete)
         entries = parse_lines(complete[:-1], numbers, STEPS_FILE, self.skipped, first_line=self.lines + 1)
         self.lines += complete.count(b"\n")
+        return entries
+
+
+# ---------------------------------------------------------------------------- a shared fleet's tenants
+TENANTS = "tenants"
+TENANT_RECORD = record({"tenant": text, "run_dir": text}, required=("tenant", "run_dir"))
+_FILE_MODE = 0o600
+
+
+def _tenants_fd(fleet: str) -> int:
+    """The fleet's private tenants directory (agrpo/processes/private_dir.py: 0700, owner checked, no link)."""
+    return open_runtime_dir("fleets", fleet, TENANTS)
+
+
+def write_tenant(fleet: str, tenant: str, run_dir: str | Path) -> None:
+    """The record that tells fleet `fleet`'s controller where `tenant` writes its steps (0600, tmp + rename)."""
+    if not TENANT_RE.fullmatch(tenant):
+        raise ValueError(f"not a tenant id: {tenant!r}")
+    fd = _tenants_fd(fleet)
+    partial = f".{tenant}.{os.getpid()}.tmp"
+    try:
+        file_fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, _FILE_MODE, dir_fd=fd)
+        with os.fdopen(file_fd, "w") as out:
+            os.fchmod(out.fileno(), _FILE_MODE)  # whatever the umask
+            out.write(json.dumps({"tenant": tenant, "run_dir": str(Path(run_dir).resolve())}))
+        os.rename(partial, f"{tenant}.json", src_dir_fd=fd, dst_dir_fd=fd)
+    finally:
+        os.close(fd)
+
+
+def remove_tenant(fleet: str, tenant: str) -> None:
+    if not TENANT_RE.fullmatch(tenant):
+        return
+    fd = _tenants_fd(fleet)
+    try:
+        os.unlink(f"{tenant}.json", dir_fd=fd)
+    except FileNotFoundError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def clear_tenants(fleet: str) -> None:
+    """A fleet starting has no tenant yet: records a killed run left behind are removed."""
+    fd = _tenants_fd(fleet)
+    try:
+        for name in os.listdir(fd):
+            if name.endswith((".json", ".tmp")):
+                os.unlink(name, dir_fd=fd)
+    finally:
+        os.close(fd)
+
+
+def _read_tenant(fd: int, name: str, skipped: Skipped) -> str | None:
+    """The run dir of one record, or None (counted) when it is not a plain file of ours holding a good record."""
+    try:
+        file_fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK, dir_fd=fd)
+    except OSError as error:
+        skipped.skip(TENANTS, f"{name}: {error.strerror}")
+        return None
+    with os.fdopen(file_fd, "rb") as handle:
+        info = os.fstat(handle.fileno())
+        try:
+            if not stat.S_ISREG(info.st_mode) or info.st_uid != os.geteuid():
+                raise BadInput("not a plain file of this user's")
+            found = parse_record(handle.read(MAX_INPUT_BYTES + 1), TENANT_RECORD)
+            if found["tenant"] != name[: -len(".json")]:
+                raise BadInput(f"it names tenant {found['tenant']!r}")
+        except BadInput as error:
+            skipped.skip(TENANTS, f"{name}: {error}")
+            return None
+    return found["run_dir"]
+
+
+def read_tenants(fleet: str, skipped: Skipped = SKIPPED) -> dict[str, str]:
+    """{tenant: run dir} of every run attached to fleet `fleet` now (a bad record is skipped and counted)."""
+    fd = _tenants_fd(fleet)
+    try:
+        names = sorted(n for n in os.listdir(fd) if n.endswith(".json") and TENANT_RE.fullmatch(n[: -len(".json")]))
+        found = {name[: -len(".json")]: _read_tenant(fd, name, skipped) for name in names}
+    finally:
+        os.close(fd)
+    return {tenant: run_dir for tenant, run_dir in found.items() if run_dir is not None}
+
+
+class TenantSteps:
+    """StepReader's interface for a shared fleet: the step entries every current tenant appended since the last
+    read, each tagged with its tenant (signals.TENANT). `tenants` is the set attached at the last read; a tenant that
+    left is forgotten. Lines already in a tenant's file when its record is first seen are not counted."""
+
+    def __init__(self, fleet: str, skipped: Skipped | None = None):
+        self.fleet = fleet
+        self.skipped = skipped if skipped is not None else Skipped()
+        self.readers: dict[str, StepReader] = {}
+        self.run_dirs: dict[str, str] = {}
+
+    @property
+    def tenants(self) -> set[str]:
+        return set(self.readers)
+
+    def read(self) -> list[dict[str, Any]]:
+        try:
+            current = read_tenants(self.fleet, self.skipped)
+        except Exception as error:  # the directory cannot be opened (LaunchError: refused): no tenant this poll
+            self.skipped.skip(TENANTS, str(error))
+            current = {}
+        for tenant in [t for t in self.readers if self.run_dirs.get(t) != current.get(t)]:
+            del self.readers[tenant], self.run_dirs[tenant]
+        entries: list[dict[str, Any]] = []
+        for tenant, run_dir in current.items():
+            if tenant not in self.readers:  # its record is written before its trainer starts: earlier lines are
+                self.readers[tenant], self.run_dirs[tenant] = StepReader(run_dir, self.skipped), run_dir
+                self.readers[tenant].read()  # an earlier attempt's (a resumed run's dir), as StepReader's are
+            entries += [{**entry, TENANT: tenant} for entry in self.readers[tenant].read()]
         return entries

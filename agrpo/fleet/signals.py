@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
 from agrpo.fleet.policy import Signals
@@ -89,7 +90,26 @@ def window_signals(
     busy: float | None = None,
     changing: bool = False,
 ) -> Signals:
-    """The Signals of a window of step entries (those logged since the last change took effect)."""
+    """The Signals of a window of step entries (those logged since the last change took effect); entries tagged
+    with their TENANT (a shared fleet's, files.TenantSteps) are combined across tenants (`combine_tenants`)."""
+    if any(TENANT in entry for entry in entries):
+        by_tenant = {
+            tenant: run_signals(steps, now, replicas, inflight_ceiling, busy, changing)
+            for tenant, steps in per_tenant(entries).items()
+        }
+        return combine_tenants(by_tenant, now, replicas, busy, changing)
+    return run_signals(entries, now, replicas, inflight_ceiling, busy, changing)
+
+
+def run_signals(
+    entries: Sequence[dict[str, Any]],
+    now: float,
+    replicas: int,
+    inflight_ceiling: float | None = None,
+    busy: float | None = None,
+    changing: bool = False,
+) -> Signals:
+    """The Signals of one trainer's step entries."""
     timed = [entry for entry in entries if entry.get(STEP_S)]
     step_time = _total(timed, STEP_S)
     dropped, trained = _total(entries, DROPPED_STALE), _total(entries, TRAINED)
@@ -107,4 +127,45 @@ def window_signals(
         inflight_cut=budget_cut(targets),
         busy_share=busy,
         changing=changing,
+    )
+
+
+# ---------------------------------------------------------------------------- a shared fleet's tenants
+TENANT = "tenant"  # the tag files.TenantSteps puts on each step entry of a shared fleet: whose step it is
+
+
+def per_tenant(entries: Sequence[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+    """The tagged entries by tenant, in their order (untagged ones are left out)."""
+    grouped: dict[str, list[dict[str, Any]]] = {}
+    for entry in entries:
+        if TENANT in entry:
+            grouped.setdefault(str(entry[TENANT]), []).append(entry)
+    return grouped
+
+
+def latest(entries: Sequence[dict[str, Any]], count: int, tenants: Any = None) -> list[dict[str, Any]]:
+    """The window's latest `count` steps: untagged, its last `count` entries (a run's fleet); tagged, each tenant's
+    last `count` (one tenant stepping fast must not push another's steps out), of the `tenants` still attached when
+    given (a run that left stops counting)."""
+    if not any(TENANT in entry for entry in entries):
+        return list(entries[-count:])
+    kept = [steps[-count:] for tenant, steps in per_tenant(entries).items() if tenants is None or tenant in tenants]
+    return [entry for steps in kept for entry in steps]
+
+
+def combine_tenants(
+    by_tenant: dict[str, Signals], now: float, replicas: int, busy: float | None = None, changing: bool = False
+) -> Signals:
+    """One fleet's Signals from its tenants' (each measured on its own steps). The policy acts for the most starved
+    tenant: its wait share (the max: the fleet grows when ANY tenant waits for rollouts, and releases only when
+    ALL hardly wait), its steps (the evidence the window needs), its stale share and in-flight budget (what an
+    addition would feed). Steps/s is the tenants' sum (the fleet's throughput, which an addition must raise). Ties
+    go to the tenant with more steps; tenants without a timed step are left out (none: no steps measured)."""
+    timed = [signals for signals in by_tenant.values() if signals.wait_share is not None]
+    if not timed:
+        return Signals(now=now, replicas=replicas, busy_share=busy, changing=changing, steps=0)
+    lead = max(timed, key=lambda signals: (signals.wait_share, signals.steps))
+    rates = [signals.steps_per_s for signals in timed if signals.steps_per_s is not None]
+    return replace(
+        lead, now=now, replicas=replicas, steps_per_s=sum(rates) if rates else None, busy_share=busy, changing=changing
     )

@@ -46,9 +46,10 @@ def controller_settings(policy: dict[str, Any]) -> dict[str, Any]:
     return {key: fleet_setting(policy, key) for key in ("poll_s", "drain_timeout_s", "settle_steps")}
 
 
-def fleet_controller(plan: Plan, replicas: list[Any], started: list[Any]) -> FleetController:
+def fleet_controller(plan: Plan, replicas: list[Any], started: list[Any], tenants_of: str = "") -> FleetController:
     """`replicas`: the list the replica supervisor keeps up (added replicas join it); `started`: what the launcher
-    stops at the end (a spare is appended before it starts)."""
+    stops at the end (a spare is appended before it starts); `tenants_of`: a shared fleet's name (`agrpo fleet up`),
+    whose controller sizes it on its tenants' combined steps (agrpo/fleet/files.py TenantSteps) instead of a run's."""
     fleet = plan.fleet
     assert fleet is not None
     build = getattr(fleet, "build_controller", None)
@@ -73,6 +74,7 @@ def fleet_controller(plan: Plan, replicas: list[Any], started: list[Any]) -> Fle
         say=console,
         price_per_hour=fleet_setting(fleet.policy, "replica_price_per_hour"),
         price_source="inference.fleet.replica_price_per_hour",
+        tenants_of=tenants_of,
     )
 
 

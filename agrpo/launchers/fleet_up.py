@@ -10,6 +10,10 @@ versions one run may have loaded (trainer.max_staleness + 2) and `--max-cpu-lora
 Once healthy, the fleet writes its record (agrpo/fleet/registry.py) and prints `fleet NAME ready at URL`; it stays in
 the foreground until SIGTERM or SIGINT (`agrpo fleet down NAME`, Ctrl-C), then stops every process it started, removes
 its record and writes `<run_dir>/fleet_summary.json`: its replica-seconds and each tenant's share.
+
+With inference.replicas=auto the fleet's controller sizes it on the sum of its tenants' signals: each attached run's
+launcher leaves a record of its run dir in the fleet's private tenants directory (agrpo/fleet/files.py), and the
+controller reads every such run's steps (docs/shared_fleet.md, "Elastic across tenants").
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ from typing import Any
 from agrpo.config.schema import RunConfig
 from agrpo.config.spec import spec_yaml, with_values
 from agrpo.errors import AgrpoError, ConfigError, LaunchError
+from agrpo.fleet.files import clear_tenants
 from agrpo.fleet.registry import FleetRecord, hold_name, load_fleet, model_identity, remove_fleet, write_fleet
 from agrpo.fleet.tenancy import valid_fleet_name
 from agrpo.launchers.binding import bound
@@ -144,6 +149,7 @@ def up(name: str, overrides: list[str]) -> int:
         return 0
     hold_name(name)  # held until this process ends: no second fleet of this name starts meanwhile
     refuse_running(name)
+    clear_tenants(name)  # records a killed run left: this fleet's controller counts only runs attached to it
     from agrpo.models.resolve import prepare_model
 
     run_dir = Path(plan.run_dir)
@@ -190,7 +196,7 @@ def serve(plan: Plan, cfg: RunConfig, name: str) -> int:
             proxy = next(p for p, s in zip(services, plan.services) if s.role == "proxy")
             watch = plan.supervision
             supervisor = ReplicaSupervisor(replicas, watch.max_restarts) if watch.restart_replicas else None
-            controller = fleet_controller(plan, replicas, started) if plan.fleet else None
+            controller = fleet_controller(plan, replicas, started, tenants_of=name) if plan.fleet else None
             ready_at = time.time()
             write_fleet(record_of(plan, cfg, name, ready_at))
             print(f"fleet {name} ready at {plan.vllm_url}", flush=True)

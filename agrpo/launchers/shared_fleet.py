@@ -27,7 +27,8 @@ from typing import Any
 from agrpo.config.schema import RunConfig
 from agrpo.config.shared_fleet_checks import attach_problems, ignored_notes
 from agrpo.config.spec import with_values
-from agrpo.errors import ConfigError, LaunchError
+from agrpo.errors import AgrpoError, ConfigError, LaunchError
+from agrpo.fleet.files import remove_tenant, write_tenant
 from agrpo.fleet.registry import FleetRecord, model_identity, read_fleet
 from agrpo.fleet.tenancy import TENANT_RE
 from agrpo.interprocess import BadInput, number, parse_record, record, text
@@ -171,6 +172,18 @@ def keep_lease(fleet: FleetRecord, tenant: dict[str, Any], every_s: float, stop:
             return
 
 
+def signal_record(fleet: str, tenant: str, run_dir: str | None) -> None:
+    """Write (run_dir) or remove (None) the record by which an elastic fleet's controller reads this run's steps
+    (agrpo/fleet/files.py); a failure is logged: the run goes on, only the fleet's sizing does not see it."""
+    try:
+        if run_dir is None:
+            remove_tenant(fleet, tenant)
+        else:
+            write_tenant(fleet, tenant, run_dir)
+    except (OSError, AgrpoError, ValueError) as error:
+        log.warning("the fleet %s's record of tenant %s could not be updated: %s", fleet, tenant, error)
+
+
 @contextlib.contextmanager
 def attached_tenant(plan: Plan) -> Iterator[Plan]:
     """`plan` as it runs: for a run on a shared fleet, registered (its tenant id and token bound into the trainer's
@@ -186,6 +199,7 @@ def attached_tenant(plan: Plan) -> Iterator[Plan]:
         )
     tenant = register(fleet, plan.tenant_request)
     log.info("registered with the fleet %s as tenant %s", fleet.name, tenant["tenant"])
+    signal_record(fleet.name, tenant["tenant"], plan.run_dir)
     stop = threading.Event()
     every_s = float(plan.tenant_request["lease_s"]) / 4
     threading.Thread(target=keep_lease, args=(fleet, tenant, every_s, stop), daemon=True).start()
@@ -194,4 +208,5 @@ def attached_tenant(plan: Plan) -> Iterator[Plan]:
         yield substitute(plan, lambda s: values.get(s, s))
     finally:
         stop.set()
+        signal_record(fleet.name, tenant["tenant"], None)
         unregister(fleet, tenant)
