@@ -96,7 +96,7 @@ class TenantGate:
         if refusal is not None:
             await sink.respond(403, JSON, error_body(403, refusal, "Forbidden"))
             return None, False
-        tenant.requests += 1
+        tenant.request_count += 1
         if self.fair.enter(tenant.id, n):  # under its cap: no wait, no future
             tenant.in_flight += n
             return tenant, True

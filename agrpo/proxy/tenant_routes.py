@@ -246,7 +246,7 @@ class Tenancy:
         if isinstance(tenant, web.Response):
             return tenant
         entry = {**tenant.entry(self.adapters(tenant.id), self._now()), "waiting": self.waiting(tenant)}
-        return web.json_response({**entry, **self.totals()})
+        return web.json_response({**entry, "fleet": self.totals()})  # the run's own figures stay its own
 
     async def list(self, request: web.Request) -> web.Response:
         denied = self.server.admin_denied(request)
@@ -276,7 +276,7 @@ class Tenancy:
                 "tenant": t.id,
                 "in_flight": t.in_flight,
                 "waiting": self.waiting(t),
-                "requests": t.requests,
+                "requests": t.request_count,
                 "tokens": t.tokens,
                 "replica_seconds": round(t.replica_seconds, 3),
             }

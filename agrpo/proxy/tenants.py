@@ -39,7 +39,7 @@ class Tenant:
     registered_at: float  # unix seconds
     expires_at: float  # on the registry's clock
     in_flight: int = 0  # sequences (a request's n) admitted and not yet answered
-    requests: int = 0
+    request_count: int = 0  # completions it sent ("requests" in the JSON)
     tokens: int = 0
     tick_tokens: int = 0  # tokens since the last attribution tick
     replica_seconds: float = 0.0
@@ -50,7 +50,7 @@ class Tenant:
             "run": self.run,
             "adapters": adapters,
             "in_flight": self.in_flight,
-            "requests": self.requests,
+            "requests": self.request_count,
             "tokens": self.tokens,
             "replica_seconds": round(self.replica_seconds, 3),
             "registered_at": self.registered_at,

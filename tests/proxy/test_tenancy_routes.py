@@ -130,7 +130,8 @@ def test_lease_show_list_and_unregister(monkeypatch):
             assert status == 200
             assert mine["adapters"] == [f"{a}/trl-policy-v1", f"{a}/trl-policy-v2"]
             assert (mine["requests"], mine["tokens"], mine["in_flight"], mine["run"]) == (1, 7, 0, "run-a")
-            assert {"replica_seconds", "replicas", "idle_replica_seconds", "lease_expires_in_s"} <= set(mine)
+            assert {"replica_seconds", "lease_expires_in_s"} <= set(mine)  # the run's own replica-seconds
+            assert {"replica_seconds", "replicas", "idle_replica_seconds"} <= set(mine["fleet"])  # the fleet's totals
             assert (await call(session, "GET", f"{base}/{a}", None, token_b))[0] == 403
             assert (await call(session, "GET", base, None, token_a))[0] == 403
             status, listing = await call(session, "GET", base, None, ADMIN)
