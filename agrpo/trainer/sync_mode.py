@@ -12,7 +12,6 @@ So TRL's metric keeps its meaning, the time a sync blocked the trainer, and
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import time
@@ -21,6 +20,7 @@ from typing import Any
 
 from transformers import TrainerCallback
 
+from agrpo.interprocess import PROXY_STATS, answer_record
 from agrpo.trainer.adapter_snapshot import snapshot_adapter
 from agrpo.trainer.background_sync import BackgroundSync, version_needed
 from agrpo.trainer.rollout_pacing import note_published
@@ -70,9 +70,10 @@ def wait_until_every_replica_serves(proxy_url: str, name: str, timeout_s: float,
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         try:
-            with urllib.request.urlopen(f"{proxy_url.rstrip('/')}/proxy/stats", timeout=5) as response:
-                replicas = json.loads(response.read())["replicas"]
-        except (OSError, ValueError, KeyError) as error:
+            url = f"{proxy_url.rstrip('/')}/proxy/stats"
+            with urllib.request.urlopen(url, timeout=5) as response:  # parsed at the guarded boundary
+                replicas = answer_record(response.read(), PROXY_STATS, url, default={}).get("replicas", [])
+        except OSError as error:
             log.debug("proxy stats unavailable: %s", error)
             return False
         if all(name in r.get("adapters", []) for r in replicas if r.get("healthy")):
