@@ -100,6 +100,12 @@ def lora_problems(cfg: DictConfig, flags: dict[str, str | None]) -> list[str]:
 DEFAULT_MAX_NUM_SEQS = {"cpu": 128, "cuda": 256}
 
 
+def replica_max_num_seqs(cfg: DictConfig | Any) -> int:
+    """The sequences one replica runs at once: inference.extra_args' --max-num-seqs, else vLLM's default here."""
+    given = int_flag(flag_values([str(arg) for arg in cfg.inference.extra_args]), "--max-num-seqs")
+    return given or DEFAULT_MAX_NUM_SEQS["cpu" if cfg.inference.device == "cpu" else "cuda"]
+
+
 def scheduler_problems(cfg: DictConfig, flags: dict[str, str | None]) -> list[str]:
     problems = []
     batched, seqs = int_flag(flags, "--max-num-batched-tokens"), int_flag(flags, "--max-num-seqs")

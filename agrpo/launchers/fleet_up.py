@@ -28,6 +28,7 @@ from typing import Any
 
 from agrpo.config.schema import RunConfig
 from agrpo.config.spec import spec_yaml, with_values
+from agrpo.config.vllm_checks import replica_max_num_seqs
 from agrpo.errors import AgrpoError, ConfigError, LaunchError
 from agrpo.fleet.files import clear_tenants
 from agrpo.fleet.registry import FleetRecord, hold_name, load_fleet, model_identity, remove_fleet, write_fleet
@@ -93,6 +94,7 @@ def fleet_spec(cfg: RunConfig) -> RunConfig:
         "max_tenants": int(cfg.inference.shared.max_tenants),
         "max_loras": slots,
         "max_lora_rank": int(cfg.inference.max_lora_rank),
+        "tenant_slots_per_replica": replica_max_num_seqs(cfg),  # the fair share divides what the replicas can run
     }
     changes.update({f"proxy.{key}": value for key, value in proxy.items() if key in TENANCY_KNOBS})
     return with_values(cfg, changes)

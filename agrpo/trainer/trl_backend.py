@@ -260,7 +260,9 @@ def watch_run(trainer: Any, cfg: RunConfig, vllm_url: str, num_replicas: int, ba
     serving = ServingCollector(vllm_url, via_proxy=via_proxy)
     guard_rollout_worker(trainer, trainer.args.output_dir, cfg.logger.level)
     if trainer.accelerator.is_main_process:  # each log: the fleet's figures, then the serving figures
-        if is_auto_fleet(cfg.inference):  # the launcher's fleet controller reads the steps (agrpo/fleet/)
+        if (
+            is_auto_fleet(cfg.inference) or cfg.inference.shared_fleet
+        ):  # a fleet controller reads the steps (agrpo/fleet/)
             trainer.add_callback(FleetSignals(trainer.args.output_dir))
             trainer.add_log_figures(partial(fleet_figures, trainer.args.output_dir))
         log_serving_figures(trainer, serving)
