@@ -87,6 +87,7 @@ def elastic_run(tmp_path_factory):
         ended = lambda: launcher.poll() is not None  # noqa: E731
         with cpu_quota(process_group(os.getpgid(pid)), share=0.25, name=f"elastic-{os.getpid()}"):
             wait_for(lambda: VERDICT.search(read(output)) or ended(), 1200, "the added replica's verdict")
+        sockets = standby_engine_sockets(run_dir / "logs" / "vllm-1.log")
         if "kept the add" in read(output) and not ended():  # else test_the_addition_was_judged_and_kept fails
             trainer = trainer_pids(run_dir)
             with cpu_quota(trainer, share=TRAINER_SHARE, name=f"elastic-trainer-{os.getpid()}"):
@@ -97,7 +98,24 @@ def elastic_run(tmp_path_factory):
         if launcher.poll() is None:
             os.killpg(launcher.pid, signal.SIGKILL)
     assert code == 0, read(output)[-5000:]
-    return {"run_dir": run_dir, "output": read(output), "left": left_behind(token)}
+    return {"run_dir": run_dir, "output": read(output), "left": left_behind(token), "engine_sockets": sockets}
+
+
+def standby_engine_sockets(replica_log) -> dict | None:
+    """The children (the engine core) of the standby-started replica while it serves, and the listening sockets they
+    hold (issue 42: a forked engine core kept the API server's listening socket); None: its API server not found."""
+    from tests.inference.engine_sockets import children, listeners_held_by_children
+
+    found = re.findall(r"\(APIServer pid=(\d+)\)", read(replica_log)) if replica_log.exists() else []
+    if not found:
+        return None
+    return {"children": children(int(found[-1])), "held": listeners_held_by_children(int(found[-1]))}
+
+
+def test_the_standby_started_engine_core_holds_no_listening_socket(elastic_run):
+    sockets = elastic_run["engine_sockets"]
+    assert sockets is not None and sockets["children"], sockets  # the engine core runs, as the API server's child
+    assert sockets["held"] == {}, sockets
 
 
 def test_it_grew_to_two_on_its_own_and_said_why(elastic_run):
