@@ -52,7 +52,9 @@ def body_length(head: bytes) -> int:
 
 
 class MinimalUpstream(asyncio.Protocol):
-    """Answers every request at once: the proxy's cost is all that is left to measure."""
+    """Answers every request at once (with `response`): the proxy's cost is all that is left to measure."""
+
+    response = RESPONSE
 
     def connection_made(self, transport):
         self.transport, self.buffer = transport, b""
@@ -67,7 +69,7 @@ class MinimalUpstream(asyncio.Protocol):
             if len(self.buffer) < head_end + 4 + length:
                 return
             self.buffer = self.buffer[head_end + 4 + length :]
-            self.transport.write(RESPONSE)
+            self.transport.write(self.response)
 
 
 class Client(asyncio.Protocol):
@@ -96,10 +98,12 @@ class Client(asyncio.Protocol):
             self.waiter.set_result(status)
 
 
-def request_bytes(body, port):
+def request_bytes(body, port, token=None):
+    """A completions request for `body` (bytes), with `Authorization: Bearer <token>` when a token is given."""
+    auth = f"Authorization: Bearer {token}\r\n" if token else ""
     return (
         f"POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n"
-        f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
+        f"Content-Type: application/json\r\n{auth}Content-Length: {len(body)}\r\n\r\n"
     ).encode() + body
 
 
@@ -131,8 +135,12 @@ def cpu_seconds(pid):
 
 async def max_rate(port, bodies, connections, seconds, pid):
     """(requests/s of wall time, requests per CPU-second of the proxy process)."""
+    return await raw_rate(port, [request_bytes(b, port) for b in bodies], pid, seconds, connections)
+
+
+async def raw_rate(port, raws, pid, seconds, connections=64):
+    """max_rate of ready-made requests (`raws`, sent in turn over `connections` keep-alive clients)."""
     clients = [await connect(port) for _ in range(connections)]
-    raws = [request_bytes(b, port) for b in bodies]
     done, stop_at = 0, time.perf_counter() + seconds
 
     async def drive(client, offset):
@@ -157,8 +165,9 @@ def free_port():
         return s.getsockname()[1]
 
 
-def start_proxy(upstream_port, core, checkout=Path(__file__).resolve().parents[1]):
-    """The proxy of `checkout` (this one by default) as a process pinned to `core`."""
+def start_proxy(upstream_port, core, checkout=Path(__file__).resolve().parents[1], flags=(), env=None):
+    """The proxy of `checkout` (this one by default) as a process pinned to `core`; `flags` follow the usual ones,
+    `env` adds to the environment."""
     port = free_port()
     pin = (lambda: os.sched_setaffinity(0, {core})) if core is not None else None
     process = subprocess.Popen(
@@ -172,11 +181,12 @@ def start_proxy(upstream_port, core, checkout=Path(__file__).resolve().parents[1
             str(port),
             "--log-level",
             "warning",
+            *flags,
         ],
         cwd=checkout,
         preexec_fn=pin,
         stdout=subprocess.PIPE,
-        env={**os.environ, "PYTHONPATH": str(checkout)},
+        env={**os.environ, **(env or {}), "PYTHONPATH": str(checkout)},
     )
     return process, port
 

@@ -18,13 +18,9 @@ import json
 import os
 import random
 import statistics
-import subprocess
-import sys
-import time
 import urllib.request
-from pathlib import Path
 
-from proxy_http import G, Client, body_length, cpu_seconds, free_port
+from proxy_http import G, MinimalUpstream, raw_rate, request_bytes, start_proxy
 
 ADMIN_ENV = "AGRPO_BENCH_ADMIN_TOKEN"
 ADMIN = "bench-admin-token-0123456789abcdef"
@@ -39,35 +35,15 @@ ANSWER = json.dumps(
 RESPONSE = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s" % (len(ANSWER), ANSWER)
 
 
-class Upstream(asyncio.Protocol):
+class Upstream(MinimalUpstream):
     """Answers every request at once with ANSWER."""
 
-    def connection_made(self, transport):
-        self.transport, self.buffer = transport, b""
-
-    def data_received(self, data):
-        self.buffer += data
-        while (head_end := self.buffer.find(b"\r\n\r\n")) >= 0:
-            end = head_end + 4 + body_length(self.buffer[:head_end])
-            if len(self.buffer) < end:
-                return
-            self.buffer = self.buffer[end:]
-            self.transport.write(RESPONSE)
+    response = RESPONSE
 
 
 def start(upstream_port: int, core, tenancy: bool):
-    port = free_port()
-    pin = (lambda: os.sched_setaffinity(0, {core})) if core is not None else None
-    flags = ["--upstream", f"http://127.0.0.1:{upstream_port}", "--port", str(port), "--log-level", "warning"]
-    flags += ["--admin-token-env", ADMIN_ENV] + (["--tenancy"] if tenancy else [])
-    process = subprocess.Popen(
-        [sys.executable, "-m", "agrpo.proxy", *flags],
-        cwd=Path(__file__).resolve().parents[1],
-        preexec_fn=pin,
-        stdout=subprocess.PIPE,
-        env={**os.environ, ADMIN_ENV: ADMIN, "PYTHONPATH": str(Path(__file__).resolve().parents[1])},
-    )
-    return process, port
+    flags = ["--admin-token-env", ADMIN_ENV] + (["--tenancy"] if tenancy else [])
+    return start_proxy(upstream_port, core, flags=flags, env={ADMIN_ENV: ADMIN})
 
 
 def register(port: int) -> tuple[str, str]:
@@ -86,31 +62,8 @@ def raw_requests(port: int, token: str, model: str, rng) -> list[bytes]:
         json.dumps({"model": model, "max_tokens": 256, "n": 1, "prompt": [rng.randrange(150_000) for _ in range(128)]})
         for _ in range(512)
     ]
-    head = f"POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nContent-Type: application/json\r\n"
-    head += f"Authorization: Bearer {token}\r\n"
-    raws = [(head + f"Content-Length: {len(b)}\r\n\r\n" + b).encode() for b in bodies]
+    raws = [request_bytes(b.encode(), port, token) for b in bodies]
     return [r for r in raws for _ in range(G)]
-
-
-async def rate(port: int, raws: list[bytes], pid: int, seconds: float, connections: int = 64):
-    """(requests/s of wall time, requests per CPU-second of the proxy process)."""
-    loop = asyncio.get_running_loop()
-    clients = [(await loop.create_connection(Client, "127.0.0.1", port))[1] for _ in range(connections)]
-    done, stop_at = 0, time.perf_counter() + seconds
-
-    async def drive(client, i):
-        nonlocal done
-        while time.perf_counter() < stop_at:
-            status = await client.request(raws[i % len(raws)])
-            assert status == 200, f"the proxy on port {port} answered {status}"
-            done, i = done + 1, i + connections
-
-    started, cpu_before = time.perf_counter(), cpu_seconds(pid)
-    await asyncio.gather(*(drive(c, k) for k, c in enumerate(clients)))
-    wall, cpu = time.perf_counter() - started, cpu_seconds(pid) - cpu_before
-    for client in clients:
-        client.transport.close()
-    return done / wall, done / max(cpu, 1e-9)
 
 
 async def tenancy_ab(rounds: int, seconds: float) -> dict:
@@ -133,10 +86,10 @@ async def tenancy_ab(rounds: int, seconds: float) -> dict:
         }
         runs = {name: [] for name in arms}
         for name, (port, pid, raws) in arms.items():  # warm up
-            await rate(port, raws, pid, 0.5)
+            await raw_rate(port, raws, pid, 0.5)
         for _ in range(rounds):
             for name, (port, pid, raws) in arms.items():
-                runs[name].append(await rate(port, raws, pid, seconds))
+                runs[name].append(await raw_rate(port, raws, pid, seconds))
     finally:
         for process in (off, on):
             process.terminate()

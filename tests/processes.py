@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -136,3 +137,15 @@ class Drained(subprocess.Popen):
         for reader in self._readers:
             reader.join(timeout=30)
         return self.output()
+
+
+def agrpo(*args, cwd, env=None, timeout=180) -> subprocess.CompletedProcess:
+    """`python -m agrpo *args` as a user runs it, offline (HF_HUB_OFFLINE=1), its output captured as text."""
+    return subprocess.run(
+        [sys.executable, "-m", "agrpo", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, "HF_HUB_OFFLINE": "1", **(env or {})},
+    )

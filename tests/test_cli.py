@@ -1,26 +1,14 @@
 """The entrypoint as a user runs it: dry run from another directory, recipe by path, --cfg job, bad input."""
 
 import os
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from tests.processes import Drained, left_behind
+from tests.processes import Drained, agrpo, left_behind
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
-
-
-def agrpo(*args, cwd, env=None, timeout=180):
-    return subprocess.run(
-        [sys.executable, "-m", "agrpo", *args],
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        env={**os.environ, "HF_HUB_OFFLINE": "1", **(env or {})},
-    )
 
 
 def test_dry_run_from_any_directory_prints_plan_and_starts_nothing(tmp_path):

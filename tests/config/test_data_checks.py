@@ -5,15 +5,13 @@ validation pass, dry run included, with exit 2 naming the key."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 
 import pytest
 
 from agrpo.config.compose import compose_run_config
 from agrpo.config.data_checks import opened_data_problems, reward_problems, sample_indices
 from agrpo.config.validate import validate
+from tests.processes import agrpo
 
 RECIPE = """
 defaults:
@@ -202,20 +200,8 @@ def test_shipped_recipes_still_pass_with_their_data_opened(monkeypatch):
 
 
 def test_the_dry_run_stops_on_a_data_mistake_with_exit_2(task, tiny_model_dir):
-    result = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "agrpo",
-            "+recipe=my_task.yaml",
-            "reward.funcs.0.column=anwser",
-            "launcher.dry_run=true",
-        ],
-        cwd=task,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env={**os.environ, "HF_HUB_OFFLINE": "1"},
+    result = agrpo(
+        "+recipe=my_task.yaml", "reward.funcs.0.column=anwser", "launcher.dry_run=true", cwd=task, timeout=300
     )
     assert result.returncode == 2, result.stderr
     assert result.stderr.startswith("agrpo: error: invalid config (1 problem): reward.funcs[0]")

@@ -5,9 +5,6 @@ below has one, and the line named is checked. Real files read by the loaders (`d
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -17,6 +14,7 @@ from agrpo.data import load_train_dataset
 from agrpo.data.jsonl_lines import mixed_column, row_label
 from agrpo.data.math import load_math_dataset
 from agrpo.errors import ConfigError
+from tests.processes import agrpo
 
 GOOD = '{"prompt": "What is 2+2?", "answer": "4"}'
 
@@ -91,21 +89,8 @@ def test_a_math_row_without_a_problem_or_answer_names_its_line(tmp_path, bad, me
 
 def test_the_dry_run_names_the_line_of_a_null_prompt_in_one_paragraph(tmp_path):
     path = jsonl(tmp_path, GOOD, "", '{"prompt": null, "answer": "1"}')
-    done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "agrpo",
-            "data=jsonl",
-            f"data.path={path}",
-            "reward=exact_match",
-            "launcher.dry_run=true",
-        ],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env={**os.environ, "HF_HUB_OFFLINE": "1"},
+    done = agrpo(
+        "data=jsonl", f"data.path={path}", "reward=exact_match", "launcher.dry_run=true", cwd=tmp_path, timeout=300
     )
     assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr[-2000:]
     assert done.stderr.strip() == (

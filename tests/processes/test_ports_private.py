@@ -16,14 +16,7 @@ from agrpo.errors import LaunchError
 from agrpo.processes.port_holders import Holder, parse_flocks, parse_sockets, summary
 from agrpo.processes.ports import LOCK_DIR_ENV, free_ports, lock_dir, reserve_ports
 from agrpo.processes.private_dir import RUNTIME_ENV
-from tests.hostile_user import NEEDS_ROOT, NOBODY, SharedDir, as_nobody, start_as_nobody, tree
-
-
-@pytest.fixture
-def shared():
-    shared = SharedDir()
-    yield shared.path
-    shared.remove()
+from tests.hostile_user import NEEDS_ROOT, NOBODY, as_nobody, start_as_nobody, tree
 
 
 @pytest.fixture

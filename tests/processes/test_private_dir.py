@@ -12,14 +12,7 @@ import pytest
 
 from agrpo.errors import LaunchError
 from agrpo.processes.private_dir import RUNTIME_ENV, dir_problem, open_runtime_dir, runtime_base, runtime_dir
-from tests.hostile_user import NEEDS_ROOT, NOBODY, SharedDir, as_nobody, tree
-
-
-@pytest.fixture
-def shared():
-    shared = SharedDir()
-    yield shared.path
-    shared.remove()
+from tests.hostile_user import NEEDS_ROOT, NOBODY, as_nobody, tree
 
 
 @pytest.fixture

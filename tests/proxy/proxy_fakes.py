@@ -175,10 +175,14 @@ class FakeReplica:
         )
 
 
-@contextlib.asynccontextmanager
-async def cluster(n: int = 2, **overrides):
+def cluster(n: int = 2, **overrides):
     """n started fake replicas, a proxy on a free port in front of them, and a client."""
-    fakes = [FakeReplica(name=f"r{i}") for i in range(n)]
+    return serve([FakeReplica(name=f"r{i}") for i in range(n)], **overrides)
+
+
+@contextlib.asynccontextmanager
+async def serve(fakes: list, **overrides):
+    """`fakes` started, a proxy on a free port in front of them (ProxySettings `overrides`), and a client."""
     for fake in fakes:
         await fake.start()
     settings = ProxySettings(upstreams=[f.url for f in fakes], port=0, **{"health_interval_s": 0.2, **overrides})

@@ -4,17 +4,14 @@ usage block (tests/proxy/proxy_fakes.py's FakeReplica, which stands in for vLLM;
 
 from __future__ import annotations
 
-import contextlib
 import json
 from collections import Counter
 from dataclasses import dataclass, field
 
-import aiohttp
 from aiohttp import web
-from proxy_fakes import FakeReplica
+from proxy_fakes import FakeReplica, serve
 
 from agrpo.fleet.tenancy import tenant_of
-from agrpo.proxy import ProxyServer, ProxySettings
 
 ADMIN = "fleet-admin-secret-0123456789"
 ADMIN_ENV = "AGRPO_TEST_FLEET_ADMIN"
@@ -51,31 +48,12 @@ class MeteredReplica(FakeReplica):
         return web.json_response(body)
 
 
-@contextlib.asynccontextmanager
-async def fleet(monkeypatch, n: int = 2, **overrides):
+def fleet(monkeypatch, n: int = 2, **overrides):
     """n started metered fakes, a --tenancy proxy in front of them (admin token ADMIN), and a client session."""
     monkeypatch.setenv(ADMIN_ENV, ADMIN)
     active, peak = Counter(), Counter()  # shared: what each tenant has in flight over the whole fleet
     fakes = [MeteredReplica(name=f"r{i}", active=active, peak=peak) for i in range(n)]
-    for fake in fakes:
-        await fake.start()
-    settings = ProxySettings(
-        upstreams=[f.url for f in fakes],
-        port=0,
-        tenancy=True,
-        admin_token_env=ADMIN_ENV,
-        **{"health_interval_s": 0.2, **overrides},
-    )
-    proxy = ProxyServer(settings)
-    await proxy.start()
-    session = aiohttp.ClientSession()
-    try:
-        yield proxy, fakes, session
-    finally:
-        await session.close()
-        await proxy.stop()
-        for fake in fakes:
-            await fake.stop()
+    return serve(fakes, tenancy=True, admin_token_env=ADMIN_ENV, **overrides)
 
 
 async def call(session, method: str, url: str, payload=None, token: str | None = None):

@@ -14,14 +14,19 @@ def run(coro):
     return asyncio.run(coro)
 
 
+async def burst_and_steady(proxy, fakes, session):
+    """Tenants "burst" and "steady" registered ((tenant, token) each) on replicas that answer after 20 ms."""
+    registered = [await register(session, proxy, name) for name in ("burst", "steady")]
+    for fake in fakes:
+        fake.completion_delay_s = 0.02
+    return registered
+
+
 def test_a_burst_of_50_does_not_delay_the_other_tenant_beyond_its_share(monkeypatch):
     async def scenario():
         # 2 replicas x 1 slot: alone a tenant may hold 2 requests in flight, with two tenants 1 each
         async with fleet(monkeypatch, tenant_slots_per_replica=1) as (proxy, fakes, session):
-            a, token_a = await register(session, proxy, "burst")
-            b, token_b = await register(session, proxy, "steady")
-            for fake in fakes:
-                fake.completion_delay_s = 0.02
+            (a, token_a), (b, token_b) = await burst_and_steady(proxy, fakes, session)
 
             async def ask(token, prompt):
                 user = a if prompt[0] == 1 else b
@@ -59,10 +64,7 @@ def test_the_steady_tenant_finishes_while_the_burst_is_still_queued(monkeypatch)
 
     async def scenario():
         async with fleet(monkeypatch, tenant_slots_per_replica=1) as (proxy, fakes, session):
-            a, token_a = await register(session, proxy, "burst")
-            b, token_b = await register(session, proxy, "steady")
-            for fake in fakes:
-                fake.completion_delay_s = 0.02
+            (a, token_a), (b, token_b) = await burst_and_steady(proxy, fakes, session)
             seen: list[str] = []
 
             async def ask(token, who, i):

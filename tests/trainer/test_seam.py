@@ -15,14 +15,13 @@ from __future__ import annotations
 
 import ast
 import json
-import threading
-from http.server import BaseHTTPRequestHandler, HTTPServer
 from pathlib import Path
 
 import pytest
 
 from agrpo import trl_compat
 from agrpo.trainer.adapter_retention import AdapterRetention
+from tests.http_stand_in import post_stand_in
 
 AGRPO = Path(__file__).resolve().parents[2] / "agrpo"
 SEAM = {"trainer/seam"}  # the package, and the rollout child's loops (module-level classes the child imports)
@@ -101,45 +100,33 @@ def test_the_rule_finds_a_replaced_method():
 # ---- the client's call chain ----------------------------------------------------------------------------------
 
 
-class VllmStandIn(BaseHTTPRequestHandler):
-    """Answers vLLM's adapter endpoints with 200 and records (path, body, Authorization) in `events`."""
+EVENTS: list = []  # what the stand-in vLLM, Store and Retention saw, in order
 
-    events: list = []
 
-    def do_POST(self):  # http.server's naming
-        body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))) or b"{}")
-        VllmStandIn.events.append(("post", self.path, body.get("lora_name")))
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.end_headers()
-        self.wfile.write(b"{}")
-
-    def log_message(self, *args):
-        pass
+def record_post(path: str, _, raw: bytes) -> None:
+    EVENTS.append(("post", path, json.loads(raw or b"{}").get("lora_name")))
 
 
 class Store:
     def wait_until_visible(self, path: str, timeout_s: float) -> None:
-        VllmStandIn.events.append(("visible", path, timeout_s))
+        EVENTS.append(("visible", path, timeout_s))
 
 
 class Retention(AdapterRetention):
     def loaded(self, version: int) -> None:
-        VllmStandIn.events.append(("loaded", version))
+        EVENTS.append(("loaded", version))
         super().loaded(version)
 
     def unloaded(self, version: int) -> None:
-        VllmStandIn.events.append(("unloaded", version))
+        EVENTS.append(("unloaded", version))
         super().unloaded(version)
 
 
 @pytest.fixture()
 def server_url():
-    VllmStandIn.events = []
-    server = HTTPServer(("127.0.0.1", 0), VllmStandIn)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield f"http://127.0.0.1:{server.server_port}"
-    server.shutdown()
+    EVENTS.clear()
+    with post_stand_in(record_post) as url:
+        yield url
 
 
 @pytest.mark.parametrize("serve_first", [False, True])
@@ -156,7 +143,7 @@ def test_a_load_waits_for_the_store_then_loads_then_tells_retention(server_url, 
     client.load_lora_adapter("trl-policy-v3", path)
     client.unload_lora_adapter("trl-policy-v1")
     load_path = "/v1/load_lora_adapter" + ("?serve=first" if serve_first else "")
-    assert VllmStandIn.events == [
+    assert EVENTS == [
         ("visible", path, 7.0),
         ("post", load_path, "trl-policy-v3"),
         ("loaded", 3),
@@ -172,7 +159,7 @@ def test_without_the_gate_or_retention_a_load_is_trls(server_url):
 
     client = AgrpoVLLMClient(server_url)
     client.load_lora_adapter("trl-policy-v1", "/nowhere/trl-policy-v1")
-    assert VllmStandIn.events == [("post", "/v1/load_lora_adapter", "trl-policy-v1")]
+    assert EVENTS == [("post", "/v1/load_lora_adapter", "trl-policy-v1")]
 
 
 # ---- the worker --------------------------------------------------------------------------------------------------

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import threading
-from http.server import BaseHTTPRequestHandler, HTTPServer
 
 import pytest
 
@@ -17,6 +16,7 @@ from agrpo.fleet.tenancy import served_adapter_name, tenant_of
 from agrpo.trainer.adapter_names import AdapterNames, served_base
 from agrpo.trainer.adapter_retention import AdapterRetention
 from agrpo.trainer.background_sync import BackgroundSync
+from tests.http_stand_in import post_stand_in
 
 TENANT = "t3-gsm8k-lr"
 
@@ -91,30 +91,14 @@ def test_the_background_sync_loads_served_names_from_plain_folders(tenant):
     ]
 
 
-class ProxyStandIn(BaseHTTPRequestHandler):
-    """Answers the adapter endpoints with 200 and records (path, lora_name)."""
-
-    events: list = []
-
-    def do_POST(self):  # http.server's naming
-        body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))) or b"{}")
-        ProxyStandIn.events.append((self.path, body.get("lora_name")))
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.end_headers()
-        self.wfile.write(b"{}")
-
-    def log_message(self, *args):
-        pass
+EVENTS: list = []  # (path, lora_name) of each POST the stand-in proxy answered
 
 
 @pytest.fixture()
 def proxy_url():
-    ProxyStandIn.events = []
-    server = HTTPServer(("127.0.0.1", 0), ProxyStandIn)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield f"http://127.0.0.1:{server.server_port}"
-    server.shutdown()
+    EVENTS.clear()
+    with post_stand_in(lambda path, _, raw: EVENTS.append((path, json.loads(raw or b"{}").get("lora_name")))) as url:
+        yield url
 
 
 def test_the_clients_load_and_unload_of_a_served_name_reach_the_retention_policy(proxy_url, tmp_path):
@@ -127,7 +111,7 @@ def test_the_clients_load_and_unload_of_a_served_name_reach_the_retention_policy
     client.load_lora_adapter(names.served(2), str(tmp_path / names.folder(2)))
     client.unload_lora_adapter(names.served(1))
     client.unload_lora_adapter(AdapterNames(tenant="t9-other").served(1))  # not this run's: nothing recorded
-    assert ProxyStandIn.events == [
+    assert EVENTS == [
         ("/v1/load_lora_adapter", f"{TENANT}/trl-policy-v2"),
         ("/v1/unload_lora_adapter", f"{TENANT}/trl-policy-v1"),
         ("/v1/unload_lora_adapter", "t9-other/trl-policy-v1"),
