@@ -29,11 +29,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.gpu_count import needs_gpus
 from tests.processes import Drained, RunProcesses, left_behind, trainer_pids, wait_for
 
 pytestmark = [
-    needs_gpus(1),  # the fleet's one replica; the trainers share what is left
     pytest.mark.vllm,
     pytest.mark.e2e,
     pytest.mark.timeout(1200),
