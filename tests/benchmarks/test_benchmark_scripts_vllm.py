@@ -14,9 +14,9 @@ import re
 import pytest
 
 from agrpo.inference.vllm_server import unload_adapters
-from agrpo.processes.ports import free_ports
 from agrpo.rehearsal.runner import namespaces_available
 from tests.benchmarks.bench_output import has_number, run_script, table_rows
+from tests.processes import held_ports
 
 pytestmark = [pytest.mark.vllm, pytest.mark.timeout(900)]
 
@@ -90,8 +90,9 @@ def test_own_tool_task():
 
 def test_cpu_replica_start():
     """Its subject is the boot: one start of agrpo's replica here (1 boot), 16 completions timed."""
-    port = str(free_ports(1, 18950)[0])
-    output = run_script("cpu_replica_start.py", "--repeats", "1", "--arms", "agrpo", "--requests", "16", "--port", port)
+    with held_ports(1, 18950) as (port,):  # held until the script binds it: no other session races for it
+        args = ("--repeats", "1", "--arms", "agrpo", "--requests", "16", "--port", str(port))
+        output = run_script("cpu_replica_start.py", *args)
     rows = table_rows(output, "| medians of 1 |")
     assert [row[0] for row in rows] == ["s to /health", "tokens/s, 16 at a time"] and all(map(has_number, rows))
 
@@ -102,3 +103,16 @@ def test_rehearsal_sync():
     args = ("--gates", "off", "--replicas", "1", "--steps", "1", "--negative-cache", "2")
     rows = table_rows(run_script("rehearsal_sync.py", *args), "| visibility gate |")
     assert rows[0][0] == "off" and has_number(rows[0]), rows
+
+
+def test_shared_fleet():
+    """Two points, 6 steps each, once: the sweep on its own fleets (a boot per point) against one shared fleet (one
+    boot): 3 boots. The boots are behaviour, not speed: each arm's count is checked."""
+    output = run_script("shared_fleet.py", "--repeats", "1", "--steps", "6", "--points", "1,4", timeout=800)
+    rows = {row[0]: row for row in table_rows(output, "| figure (median of 1) |")}
+    assert has_number(rows["wall time"]) and has_number(rows["replica-seconds"]), rows
+    assert rows["vLLM boots"][1:3] == ["2", "1"], rows
+    assert {
+        "reward rise, lora.r=1 (first 5 -> last 5 steps)",
+        "reward rise, lora.r=4 (first 5 -> last 5 steps)",
+    } <= set(rows), rows
