@@ -7,6 +7,7 @@ statement, for evaluation records) and ``answer`` (the gold final answer, a stri
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -73,7 +74,12 @@ def read_local(path: str | os.PathLike, split: str = "train"):
     try:
         return datasets.load_dataset(builder, data_files=str(path), split="train")
     except Exception as error:  # pyarrow's "Expected object or value" names no line: find it
-        mixed = mixed_column(path.read_text(encoding="utf-8"), path) if path.suffix == ".jsonl" else None
+        text = path.read_text(encoding="utf-8") if path.suffix == ".jsonl" else ""
+        mixed = mixed_column(text, path) if text else None
+        if mixed is None and text and any(not line.strip() for line in text.splitlines()):
+            # datasets 4.x's JSON reader stops at a blank line ("Expected object or value"); 5.x skips it. Every line
+            # is one object (jsonl_row_lines above), so the rows are read one by one instead.
+            return datasets.Dataset.from_list([json.loads(line) for line in text.splitlines() if line.strip()])
         if mixed is None:
             raise
         first = (str(error).strip().splitlines() or [type(error).__name__])[0]
