@@ -19,14 +19,25 @@ def children(pid: int) -> list[int]:
     return sorted(set(found))
 
 
-def listeners_held_by_children(pid: int) -> dict[int, list[int]]:
-    """{child pid: ports it holds a listening socket of} for the children of `pid` that hold any (empty: none)."""
+def _listening_by_inode() -> dict[int, int]:
     by_inode = {}
     for table in ("/proc/net/tcp", "/proc/net/tcp6"):
         try:
             by_inode.update({inode: port for port, inode in parse_listeners(Path(table).read_text())})
         except OSError:
             continue
+    return by_inode
+
+
+def listening_ports_of(pid: int) -> set[int]:
+    """The ports `pid` itself holds a listening socket of."""
+    by_inode = _listening_by_inode()
+    return {by_inode[inode] for inode in socket_inodes(pid) if inode in by_inode}
+
+
+def listeners_held_by_children(pid: int) -> dict[int, list[int]]:
+    """{child pid: ports it holds a listening socket of} for the children of `pid` that hold any (empty: none)."""
+    by_inode = _listening_by_inode()
     held = {}
     for child in children(pid):
         ports = sorted(by_inode[inode] for inode in socket_inodes(child) if inode in by_inode)
