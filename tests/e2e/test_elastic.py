@@ -238,7 +238,7 @@ def test_idle_replicas_were_released_drained_and_the_release_judged(elastic_run)
         r"agrpo fleet: 2 -> 1 replicas \(vllm-1 draining\): replicas idle: the trainer waited only (\d+)% of each step",
         output,
     )
-    assert released and int(released.group(1)) <= 2, output[-3000:]  # release_wait_share=0.02, the default
+    assert released and int(released.group(1)) <= 100 * RELAXED["release_wait_share"], output[-3000:]
     assert RELEASED in output and "1 replica(s) at the end" in output, output[-3000:]
     assert re.search(r"agrpo fleet: 1 replica\(s\): kept the release: steps/s", output), output[-3000:]
     # parked (running, out of the proxy) until then, so that an undo would need no boot; stopped once kept
