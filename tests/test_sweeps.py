@@ -6,27 +6,18 @@ from __future__ import annotations
 
 import json
 import re
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import yaml
 
 from agrpo.sweeps import CURVES_PNG, POINT_FILE, collect_points, plot_points, render_table
+from tests.processes import agrpo as run_agrpo
 
 SMOKE_HISTORY = Path(__file__).parent / "report" / "data" / "smoke_log_history.json"  # a real 60-step run
 
 
 def agrpo(*args, cwd, timeout=300):
-    return subprocess.run(
-        [sys.executable, "-m", "agrpo", *args],
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        env={**os.environ, "HF_HUB_OFFLINE": "1"},
-    )
+    return run_agrpo(*args, cwd=cwd, timeout=timeout)
 
 
 def fake_point(sweep_dir: Path, num: int, overrides: list[str], metrics: dict | None, point: dict | None) -> None:
