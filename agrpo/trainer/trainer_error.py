@@ -7,22 +7,21 @@ followed by what the run directory keeps. A trainer started without the variable
 
 The file is never left empty: it is written whole (a temporary file renamed over it). When the run folder's disk is
 full (issue 42: a 0-byte trainer_error.txt, the paragraph lost), the paragraph and the traceback go to a folder on
-the temp disk that only this user can write (`spill_dir`: /tmp/agrpo-errors-<uid>, mode 0700, owner checked, files
-opened without following links), keyed by the error file's path; the launcher reads it there.
+the temp disk that only this user can write (`spill_dir`: this user's runtime folder, /tmp/agrpo-<uid>/errors, mode
+0700, owner checked, files opened without following links), keyed by the error file's path; the launcher reads it there.
 """
 
 from __future__ import annotations
 
 import hashlib
 import os
-import stat
 import sys
-import tempfile
 import traceback
 from pathlib import Path
 from typing import Any
 
 from agrpo.errors import LaunchError
+from agrpo.processes.private_dir import runtime_dir
 
 TRAINER_ERROR_ENV = "AGRPO_TRAINER_ERROR_FILE"
 TRAINER_ERROR_FILE = "logs/trainer_error.txt"
@@ -35,16 +34,12 @@ def trainer_error_file(run_dir: str | Path) -> Path:
 
 
 def spill_dir() -> Path | None:
-    """/tmp/agrpo-errors-<uid>: made 0700 if missing; None unless it is a real folder this user owns that nobody else
-    can write (another user could otherwise plant a link or read the paragraph there)."""
-    folder = Path(tempfile.gettempdir()) / f"agrpo-errors-{os.getuid()}"
+    """<runtime dir>/errors (agrpo/processes/private_dir.py: this user's, 0700, owner checked, no link followed);
+    None when it cannot be had (another user could otherwise plant a link or read the paragraph there)."""
     try:
-        folder.mkdir(mode=0o700, exist_ok=True)
-        info = folder.lstat()
-    except OSError:
+        return runtime_dir("errors")
+    except (LaunchError, OSError):
         return None
-    private = stat.S_ISDIR(info.st_mode) and info.st_uid == os.getuid() and not info.st_mode & 0o077
-    return folder if private else None
 
 
 def spill_file(error_file: str | Path, suffix: str = ".txt") -> Path | None:
