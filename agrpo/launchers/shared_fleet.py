@@ -18,8 +18,6 @@ import json
 import logging
 import re
 import threading
-import urllib.error
-import urllib.request
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -30,7 +28,7 @@ from agrpo.config.spec import with_values
 from agrpo.errors import AgrpoError, ConfigError, LaunchError
 from agrpo.fleet.files import remove_tenant, write_tenant
 from agrpo.fleet.registry import FleetRecord, model_identity, read_fleet
-from agrpo.fleet.tenancy import TENANT_RE
+from agrpo.fleet.tenancy import TENANT_RE, tenant_api_call
 from agrpo.interprocess import BadInput, number, parse_record, record, text
 from agrpo.launchers.plan import Plan, secret_placeholder, substitute
 from agrpo.proxy.settings import ADMIN_TOKEN_ENV
@@ -93,21 +91,6 @@ def attach(cfg: RunConfig, build: Callable[[RunConfig, str], Plan]) -> AttachedP
     return attached_plan(cfg, fleet, build)
 
 
-def fleet_call(url: str, method: str, token: str, body: dict | None = None, timeout_s: float = 30.0) -> tuple:
-    """(HTTP status, raw answer) of one call to the fleet's tenant API. OSError when it cannot be reached."""
-    request = urllib.request.Request(
-        url,
-        method=method,
-        data=json.dumps(body).encode() if body is not None else None,
-        headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json"},
-    )
-    try:
-        with urllib.request.urlopen(request, timeout=timeout_s) as response:  # the fleet's loopback URL
-            return response.status, response.read()
-    except urllib.error.HTTPError as error:
-        return error.code, error.read()
-
-
 def message_of(raw: bytes) -> str:
     try:
         answer = json.loads(raw or b"{}")
@@ -121,7 +104,7 @@ def register(fleet: FleetRecord, ask: dict[str, Any]) -> dict[str, Any]:
     """The tenant the fleet gives this run ({"tenant", "token", ...}), or LaunchError with the fleet's reason."""
     where = f"the fleet {fleet.name} at {fleet.url}"
     try:
-        status, raw = fleet_call(f"{fleet.url}/fleet/tenants", "POST", fleet.admin_token, ask)
+        status, raw = tenant_api_call(f"{fleet.url}/fleet/tenants", "POST", fleet.admin_token, ask)
     except OSError as error:
         raise LaunchError(
             f"{where} does not answer ({getattr(error, 'reason', error)}): `agrpo fleet status` shows whether it runs"
@@ -142,7 +125,7 @@ def register(fleet: FleetRecord, ask: dict[str, Any]) -> dict[str, Any]:
 def unregister(fleet: FleetRecord, tenant: dict[str, Any]) -> None:
     """DELETE the tenant (its adapters unloaded on every replica); a failure is logged: the lease then lapses."""
     try:
-        status, raw = fleet_call(f"{fleet.url}/fleet/tenants/{tenant['tenant']}", "DELETE", tenant["token"])
+        status, raw = tenant_api_call(f"{fleet.url}/fleet/tenants/{tenant['tenant']}", "DELETE", tenant["token"])
     except OSError as error:
         status, raw = None, str(error).encode()
     if status in (200, 404):  # 404: the fleet had already forgotten it (a lapsed lease)
@@ -164,7 +147,7 @@ def keep_lease(fleet: FleetRecord, tenant: dict[str, Any], every_s: float, stop:
     path = f"{fleet.url}/fleet/tenants/{tenant['tenant']}/lease"
     while not stop.wait(every_s):
         try:
-            status, _ = fleet_call(path, "POST", tenant["token"], {}, timeout_s=every_s)
+            status, _ = tenant_api_call(path, "POST", tenant["token"], {}, timeout_s=every_s)
         except OSError:
             continue
         if status == 404:

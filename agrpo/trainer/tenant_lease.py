@@ -19,14 +19,12 @@ import logging
 import math
 import signal
 import threading
-import urllib.error
-import urllib.request
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from agrpo.errors import AgrpoError, ConfigError
-from agrpo.fleet.tenancy import tenant_of
+from agrpo.fleet.tenancy import tenant_api_call, tenant_of
 
 log = logging.getLogger(__name__)
 
@@ -85,17 +83,8 @@ def tenancy_from_env(env: Mapping[str, str], url: str) -> Tenancy | None:
 def fleet_call(tenancy: Tenancy, method: str, path: str, timeout_s: float) -> tuple[int, dict[str, Any]]:
     """(HTTP status, JSON body) of one call to the fleet's tenant API with the tenant's token. OSError when the fleet
     cannot be reached."""
-    request = urllib.request.Request(
-        f"{tenancy.url}{path}",
-        method=method,
-        data=b"{}" if method == "POST" else None,
-        headers={"Authorization": f"Bearer {tenancy.token}", "Content-Type": "application/json"},
-    )
-    try:
-        with urllib.request.urlopen(request, timeout=timeout_s) as response:
-            status, raw = response.status, response.read()
-    except urllib.error.HTTPError as error:
-        status, raw = error.code, error.read()
+    body = {} if method == "POST" else None
+    status, raw = tenant_api_call(f"{tenancy.url}{path}", method, tenancy.token, body, timeout_s)
     try:
         body = json.loads(raw or b"{}")
     except ValueError:
