@@ -16,6 +16,7 @@ import atexit
 import json
 import math
 import re
+import signal
 import sys
 import time
 from collections.abc import Sequence
@@ -151,6 +152,33 @@ def running_fleet(name: str) -> Any | None:
         return None
 
 
+class NotedSignals:
+    """While the sweep waits for its fleet, SIGINT/SIGTERM/SIGHUP are noted, not raised: a KeyboardInterrupt raised
+    at an arbitrary bytecode can land inside subprocess's own bookkeeping (Popen.poll() between taking its waitpid
+    lock and the `try` that releases it) and leave the fleet unstoppable; the wait loop acts on the note instead."""
+
+    SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+    def __init__(self) -> None:
+        self.noted: str | None = None
+        self.previous: dict[int, Any] = {}
+
+    def _note(self, signum: int, _frame: Any) -> None:
+        self.noted = self.noted or signal.Signals(signum).name
+
+    def __enter__(self) -> NotedSignals:
+        for sig in self.SIGNALS:
+            try:
+                self.previous[sig] = signal.signal(sig, self._note)
+            except ValueError:  # not the main thread: the signals are not ours to handle
+                break
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        for sig, handler in self.previous.items():
+            signal.signal(sig, handler)
+
+
 class SharedFleetSweep(Callback):
     """Starts the sweep's fleet when the multirun starts (if it is not up), stops it when the multirun ends, only if it
     started it. `command`: the `fleet up` command (tests put a stand-in there)."""
@@ -176,26 +204,30 @@ class SharedFleetSweep(Callback):
         sweep_dir = Path(str(config.hydra.sweep.dir))
         sweep_dir.mkdir(parents=True, exist_ok=True)
         try:
-            record = running_fleet(name)
-            if record is None:
-                timeout = 2 * float(OmegaConf.select(config, "inference.startup_timeout_s", default=300)) + 60
-                self.start(name, fleet_overrides(task), sweep_dir, timeout)
+            with NotedSignals() as signals:
                 record = running_fleet(name)
-            else:
-                print(f"agrpo: this sweep runs on fleet {name} at {record.url} (already up: it stays up after)")
+                if record is None:
+                    timeout = 2 * float(OmegaConf.select(config, "inference.startup_timeout_s", default=300)) + 60
+                    self.start(name, fleet_overrides(task), sweep_dir, timeout, signals)
+                    record = running_fleet(name)
+                else:
+                    print(f"agrpo: this sweep runs on fleet {name} at {record.url} (already up: it stays up after)")
         except AgrpoError as error:
             self.stop()
             print(f"agrpo: error: {error}", file=sys.stderr, flush=True)
             sys.exit(error.exit_code)
-        except KeyboardInterrupt:  # Ctrl-C while the fleet boots: one line, not Hydra's traceback
+        except KeyboardInterrupt:  # Ctrl-C (or SIGTERM) while the fleet boots: one line, not Hydra's traceback
             self.stop()
             print(f"agrpo: interrupted while fleet {name} started; no point ran", file=sys.stderr, flush=True)
             sys.exit(130)
         note = {"name": name, "run_dir": getattr(record, "run_dir", None), "started_by_sweep": self.fleet is not None}
         (sweep_dir / FLEET_NOTE).write_text(json.dumps(note, indent=2))
 
-    def start(self, name: str, overrides: list[str], sweep_dir: Path, timeout_s: float) -> str:
-        """`fleet up NAME overrides` in its own process group; returns its URL once it says it is ready."""
+    def start(
+        self, name: str, overrides: list[str], sweep_dir: Path, timeout_s: float, signals: NotedSignals | None = None
+    ) -> str:
+        """`fleet up NAME overrides` in its own process group; returns its URL once it says it is ready. Raises
+        KeyboardInterrupt at its next look when `signals` noted a stop signal."""
         from agrpo.processes.managed import ManagedProcess, tail
 
         log_path = sweep_dir / f"fleet_{name}.log"
@@ -210,6 +242,8 @@ class SharedFleetSweep(Callback):
         self.fleet.start()
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
+            if signals is not None and signals.noted:
+                raise KeyboardInterrupt(signals.noted)
             url = ready_url(log_path.read_text(errors="replace") if log_path.is_file() else "", name)
             if url:
                 print(f"agrpo: fleet {name} ready at {url}", flush=True)

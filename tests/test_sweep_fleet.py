@@ -260,9 +260,10 @@ def _cmdline(pid: int) -> str:
         return ""
 
 
-def test_ctrl_c_while_the_fleet_boots_stops_the_fleet(tmp_path):
+@pytest.mark.parametrize("stop_signal", [signal.SIGINT, signal.SIGTERM])
+def test_ctrl_c_while_the_fleet_boots_stops_the_fleet(tmp_path, stop_signal):
     sweep, marker, fleet_pid = _sweep_waiting_for_its_fleet(tmp_path)
-    sweep.send_signal(signal.SIGINT)
+    sweep.send_signal(stop_signal)  # noted, acted on at the wait loop's next look (agrpo.sweep_fleet.NotedSignals)
     assert sweep.wait(timeout=120) == 130
     err = sweep.stderr.read()
     assert "interrupted while fleet booting started" in err and "Traceback" not in err

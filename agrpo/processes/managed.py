@@ -194,7 +194,10 @@ def stop_all(processes: Sequence[ManagedProcess], timeout_s: float = 20.0) -> No
                 "%s did not exit within %.0f s of SIGTERM (launcher.stop_timeout_s); killed it", process.name, timeout_s
             )
             process._signal_group(signal.SIGKILL)
-            process.popen.wait(timeout=10)
+            try:
+                process.popen.wait(timeout=10)
+            except subprocess.TimeoutExpired:  # unkillable (D state) or its pid not ours to reap: the watchdog is told
+                log.warning("%s did not exit within 10 s of SIGKILL", process.name)
     for process in processes:
         process._reap_group()
 
