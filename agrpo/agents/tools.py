@@ -35,6 +35,28 @@ from agrpo.timeouts import call_within
 CUT_MARK = "characters cut by agrpo (agent.max_tool_output_chars="  # in every cut answer: the loop counts them
 
 
+def served_doc(doc: str | None) -> str | None:
+    """A tool's docstring without its `Returns:` section (pure). transformers turns that section (and a return
+    type hint) into a `return` key of the schema, which TRL renders into training prompts, but OpenAI's tool format
+    (vLLM's chat API) has no such key and drops it: without it, a served request lists the tools as training did."""
+    if doc is None:
+        return None
+    kept, header = [], None
+    for line in doc.split("\n"):
+        indent = len(line) - len(line.lstrip())
+        if header is not None and (not line.strip() or indent > header):
+            continue  # inside the section
+        header = indent if line.strip() == "Returns:" else None
+        if header is None:
+            kept.append(line)
+    return "\n".join(kept)
+
+
+def served_annotations(annotations: dict[str, Any]) -> dict[str, Any]:
+    """Type hints without the return's (served_doc says why), in a new dict."""
+    return {k: v for k, v in annotations.items() if k != "return"}
+
+
 class ToolTimeout(TimeoutError):
     """A tool call ran past `agent.tool_timeout_s`; the turn ends with this error as the tool's answer."""
 
@@ -147,10 +169,12 @@ def _method_for(func: Callable[..., Any], name: str, bound: dict[str, Any], time
     receiver = inspect.Parameter("self", inspect.Parameter.POSITIONAL_OR_KEYWORD)
     params = [p for p in signature.parameters.values() if p.name not in bound]
     method.__name__ = method.__qualname__ = name
-    method.__doc__ = func.__doc__
+    method.__doc__ = served_doc(func.__doc__)
     method.__module__ = func.__module__
-    method.__signature__ = signature.replace(parameters=[receiver, *params])  # type: ignore[attr-defined]
-    method.__annotations__ = {k: v for k, v in hints.items() if k not in bound}
+    method.__signature__ = signature.replace(  # type: ignore[attr-defined]
+        parameters=[receiver, *params], return_annotation=inspect.Signature.empty
+    )
+    method.__annotations__ = served_annotations({k: v for k, v in hints.items() if k not in bound})
     return method
 
 
@@ -229,4 +253,6 @@ def guarded_method(
     def method(self, *args: Any, **kwargs: Any) -> Any:
         return call_guarded(function.__name__, functools.partial(function, self), args, kwargs, timeout_s, max_chars)
 
+    method.__doc__ = served_doc(function.__doc__)
+    method.__annotations__ = served_annotations(function.__annotations__)
     return method

@@ -26,7 +26,9 @@ def test_the_instance_is_the_users_class_with_the_same_tools(user_code):
     assert isinstance(env, counter) and type(env).__name__ == "Counter"
     assert env.reset(prompt="p") == " (start at 2)"
     assert env.increment(by=3) == 5 and env.get_reward() == 5.0
-    assert get_json_schema(env.increment) == get_json_schema(counter(2).increment)
+    own = get_json_schema(counter(2).increment)
+    own["function"].pop("return", None)  # the return is left out of served schemas (agrpo/agents/tools.py)
+    assert get_json_schema(env.increment) == own
 
 
 def test_a_factory_survives_a_spawned_process(user_code):

@@ -22,7 +22,9 @@ def test_a_file_tool_shows_its_own_schema_and_survives_a_spawned_process(user_co
     tool = GuardedTool("my_tools.py:search")
     original = load_target("my_tools.py:search")
     assert tool.method.__name__ == "search"
-    assert get_json_schema(tool.method) == get_json_schema(original)
+    served = get_json_schema(original)
+    assert served["function"].pop("return") == {"type": "string"}  # the return hint: no key of OpenAI's tool format
+    assert get_json_schema(tool.method) == served
     assert get_json_schema(tool.method)["function"]["parameters"]["required"] == ["query"]
     restored = pickle.loads(pickle.dumps(tool.method))
     assert restored(query="cats") == "3 notes about cats"
@@ -73,3 +75,18 @@ def test_bad_tools_end_their_turn_with_an_error_the_model_sees_and_are_counted(u
     for name in ("broken", "stuck", "opaque", "missing"):
         assert loop._counters[f"tools/{name}/failure_total"] == 1
     assert loop._counters["tools/search/failure_total"] == 0
+
+
+def test_the_schema_has_no_return_key_as_vllm_chat_api_serves_none(user_code):
+    """vLLM's chat API drops a tool's `return` (OpenAI's format has none), so training must not render one either:
+    otherwise a served request lists the tools in other words than the prompts the adapter learnt on."""
+    from agrpo.agents.environments import guarded_class
+    from agrpo.agents.secret_word import SecretWordEnv
+    from agrpo.agents.tools import served_doc
+
+    doc = "Find.\n\n    Returns:\n        a thing,\n        on two lines\n\n    Args:\n        q: query\n    "
+    assert served_doc(doc) == "Find.\n\n    Args:\n        q: query\n    "
+    assert served_doc("No sections.") == "No sections." and served_doc(None) is None
+    method = guarded_class(SecretWordEnv, 5.0).get_secret
+    assert "return" not in get_json_schema(method)["function"]
+    assert SecretWordEnv.get_secret.__annotations__["return"] == "str"  # the user's class is left as it was
