@@ -52,6 +52,7 @@ FIGURES = (
     ("dropped_share", "% dropped", "{:.0%}"),
     ("sync_share", "% of step blocked by syncs", "{:.0%}"),
     ("wait_share", "% of step waiting for rollouts", "{:.0%}"),
+    ("idle_share", "% of step the trainer idled (syncs + rollout wait)", "{:.0%}"),
     ("time_to_goal_s", f"s to a {REWARD_WINDOW}-step mean reward of {REWARD_GOAL}", "{:.0f}"),
     ("reward_last", "last-5 reward", "{:.3f}"),
     ("step_over_compute", "step time / trainer compute", "{:.1f}x"),
@@ -88,6 +89,7 @@ def run_figures(history: list[dict]) -> dict[str, float | None]:
         "dropped_share": dropped / (dropped + used) if dropped + used else None,
         "sync_share": summed("perf/weight_sync_s") / total if total else None,
         "wait_share": summed("perf/rollout_wait_s") / total if total else None,
+        "idle_share": (summed("perf/weight_sync_s") + summed("perf/rollout_wait_s")) / total if total else None,
         "time_to_goal_s": time_to_goal,
         "reward_last": statistics.fmean(rewards[-REWARD_WINDOW:]) if rewards else None,
         "step_over_compute": total / compute if compute else None,
@@ -117,20 +119,23 @@ def median(values: list[float | None]) -> float | None:
 
 
 def table(results: list[dict]) -> list[str]:
-    """Markdown rows: per topology, the medians of old and new and the median of new/old within each repetition."""
+    """Markdown rows: per topology, the medians of the baseline (`main` where measured, else `old`) and new, and the
+    median of new / baseline within each repetition."""
+    base = "main" if any("main" in r for r in results) else "old"
+    title = "main (the commit compared with)" if base == "main" else "old (TRL's behaviour)"
     lines = [
-        "| topology | figure | old (TRL's behaviour) | new (defaults) | new / old, same repetition |",
+        f"| topology | figure | {title} | new (defaults) | new / {base}, same repetition |",
         "|---|---|---|---|---|",
     ]
     for topology in sorted({r["topology"] for r in results}):
         runs = [r for r in results if r["topology"] == topology]
         for key, label, spec in FIGURES:
-            old = median([r["old"].get(key) for r in runs if "old" in r])
+            old = median([r[base].get(key) for r in runs if base in r])
             new = median([r["new"].get(key) for r in runs if "new" in r])
             ratios = [
-                r["new"][key] / r["old"][key]
+                r["new"][key] / r[base][key]
                 for r in runs
-                if "old" in r and "new" in r and r["old"].get(key) and r["new"].get(key) is not None
+                if base in r and "new" in r and r[base].get(key) and r["new"].get(key) is not None
             ]
             ratio = f"{median(ratios):.2f}x" if ratios and key in ("steps_per_s", "useful_samples_per_s") else ""
             show = lambda v: "-" if v is None else spec.format(v)  # noqa: E731
@@ -171,10 +176,13 @@ def command(topology: str, mode: str, where: Path, seed: int, extra: list[str]) 
     return argv + overrides + extra, where / "run"
 
 
-def launch(argv: list[str], where: Path, topology: str, run_dir: Path) -> subprocess.CompletedProcess:
-    """Run the CLI; for `straggler`, hold replica 1 to a quarter of one core (a cgroup CPU quota on its process
-    group, tests/cpu_quota.py) from the moment it is healthy to the end of the run."""
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(REPO)}
+def launch(
+    argv: list[str], where: Path, topology: str, run_dir: Path, code: Path = REPO
+) -> subprocess.CompletedProcess:
+    """Run the CLI of the checkout at `code` (another commit's worktree, for an A/B in one sitting); for
+    `straggler`, hold replica 1 to a quarter of one core (a cgroup CPU quota on its process group,
+    tests/cpu_quota.py) from the moment it is healthy to the end of the run."""
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(code)}
     if topology != "straggler":
         return subprocess.run(argv, cwd=where, capture_output=True, text=True, env=env)
     from tests.cpu_quota import cpu_quota, process_group
@@ -194,11 +202,11 @@ def launch(argv: list[str], where: Path, topology: str, run_dir: Path) -> subpro
     return subprocess.CompletedProcess(argv, launcher.wait(), output.read_text(errors="replace"), "")
 
 
-def run_once(topology: str, mode: str, seed: int, extra: list[str], keep: Path | None) -> dict:
+def run_once(topology: str, mode: str, seed: int, extra: list[str], keep: Path | None, code: Path = REPO) -> dict:
     where = Path(tempfile.mkdtemp(prefix=f"agrpo-bench-{topology}-{mode}-"))
-    argv, run_dir = command(topology, mode, where, seed, extra)
+    argv, run_dir = command(topology, "new" if mode == "main" else mode, where, seed, extra)
     started = time.monotonic()
-    done = launch(argv, where, topology, run_dir)
+    done = launch(argv, where, topology, run_dir, code if mode == "main" else REPO)
     wall = time.monotonic() - started
     if done.returncode != 0:
         raise SystemExit(f"{topology}/{mode} failed (rc {done.returncode}):\n{(done.stdout + done.stderr)[-4000:]}")
@@ -217,7 +225,10 @@ def main(argv: list[str] | None = None) -> None:
     sub = parser.add_subparsers(dest="what", required=True)
     run = sub.add_parser("run", help="one repetition of one topology: old then new")
     run.add_argument("--topology", choices=("1", "2", "straggler", "rehearsal"), required=True)
-    run.add_argument("--modes", default="old,new", help="comma-separated: old, new")
+    run.add_argument(
+        "--modes", default="old,new", help="comma-separated: old, new, main (new's settings, run from --main-code)"
+    )
+    run.add_argument("--main-code", type=Path, help="a worktree of the commit to compare with (mode `main`)")
     run.add_argument("--seed", type=int, default=42)
     run.add_argument("--out", type=Path, required=True, help="folder for the JSON result")
     run.add_argument("--tag", default="1", help="names the result file (the repetition)")
@@ -233,7 +244,7 @@ def main(argv: list[str] | None = None) -> None:
     result: dict = {"topology": args.topology, "seed": args.seed, "tag": args.tag}
     keep = args.out / f"{args.topology}-{args.tag}" if args.keep_runs else None
     for mode in args.modes.split(","):
-        result[mode] = run_once(args.topology, mode, args.seed, list(args.overrides), keep)
+        result[mode] = run_once(args.topology, mode, args.seed, list(args.overrides), keep, args.main_code or REPO)
         print(f"{args.topology}/{mode}: " + json.dumps({k: v for k, v in result[mode].items() if k != "command"}))
     (args.out / f"{args.topology}-{args.tag}-{'-'.join(args.modes.split(','))}.json").write_text(
         json.dumps(result, indent=2)

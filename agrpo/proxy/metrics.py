@@ -62,6 +62,17 @@ class Histogram:
         return lines
 
 
+def replica_shares(described: list[dict]) -> list[dict]:
+    """Each replica's share of the routed requests and of the late answers (those certainly dropped as stale), beside
+    its pace: what a slow replica costs, in /proxy/stats (issue 47)."""
+    routed = sum(r["routed"] for r in described)
+    late = sum(r["late"] for r in described)
+    for r in described:
+        r["routed_share"] = r["routed"] / routed if routed else None
+        r["late_share"] = r["late"] / late if late else None
+    return described
+
+
 class Metrics:
     """Everything the proxy counts. Mutated only from the event loop thread."""
 
@@ -74,6 +85,7 @@ class Metrics:
         self.failed = 0  # routed requests answered with a proxy-made error
         self.rejected = 0  # malformed or oversized bodies
         self.retired = 0  # routed requests naming a retired adapter (answered 410)
+        self.late = 0  # answers that came back after their adapter version was retired (certainly dropped as stale)
         self.broadcasts: dict[str, int] = {}
         self.broadcast_failures: dict[str, int] = {}
         self.routed_seconds = {kind: Histogram() for kind in self.by_kind}
@@ -109,7 +121,9 @@ class Metrics:
             "body_bytes_held": self.budget.held if self.budget else 0,
             "body_bytes_peak": self.budget.peak if self.budget else 0,
             "body_budget_refused": self.budget.refused if self.budget else 0,
-            "replicas": [r.describe() for r in replicas],
+            "late": self.late,
+            "aborted_stale": sum(r.aborted_stale for r in replicas),
+            "replicas": replica_shares([r.describe() for r in replicas]),
         }
 
     def prometheus(self, replicas, tracked: int) -> str:
@@ -163,6 +177,13 @@ class Metrics:
             ("replica_inflight", "inflight", "Requests in flight on the replica."),
             ("replica_outstanding_work", "work", "Prompt tokens + max_tokens x n in flight."),
             ("replica_routed_total", "routed", "Requests sent to the replica."),
+            ("replica_pace_work_per_s", "pace_work_per_s", "Work it finished per busy second (0: not measured)."),
+            ("replica_late_total", "late", "Answers that came back after their adapter version was retired."),
+            (
+                "replica_aborted_stale_total",
+                "aborted_stale",
+                "Requests aborted when their adapter version was retired.",
+            ),
         ):
             kind = "counter" if name.endswith("_total") else "gauge"
             lines += [f"# HELP agrpo_proxy_{name} {doc}", f"# TYPE agrpo_proxy_{name} {kind}"]

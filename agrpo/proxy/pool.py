@@ -305,13 +305,15 @@ class Exchange:
     replica stops answering (the routed path then retries it on another replica).
     """
 
-    __slots__ = ("pool", "replica", "timeout_s", "conn", "_timer", "_expired", "_dropped")
+    __slots__ = ("pool", "replica", "timeout_s", "model", "conn", "retired", "_timer", "_expired", "_dropped")
 
-    def __init__(self, pool: Pool, replica, timeout_s: float):
+    def __init__(self, pool: Pool, replica, timeout_s: float, model: str | None = None):
         self.pool = pool
         self.replica = replica
         self.timeout_s = timeout_s
+        self.model = model  # the adapter the request names (stale_abort.py drops it once that version is retired)
         self.conn: Connection | None = None
+        self.retired = False  # dropped because its adapter version was retired: not the replica's failure
         self._timer = None
         self._expired = False
         self._dropped: str | None = None

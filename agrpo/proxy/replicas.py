@@ -5,6 +5,8 @@ from dataclasses import dataclass, field
 
 import yarl
 
+from agrpo.proxy.pace import Pace, relative_paces
+
 
 @dataclass(eq=False)
 class Replica:
@@ -26,6 +28,9 @@ class Replica:
     # set while it is marked unhealthy: a broadcast still waiting for its answer stops waiting (broadcast.py)
     down: asyncio.Event = field(default_factory=asyncio.Event, repr=False)
     exchanges: set = field(default_factory=set, repr=False)  # its routed requests in flight (pool.Exchange)
+    pace: Pace = field(default_factory=Pace, repr=False)  # work it finishes per busy second (pace.py)
+    late: int = 0  # answers that came back after their adapter version was retired: certainly dropped as stale
+    aborted_stale: int = 0  # requests aborted in flight when their adapter version was retired
     _urls: dict = field(default_factory=dict, repr=False)
 
     def mark_down(self, reason: str, hung: bool, now: float) -> bool:
@@ -57,14 +62,21 @@ class Replica:
             url = self._urls[path_qs] = yarl.URL(self.url + path_qs, encoded=True)
         return url
 
-    def begin(self, work: float) -> None:
+    def begin(self, work: float, now: float) -> None:
         self.inflight += 1
         self.work += work
         self.routed += 1
+        self.pace.begin(now)
 
-    def end(self, work: float) -> None:
+    def end(self, work: float, now: float, answered: bool = True) -> None:
         self.inflight -= 1
         self.work = max(0.0, self.work - work)
+        self.pace.end(work, now, answered)
+
+    @property
+    def pace_work_per_s(self) -> float:
+        """Its measured pace (0 while unknown), for the Prometheus gauge."""
+        return self.pace.rate or 0.0
 
     def describe(self) -> dict:
         return {
@@ -74,6 +86,9 @@ class Replica:
             "inflight": self.inflight,
             "routed": self.routed,
             "outstanding_work": self.work,
+            "pace_work_per_s": self.pace.rate,
+            "late": self.late,
+            "aborted_stale": self.aborted_stale,
             "last_error": self.last_error,
             "hung": self.hung,
             "adapters": sorted(self.adapters),
@@ -137,6 +152,10 @@ class ReplicaSet:
             # every replica is marked down: the marks may be stale, so try them anyway
             loads = {r.index: r.work for r in candidates}
         return loads
+
+    def paces(self, indices) -> dict[int, float]:
+        """The relative pace (fastest measured = 1) of each of these replicas, for the router."""
+        return relative_paces({i: self._by_index[i].pace.rate for i in indices if i in self._by_index})
 
 
 def normalize_url(url: str) -> str:

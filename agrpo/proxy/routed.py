@@ -17,6 +17,7 @@ from agrpo.proxy.pool import Exchange
 from agrpo.proxy.replicas import Replica
 from agrpo.proxy.request_fields import BadRequest, parse_routing_fields
 from agrpo.proxy.retired import retired_body
+from agrpo.proxy.stale_abort import StaleSweep, abort_retired
 from agrpo.proxy.tenant_gate import StreamCount
 from agrpo.proxy.upstream import (
     REPLICA_HEADER,
@@ -93,6 +94,7 @@ class RoutedPath:
         self.control = server.control
         self.timeout_s = server.settings.total_timeout_s
         self.tenancy = None if server.tenancy is None else server.tenancy.gate  # --tenancy only (tenant_gate.py)
+        self.sweep = StaleSweep()  # aborts requests whose version was retired while they ran (stale_abort.py)
 
     async def handle(self, sink, method: str, path_qs: str, raw_headers, raw: bytes, started: float) -> None:
         try:
@@ -131,62 +133,94 @@ class RoutedPath:
     async def _forward(self, sink, method, path_qs, raw_headers, raw, started, fields, tenant) -> None:
         metrics = self.metrics
         head_lines = forwarded_head_lines(raw_headers)
+        if self.sweep.due(started):
+            abort_retired(self.replicas, self.control.retired)
         tried: set[int] = set()
-        kind, reloaded, last_error, replica = None, False, "no replica is available", None
+        # the first attempt's routing kind, whether an adapter was reloaded, the replicas tried
+        state = {"kind": None, "reloaded": False, "tried": tried}
+        last_error, replica = "no replica is available", None
         for attempt in range(2):
             if fields.model in self.control.retired:  # before the first try and before a failover
-                metrics.retired += 1
-                await sink.respond(410, JSON, retired_body(fields.model))
+                await self._retired(sink, fields.model)
                 return
             loads = self.replicas.loads(tried, fields.model)
             if not loads:
                 break
-            decision = self.router.route(fields, loads)
-            if kind is None:
-                kind = decision.kind
-                metrics.count_route(kind)
+            decision = self.router.route(fields, loads, self.replicas.paces(loads))
+            if state["kind"] is None:
+                state["kind"] = decision.kind
+                metrics.count_route(decision.kind)
             else:
                 metrics.retried += 1
             replica = self.replicas[decision.replica]
             tried.add(replica.index)
-            replica.begin(decision.work)
-            exchange = Exchange(self.pool, replica, self.timeout_s)
-            try:
-                try:
-                    upstream = await exchange.send(method, path_qs, head_lines, raw)
-                    body = None
-                    if upstream.status == 404 and self.tenancy is not None and not reloaded:
-                        again = (method, path_qs, head_lines, raw)
-                        exchange, upstream, body = await self._reloaded(exchange, upstream, fields.model, again)
-                        reloaded = body is None
-                    # An answer is never the replica's health (probes and connection failures are): a 500 is this
-                    # request's problem and goes back as it is. "Not now" statuses get one try elsewhere.
-                    if upstream.status in RETRY_ELSEWHERE and attempt == 0 and self.replicas.loads(tried, fields.model):
-                        last_error = f"replica {replica.index} answered {upstream.status}"
-                        continue
-                    if upstream.content_type == "text/event-stream":
-                        counter = None if tenant is None else StreamCount(tenant)
-                        await self.stream(sink, exchange, upstream, replica, kind, started, counter)
-                        return
-                    if body is None:
-                        body = await upstream.read()
-                except TRANSPORT_ERRORS as err:
-                    last_error = self.control.transport_failed(replica, err)
-                    continue
-                if tenant is not None:
-                    self.tenancy.count(tenant, body)
-                metrics.observe_routed(kind, perf_counter() - started)
-                await sink.respond(upstream.status, response_headers(upstream.headers, replica), body)
+            request = (method, path_qs, head_lines, raw)
+            done, problem = await self._attempt(
+                sink, attempt, request, started, fields, tenant, replica, decision, state
+            )
+            if done:
                 return
-            finally:
-                exchange.finish()
-                replica.end(decision.work)
+            last_error = problem
         metrics.failed += 1
         await sink.respond(
             502,
             error_headers(replica),
             error_body(502, f"no replica could serve the request: {last_error}", "UpstreamError"),
         )
+
+    async def _attempt(
+        self, sink, attempt, request, started, fields, tenant, replica, decision, state
+    ) -> tuple[bool, str]:
+        """One try on `replica`: (True, "") when the client was answered, else (False, why) to try elsewhere."""
+        work, kind, tried = decision.work, state["kind"], state["tried"]
+        replica.begin(work, perf_counter())
+        exchange = Exchange(self.pool, replica, self.timeout_s, fields.model)
+        answered = False
+        try:
+            try:
+                upstream = await exchange.send(*request)
+                body = None
+                if upstream.status == 404 and self.tenancy is not None and not state["reloaded"]:
+                    exchange, upstream, body = await self._reloaded(exchange, upstream, fields.model, request)
+                    state["reloaded"] = body is None
+                # An answer is never the replica's health (probes and connection failures are): a 500 is this
+                # request's problem and goes back as it is. "Not now" statuses get one try elsewhere.
+                if upstream.status in RETRY_ELSEWHERE and attempt == 0 and self.replicas.loads(tried, fields.model):
+                    return False, f"replica {replica.index} answered {upstream.status}"
+                answered = upstream.status < 400
+                if upstream.content_type == "text/event-stream":
+                    counter = None if tenant is None else StreamCount(tenant)
+                    await self.stream(sink, exchange, upstream, replica, kind, started, counter)
+                    self._note_late(replica, fields.model, answered)
+                    return True, ""
+                if body is None:
+                    body = await upstream.read()
+            except TRANSPORT_ERRORS as err:
+                answered = False
+                if exchange.retired:  # aborted by the proxy (stale_abort.py): the replica did nothing wrong
+                    await self._retired(sink, fields.model)
+                    return True, ""
+                return False, self.control.transport_failed(replica, err)
+            if tenant is not None:
+                self.tenancy.count(tenant, body)
+            self._note_late(replica, fields.model, answered)
+            self.metrics.observe_routed(kind, perf_counter() - started)
+            await sink.respond(upstream.status, response_headers(upstream.headers, replica), body)
+            return True, ""
+        finally:
+            exchange.finish()
+            replica.end(work, perf_counter(), answered)
+
+    async def _retired(self, sink, model: str) -> None:
+        self.metrics.retired += 1
+        await sink.respond(410, JSON, retired_body(model))
+
+    def _note_late(self, replica: Replica, model: str, answered: bool) -> None:
+        """An answer that came back after its version was retired is certainly dropped as stale: counted on the
+        replica that was too slow (its share of the dropped samples, as the proxy sees them)."""
+        if answered and model in self.control.retired:
+            replica.late += 1
+            self.metrics.late += 1
 
     async def _reloaded(self, exchange, upstream, model: str, again: tuple):
         """(exchange, answer, its body) after a 404: when the replica lost adapter `model` that the proxy loaded, the
@@ -196,7 +230,7 @@ class RoutedPath:
         if not await self.tenancy.reload_evicted(replica, model, body):
             return exchange, upstream, body
         exchange.finish()
-        exchange = Exchange(self.pool, replica, self.timeout_s)
+        exchange = Exchange(self.pool, replica, self.timeout_s, model)
         return exchange, await exchange.send(*again), None
 
     async def stream(self, sink, exchange, upstream, replica: Replica, kind, started, counter=None) -> None:

@@ -18,6 +18,13 @@ Everything else is cold and goes to the replica with the least outstanding work 
 + max_tokens x n). An affinity route spills to the least-loaded replica only past a load bound,
 and the spill re-pins the prompt so the rest of its group follows instead of splitting again.
 All tables live per adapter (hash seeded with its name), in a bounded LRU.
+
+Replicas that finish work at different paces (one held to a quarter of a core, one on a busier host) are compared by
+time, not tokens: with `paces` (each replica's measured pace as a share of the fastest, agrpo/proxy/pace.py) a
+replica's outstanding work and the request's own work count divided by its pace, i.e. in seconds of the fastest
+replica. A cold request goes where it would finish first, and an affinity route spills when its replica would finish
+it that much later than the mean, so a slow replica holds work in proportion to its pace and returns it as fresh as
+the others (issue 47). With equal or unknown paces every figure is the plain work of before.
 """
 
 from collections import OrderedDict
@@ -115,11 +122,15 @@ class Router:
         prompt_tokens = sum(p.tokens(cpt) for p in request.prompts)
         return float(prompt_tokens + max_tokens * request.n * len(request.prompts))
 
-    def route(self, request: RoutingFields, loads: Mapping[int, float]) -> Decision:
-        """Pick a replica among `loads` (available replica index -> outstanding work)."""
+    def route(
+        self, request: RoutingFields, loads: Mapping[int, float], paces: Mapping[int, float] | None = None
+    ) -> Decision:
+        """Pick a replica among `loads` (available replica index -> outstanding work); `paces` (index -> pace as a
+        share of the fastest, missing = 1) turns work into time."""
         if not loads:
             raise NoReplica("no replica is available")
         work = self.work(request)
+        costs = _costs(loads, work, paces)
         tables = self._tables(request.model)
         seed = tables.seed
         keys = [p.key(seed) for p in request.prompts]
@@ -127,11 +138,11 @@ class Router:
         if target is None:
             target = self._continued(tables, request.prompts[0])
         if target is None:
-            kind, chosen = COLD, self._least_loaded(loads)
-        elif target in loads and not self._overloaded(target, work, loads):
+            kind, chosen = COLD, self._least_loaded(costs)
+        elif target in loads and not self._overloaded(target, work, costs):
             kind, chosen = AFFINITY, target
         else:
-            kind, chosen = SPILL, self._least_loaded(loads, avoid=target)
+            kind, chosen = SPILL, self._least_loaded(costs, avoid=target)
         self._remember(tables, request.prompts, keys, chosen)
         return Decision(chosen, kind, work)
 
@@ -198,17 +209,21 @@ class Router:
         return self.block_size * self.text_chars_per_token
 
     # ------------------------------------------------------------------ load
-    def _overloaded(self, target: int, work: float, loads: Mapping[int, float]) -> bool:
-        if len(loads) < 2:
+    def _overloaded(self, target: int, work: float, costs: Mapping[int, tuple[float, float]]) -> bool:
+        """Whether `target` would finish the request past the bound: spill_factor x the mean outstanding time after
+        it + slack x the request's own time (all in seconds of the fastest replica; plain work with equal paces)."""
+        if len(costs) < 2:
             return False
-        mean_after = (sum(loads.values()) + work) / len(loads)
+        mean_after = (sum(held for held, _ in costs.values()) + work) / len(costs)
+        held, own = costs[target]
         bound = self.spill_factor * mean_after + self.spill_slack_requests * work
-        return loads[target] + work > bound
+        return held + own > bound
 
-    def _least_loaded(self, loads: Mapping[int, float], avoid: int | None = None) -> int:
+    def _least_loaded(self, costs: Mapping[int, tuple[float, float]], avoid: int | None = None) -> int:
+        """The replica that would finish the request first (with equal paces: the least outstanding work)."""
         placed = self._cold_placed
-        candidates = [r for r in loads if r != avoid] or list(loads)
-        best = min(candidates, key=lambda r: (loads[r], placed.get(r, 0), r))
+        candidates = [r for r in costs if r != avoid] or list(costs)
+        best = min(candidates, key=lambda r: (sum(costs[r]), placed.get(r, 0), r))
         placed[best] = placed.get(best, 0) + 1
         return best
 
@@ -250,3 +265,16 @@ class Router:
                 self._size -= 1
             if not tables.prompts and not tables.anchors:
                 del self._adapters[name]
+
+
+def _costs(
+    loads: Mapping[int, float], work: float, paces: Mapping[int, float] | None
+) -> dict[int, tuple[float, float]]:
+    """(outstanding work, the request's work) per replica, each divided by the replica's relative pace."""
+    if not paces:
+        return {r: (held, work) for r, held in loads.items()}
+    costs = {}
+    for r, held in loads.items():
+        pace = paces.get(r) or 1.0
+        costs[r] = (held / pace, work / pace)
+    return costs
