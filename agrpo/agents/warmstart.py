@@ -27,9 +27,10 @@ from typing import Any
 from omegaconf import OmegaConf
 
 from agrpo.agents import warmstart_examples as ex
+from agrpo.agents.sharing import TOOLS_FILE
 from agrpo.errors import ConfigError
 
-VERSION = 3  # of the examples and the training: a change that makes another model bumps it (a new cache entry)
+VERSION = 4  # of the examples and the training: a change that makes another model bumps it (a new cache entry)
 MARKER = "agrpo_warmstart.json"  # written last: a folder without it is an interrupted build
 BUILDER = "agrpo.agents.warmstart.build_warm_model"
 TOY_VOCAB = 1000  # below it, a tokenizer is a byte-level toy: tool text gets single tokens
@@ -363,4 +364,6 @@ def build_warm_model(output_dir: str) -> str:
     rows = example_rows(tokenizer, episodes, schemas)
     tokens = (tokenizer.pad_token_id, tokenizer.eos_token_id, len(tokenizer))
     train(model, rows, spec["settings"], tokens, spec["seed"])
-    return str(save_model_folder(model, tokenizer, folder, MARKER, marker))
+    saved = save_model_folder(model, tokenizer, folder, MARKER, marker)
+    (saved / TOOLS_FILE).write_text(json.dumps(schemas))  # what `agrpo push`'s card offers a served request
+    return str(saved)

@@ -14,8 +14,9 @@ from typing import Any
 
 import yaml
 
-from agrpo.eval.scoring import markdown_table
+from agrpo.agents.sharing import WARM_BASE, serve_flags
 from agrpo.config.resolve import round_lora_rank
+from agrpo.eval.scoring import markdown_table
 
 # Config keys whose text values are never printed, should a future key hold a credential.
 _SECRET_KEY = re.compile(r"(^|_)(token|secret|password|api_key)$", re.IGNORECASE)
@@ -79,10 +80,22 @@ def _dataset(config: Mapping[str, Any]) -> str:
     return f"`{source}` ({loader})" if loader and source != loader else f"`{source}`"
 
 
+def base_row(run: Mapping[str, Any]) -> str:
+    """The base model, and for a warm-started run what the warm start made of it."""
+    warm = run.get("warm_base")
+    if not warm:
+        return f"`{run['base_model']}`"
+    built = f" (built by `{warm['builder']}`)" if warm.get("builder") else ""
+    return (
+        f"`{run['base_model']}`{built}, warm-started by agrpo on this run's tools ({warm.get('steps')} supervised "
+        f"steps at {warm.get('learning_rate')}): the result is `{WARM_BASE}/` in this repo, the adapter's base"
+    )
+
+
 def training_section(run: Mapping[str, Any]) -> list[str]:
     config = run.get("config") or {}
     rows = [
-        ("base model", f"`{run['base_model']}`"),
+        ("base model", base_row(run)),
         ("recipe / run name", f"`{_get(config, 'run_name', '-')}`"),
         ("data", _dataset(config)),
         ("reward terms", _reward_terms(config)),
@@ -152,14 +165,56 @@ def results_section(run: Mapping[str, Any]) -> list[str]:
     return lines
 
 
+def serve_lines(run: Mapping[str, Any], rank: int, name: str) -> list[str]:
+    """The `vllm serve` command (after a download for a warm-started run, whose base is in the repo): on the base
+    the adapter was trained on, the tool-call flags its chat template needs and a context its prompts fit."""
+    repo_id, base = run["repo_id"], run["base_model"]
+    serving = run.get("serving") or {}
+    local = f"./{name}"
+    warm = bool(run.get("warm_base"))
+    model, adapter = (f"{local}/{WARM_BASE}", local) if warm else (base, repo_id)
+    argv = [f"vllm serve {model} --enable-lora --max-lora-rank {rank} --lora-modules {name}={adapter}"]
+    if serving.get("max_model_len"):
+        argv.append(f"--max-model-len {serving['max_model_len']}")
+    if warm and serving.get("template"):
+        argv.append(f"--chat-template {local}/chat_template.jinja")
+    argv.append(" ".join(serve_flags(serving.get("template"), bool(serving.get("tools")))))
+    command = " \\\n  ".join(a for a in argv if a)
+    return [f"hf download {repo_id} --local-dir {local}", command] if warm else [command]
+
+
+def request_lines(run: Mapping[str, Any], name: str, max_tokens: int) -> list[str]:
+    """A chat request for the served adapter: with the run's tools (as training showed them) and one of its
+    prompts, so the answer is a parsed tool call."""
+    from agrpo.agents.sharing import example_messages
+
+    serving = run.get("serving") or {}
+    request: dict[str, Any] = {"model": name, "messages": example_messages(serving.get("example"))}
+    if serving.get("tools"):
+        request["tools"] = serving["tools"]
+    request.update(max_tokens=max_tokens, temperature=0)
+    body = json.dumps(request).replace("'", "'\\''")
+    return [
+        "curl http://localhost:8000/v1/chat/completions -H 'Content-Type: application/json' \\",
+        f"  -d '{body}'",
+    ]
+
+
 def usage_section(run: Mapping[str, Any]) -> list[str]:
     repo_id, base = run["repo_id"], run["base_model"]
     name = lora_module_name(repo_id)
     config = run.get("config") or {}
     # the rank the run's replicas served (its config.yaml holds it resolved); a config without it: lora.r's capacity
     rank = _get(config, "inference.max_lora_rank") or round_lora_rank(int(_get(config, "lora.r", 8) or 8))
+    warm = run.get("warm_base")
     lines = ["## Use it", ""]
-    if not run.get("base_model_on_hub"):
+    if warm:
+        lines += [
+            f"Two parts, both in this repo: the adapter (its root) and the model it was trained on (`{WARM_BASE}/`, "
+            f"`{base}` after agrpo's warm start). Load the adapter on `{WARM_BASE}/`, not on `{base}` itself.",
+            "",
+        ]
+    elif not run.get("base_model_on_hub"):
         lines += [f"The base model was a local folder (`{base}`): replace it below with where you keep that model.", ""]
     if _get(config, "model.chat_template"):
         lines += [
@@ -168,25 +223,29 @@ def usage_section(run: Mapping[str, Any]) -> list[str]:
             "",
         ]
     max_tokens = _get(config, "trainer.max_completion_length") or 256
-    request = {"model": name, "messages": [{"role": "user", "content": "Hello!"}], "max_tokens": max_tokens}
-    lines += [
-        "### vLLM (OpenAI-compatible server)",
-        "",
-        "```bash",
-        f"vllm serve {base} --enable-lora --max-lora-rank {rank} --lora-modules {name}={repo_id}",
-        "curl http://localhost:8000/v1/chat/completions -H 'Content-Type: application/json' \\",
-        f"  -d '{json.dumps(request)}'",
-        "```",
-        "",
-        f"The adapter is served under the name `{name}`; requests for `{base}` get the base model.",
-        "",
+    tools = (run.get("serving") or {}).get("tools")
+    flags = serve_flags((run.get("serving") or {}).get("template"), bool(tools))
+    lines += ["### vLLM (OpenAI-compatible server)", "", "```bash"]
+    lines += serve_lines(run, rank, name) + request_lines(run, name, max_tokens) + ["```", ""]
+    lines += [f"The adapter is served under the name `{name}`; requests for the base model's name get the base model."]
+    if tools and flags:
+        lines += [f"The request lists the run's tools as training showed them; `{flags[2]}` parses the calls."]
+    elif tools:
+        lines += ["No vLLM tool-call parser is known for this chat template: pick one (`--tool-call-parser`)."]
+    lines += ["", *peft_lines(run, repo_id, base, max_tokens)]
+    return lines
+
+
+def peft_lines(run: Mapping[str, Any], repo_id: str, base: str, max_tokens: int) -> list[str]:
+    load = f'"{repo_id}", subfolder="{WARM_BASE}"' if run.get("warm_base") else f'"{base}"'
+    return [
         "### peft + transformers",
         "",
         "```python",
         "from peft import PeftModel",
         "from transformers import AutoModelForCausalLM, AutoTokenizer",
         "",
-        f'base = AutoModelForCausalLM.from_pretrained("{base}")',
+        f"base = AutoModelForCausalLM.from_pretrained({load})",
         f'model = PeftModel.from_pretrained(base, "{repo_id}")',
         f'tokenizer = AutoTokenizer.from_pretrained("{repo_id}")  # the chat template it was trained with',
         'messages = [{"role": "user", "content": "Hello!"}]',
@@ -197,7 +256,6 @@ def usage_section(run: Mapping[str, Any]) -> list[str]:
         "```",
         "",
     ]
-    return lines
 
 
 def build_card(run: Mapping[str, Any]) -> str:
@@ -209,6 +267,8 @@ def build_card(run: Mapping[str, Any]) -> str:
     """
     base, repo_id = run["base_model"], run["repo_id"]
     base_link = f"[{base}](https://huggingface.co/{base})" if run.get("base_model_on_hub") else f"`{base}`"
+    if run.get("warm_base"):
+        base_link += f" (warm-started on its tools by agrpo: the model in `{WARM_BASE}/`)"
     intro = [
         f"# {lora_module_name(repo_id)}",
         "",

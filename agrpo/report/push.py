@@ -3,7 +3,9 @@
 Creates the model repo (kept if it exists) and commits, in one commit, the files of RUN_DIR/final_adapter with a
 model card as README.md in place of peft's blank template: base model, recipe and resolved config, the training
 curves picture (RUN_DIR/training_curves.png, when present), final metrics (metrics.json) and the `agrpo eval` table
-(every eval_summary.json under RUN_DIR, plus --eval files), with snippets for vLLM and peft.
+(every eval_summary.json under RUN_DIR, plus --eval files), with snippets for vLLM and peft. A warm-started agent
+run's adapter was trained on the warm start's model folder, which is uploaded beside it under warm_base/
+(agrpo/agents/sharing.py says why), so the repo alone is enough to load and serve it.
 The token is huggingface_hub's (HF_TOKEN, or `hf auth login`); HF_ENDPOINT is honoured.
 """
 
@@ -17,6 +19,14 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from agrpo.agents.sharing import (
+    WARM_BASE,
+    chat_template_text,
+    context_length,
+    live_tools,
+    saved_tools,
+    warm_base_of,
+)
 from agrpo.errors import AgrpoError, ConfigError, LaunchError
 from agrpo.report.card import build_card
 
@@ -100,6 +110,9 @@ def gather_run(run_dir: Path, repo_id: str, base_model: str | None, extra_evals:
     if not base:
         raise ConfigError(f"{run_dir} does not say which base model it trained: pass --base-model OWNER/NAME")
     curves = run_dir / CURVES
+    warm = warm_base_of(config)
+    if warm is not None and base_model is None:
+        base = warm["recipe_base"]
     return {
         "repo_id": repo_id,
         "base_model": str(base),
@@ -109,14 +122,44 @@ def gather_run(run_dir: Path, repo_id: str, base_model: str | None, extra_evals:
         "evals": find_evals(run_dir, extra_evals),
         "curves": CURVES if curves.is_file() else None,
         "command": training_command(run_dir),
+        "warm_base": warm and {k: v for k, v in warm.items() if k != "folder"},
+        "serving": serving(run_dir, config, warm),
+    }
+
+
+def serving(run_dir: Path, config: dict[str, Any], warm: dict[str, Any] | None) -> dict[str, Any]:
+    """What the card's serve command and request need: the chat template's tool-call parser, the tools (as
+    training rendered them), an example prompt and the model's own context length."""
+    if warm is not None and not (warm["folder"] / "config.json").is_file():
+        raise ConfigError(
+            f"{run_dir} was trained on the warm start's model {warm['folder']}, which is gone: the adapter cannot be "
+            "used without it. Rebuild it (run the same recipe with trainer.max_steps=0 in the same cache_dir: the "
+            "warm start is rebuilt from its spec), or push from the machine that trained"
+        )
+    folder = warm["folder"] if warm else None
+    tools = (saved_tools(folder) if folder else None) or live_tools(config)
+    return {
+        "template": chat_template_text(run_dir / FINAL_ADAPTER) or (chat_template_text(folder) if folder else None),
+        "tools": tools,
+        "example": warm.get("example") if warm else None,
+        "max_model_len": (context_length(folder) if folder else None)
+        or (config.get("inference") or {}).get("max_model_len"),
     }
 
 
 def upload_files(run_dir: Path) -> dict[str, Path]:
-    """Repo path -> local file: the adapter folder's files (its README replaced by the card) and the curves."""
+    """Repo path -> local file: the adapter folder's files (its README replaced by the card), the curves, and a
+    warm-started run's base model folder under warm_base/."""
     files = {p.name: p for p in sorted((run_dir / FINAL_ADAPTER).iterdir()) if p.is_file() and p.name != "README.md"}
     if (run_dir / CURVES).is_file():
         files[CURVES] = run_dir / CURVES
+    config_path = run_dir / "config.yaml"
+    if config_path.is_file():
+        from omegaconf import OmegaConf
+
+        warm = warm_base_of(OmegaConf.to_container(OmegaConf.load(config_path)))
+        if warm is not None:
+            files.update({f"{WARM_BASE}/{p.name}": p for p in sorted(warm["folder"].iterdir()) if p.is_file()})
     return files
 
 
