@@ -17,7 +17,7 @@ from typing import Any
 
 from transformers import TrainerCallback
 
-from agrpo.trainer.inflight import InflightController, Limits, StepFigures
+from agrpo.trainer.inflight import MAX_WAIT_SHARE, InflightController, Limits, StepFigures
 from agrpo.trainer.rollout_control import ControlBlock
 
 log = logging.getLogger(__name__)
@@ -32,13 +32,16 @@ def note_published(trainer: Any, version: int) -> None:
         block.set("published", version)
 
 
-def run_limits(args: Any, num_processes: int = 1) -> Limits:
-    """The controller's limits from TRL's config (samples per step counts every data-parallel rank)."""
+def run_limits(args: Any, num_processes: int = 1, max_wait_share: float = MAX_WAIT_SHARE) -> Limits:
+    """The controller's limits from TRL's config (samples per step counts every data-parallel rank); it grows the
+    budget while the trainer waits more than `max_wait_share` of a step (the run's inference.fleet.release_wait_share,
+    so that the fleet can release on a trainer this controller considers fed)."""
     return Limits(
         samples_per_step=args.per_device_train_batch_size * args.gradient_accumulation_steps * num_processes,
         group_size=args.num_generations,
         weight_sync_steps=args.weight_sync_steps,
         max_staleness=args.max_staleness,
+        max_wait_share=max_wait_share,
     )
 
 
@@ -66,7 +69,9 @@ class PacingCallback(TrainerCallback):
 
 
 @contextlib.contextmanager
-def attach_pacing(trainer: Any, auto: bool) -> Iterator[InflightController | None]:
+def attach_pacing(
+    trainer: Any, auto: bool, max_wait_share: float = MAX_WAIT_SHARE
+) -> Iterator[InflightController | None]:
     """Pace a built AgrpoAsyncGRPOTrainer's paced loop for the duration of `train()` (main process only; other ranks
     have no rollout worker). Yields the controller (None with a fixed number of requests in flight)."""
     if getattr(trainer, "rollout_worker", None) is None:
@@ -78,7 +83,8 @@ def attach_pacing(trainer: Any, auto: bool) -> Iterator[InflightController | Non
     try:
         trainer.pace_with(block)  # refuses a loop that cannot be paced
         if auto:
-            controller = InflightController(run_limits(trainer.args, trainer.accelerator.num_processes))
+            limits = run_limits(trainer.args, trainer.accelerator.num_processes, max_wait_share)
+            controller = InflightController(limits)
             block.set("budget", controller.target)
             callback = PacingCallback(trainer, block, controller)
             trainer.add_callback(callback)

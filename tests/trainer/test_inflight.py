@@ -2,8 +2,10 @@
 
 import pytest
 
+from agrpo.config.schema.inference import FleetConfig
 from agrpo.config.schema.trainer import fixed_inflight, is_auto
 from agrpo.trainer.inflight import (
+    MAX_WAIT_SHARE,
     WARMUP_STEPS,
     InflightController,
     Limits,
@@ -45,15 +47,20 @@ def window(steps=3, step_s=1.0, wait_s=0.0, used=16.0, dropped=0.0, rollout_s=No
         (24, window(dropped=1.0), 32, 22, "dropped"),  # 5.9%: floor(24 x 0.94)
         (24, window(dropped=16.0), 32, 16, "dropped"),  # 50%: halved, up to the floor
         (16, window(dropped=16.0, wait_s=0.5), 32, 16, ""),  # at the floor: nothing left to shrink, hold
-        # the trainer waits more than 10% with (almost) no drops: grow, by the wait at most x1.5
+        # the trainer waits more than 2% (the fleet's release share) with (almost) no drops: grow, by the wait at most
+        # x1.5
         (16, window(wait_s=0.2), 32, 20, "waited"),  # step 1.0 / busy 0.8 = x1.25
         (16, window(wait_s=0.6), 32, 24, "waited"),  # x2.5 capped at x1.5
         (16, window(wait_s=0.6), 18, 18, "waited"),  # capped by the learned cap
         (16, window(wait_s=0.6, rollout_s=0.4), 32, 20, "waited"),  # needed: 40 samples/s x 0.4 s x 1.25 = 20
         (31, window(wait_s=0.6), 32, 32, "waited"),  # the ceiling
         (32, window(wait_s=0.6), 32, 32, ""),  # at the cap: hold
+        # a trainer that waits 5% (the case of docs/elastic.md's known conflict: 6-12% at the floor) is not fed: the
+        # fleet would not release on it, so the budget grows (it held up to 10% before)
+        (20, window(wait_s=0.05), 32, 22, "waited"),  # x1.053
+        (16, window(wait_s=0.12), 31, 19, "waited"),  # at the floor after a straggler's drops: 16 x 1/0.88
         # the dead band: hold
-        (20, window(wait_s=0.05), 32, 20, ""),  # 5% wait
+        (20, window(wait_s=0.015), 32, 20, ""),  # 1.5% wait: fed, and the fleet may release
         (20, window(dropped=0.6), 32, 20, ""),  # 3.6% dropped: under 5%
         (20, window(dropped=0.6, wait_s=0.5), 32, 20, ""),  # waits, but drops above 2.5%: growing would waste more
     ],
@@ -121,3 +128,29 @@ def test_figures_come_from_trls_logs():
     assert StepFigures.from_logs(logs) == StepFigures(2.0, 0.5, 16.0, 3.0, 0.7)
     assert StepFigures.from_logs({"perf/step_s": 1.0}) == StepFigures(1.0, 0.0, 0.0, 0.0, None)
     assert StepFigures.from_logs({"loss": 0.1}) is None  # the first step has no step time yet
+
+
+def test_a_fed_trainer_is_one_the_fleet_can_release_on():
+    """The wait the controller tolerates is the automatic fleet's release share (issue 42's open item): a budget held
+    with the trainer waiting more would keep the fleet from ever releasing a replica."""
+    assert MAX_WAIT_SHARE == FleetConfig().release_wait_share == 0.02
+    assert ROOMY.max_wait_share == MAX_WAIT_SHARE < FleetConfig().add_wait_share
+    below = Limits(samples_per_step=16, group_size=8, max_staleness=2, max_wait_share=0.01)
+    assert decide(below, 20, window(wait_s=0.015), 32).changed  # a run's own, lower release share is honoured
+
+
+def test_run_limits_carry_the_runs_release_share():
+    from types import SimpleNamespace
+
+    from agrpo.trainer.rollout_pacing import run_limits
+
+    args = SimpleNamespace(
+        per_device_train_batch_size=8,
+        gradient_accumulation_steps=2,
+        num_generations=8,
+        weight_sync_steps=1,
+        max_staleness=2,
+    )
+    assert run_limits(args).max_wait_share == MAX_WAIT_SHARE
+    limits = run_limits(args, num_processes=2, max_wait_share=0.01)
+    assert (limits.samples_per_step, limits.max_wait_share) == (32, 0.01)
