@@ -63,13 +63,13 @@ class Histogram:
 
 
 def replica_shares(described: list[dict]) -> list[dict]:
-    """Each replica's share of the routed requests and of the late answers (those certainly dropped as stale), beside
-    its pace: what a slow replica costs, in /proxy/stats (issue 47)."""
+    """Each replica's share of the routed requests and of the stale ones (answered after their version was retired,
+    or aborted when it was: certainly dropped as stale), beside its pace: what a slow replica costs (issue 47)."""
     routed = sum(r["routed"] for r in described)
-    late = sum(r["late"] for r in described)
+    stale = sum(r["late"] + r["aborted_stale"] for r in described)
     for r in described:
         r["routed_share"] = r["routed"] / routed if routed else None
-        r["late_share"] = r["late"] / late if late else None
+        r["stale_share"] = (r["late"] + r["aborted_stale"]) / stale if stale else None
     return described
 
 

@@ -137,12 +137,12 @@ def test_the_sweep_runs_at_most_once_per_interval():
 
 def test_stats_show_each_replicas_pace_and_shares_of_requests_and_late_answers():
     fast, slow = Replica(index=0, url="http://fast"), Replica(index=1, url="http://slow")
-    fast.routed, slow.routed, fast.late, slow.late = 80, 20, 1, 3
+    fast.routed, slow.routed, fast.late, slow.late, slow.aborted_stale = 80, 20, 1, 2, 1
     fast.pace, slow.pace = measured(400.0), measured(100.0)
     stats = Metrics().stats([fast, slow], tracked=0)
     rows = {r["index"]: r for r in stats["replicas"]}
     assert rows[0]["routed_share"] == 0.8 and rows[1]["routed_share"] == 0.2
-    assert rows[0]["late_share"] == 0.25 and rows[1]["late_share"] == 0.75
+    assert rows[0]["stale_share"] == 0.25 and rows[1]["stale_share"] == 0.75  # late answers + aborted requests
     assert rows[0]["pace_work_per_s"] == pytest.approx(400.0) and rows[1]["pace_work_per_s"] == pytest.approx(100.0)
     text = Metrics().prometheus([fast, slow], tracked=0)
-    assert 'agrpo_proxy_replica_late_total{replica="1",url="http://slow"} 3.0' in text
+    assert 'agrpo_proxy_replica_late_total{replica="1",url="http://slow"} 2.0' in text
