@@ -128,22 +128,13 @@ def stack_problems(cfg: DictConfig, facts: GpuFacts) -> list[str]:
 
 
 def trainer_memory_problems(cfg: DictConfig, facts: GpuFacts, model_config: dict[str, Any] | None) -> list[str]:
-    """The trainer's memory estimate (agrpo/config/memory_estimate.py) against this GPU, less a replica sharing it."""
-    from agrpo.config.memory_estimate import estimate, memory_problem, trainer_tokens
+    """The plan of this machine's GPUs checked by agrpo's one GPU memory planner (agrpo/config/gpu_plan.py): the
+    trainer's estimate and every replica's share on each GPU, explicit trainer.gpus / inference.gpus included, with
+    advice that the planner accepts (agrpo/config/gpu_advice.py)."""
+    from agrpo.config.gpu_advice import Machine, verdict
 
-    if not facts.cuda or not facts.memory_bytes or model_config is None:
+    if not facts.cuda or not facts.memory_bytes:
         return []
-    tokens = trainer_tokens(cfg.trainer, cfg.inference.max_model_len)
-    half = cfg.trainer.bf16 is True or (cfg.trainer.bf16 is None and facts.bf16)
-    dtype_bytes = 2 if half or str(cfg.model.dtype) in ("bfloat16", "float16") else 4
-    estimated = estimate(model_config, tokens, dtype_bytes, bool(cfg.trainer.gradient_checkpointing))
-    if estimated is None:
-        return []
-    shared = not cfg.inference.urls and cfg.role == "all" and not cfg.trainer.gpus and not cfg.inference.gpus
-    share = 0.0
-    if shared and facts.count == 1:
-        from agrpo.config.resolve import SHARED_GPU_MEMORY
-
-        share = cfg.inference.gpu_memory_utilization or SHARED_GPU_MEMORY
-    problem = memory_problem(estimated, facts.memory_bytes, facts.name or "this GPU", tokens, share)
-    return [problem] if problem else []
+    machine = Machine(max(facts.count, 1), facts.memory_bytes, facts.name or "this GPU", facts.bf16)
+    text = verdict(cfg, machine, model_config).text()
+    return [text] if text else []

@@ -45,16 +45,24 @@ def attention_problems(cfg: DictConfig) -> list[str]:
 
 
 def gpu_problems(cfg: DictConfig) -> list[str]:
-    """bf16 forced on a GPU without it; vLLM's CUDA build with no GPU torch can see (agrpo/config/gpu_precision.py)."""
-    from agrpo.config.gpu_precision import local_facts, precision_problems, stack_problems
+    """bf16 forced on a GPU without it; vLLM's CUDA build with no GPU torch can see (agrpo/config/gpu_precision.py);
+    the plan of this machine's GPUs against agrpo's memory estimates (agrpo/config/gpu_plan.py), from the model's
+    config.json fetched if need be (agrpo/config/model_config_fetch.py; one log line when it cannot be had)."""
+    from agrpo.config.gpu_precision import local_facts, precision_problems, stack_problems, trainer_memory_problems
 
     if not trainer_runs_here(cfg):
         return []
-    from agrpo.config.gpu_precision import trainer_memory_problems
-    from agrpo.config.vllm_checks import local_model_config
-
     facts = local_facts()
-    memory = trainer_memory_problems(cfg, facts, local_model_config(cfg.model.name_or_path)) if facts.cuda else []
+    memory = []
+    if facts.cuda:
+        from agrpo.config.model_config_fetch import model_config_for_check
+
+        model_config, why = model_config_for_check(str(cfg.model.name_or_path))
+        if model_config is None:
+            import logging
+
+            logging.getLogger("agrpo").warning("GPU memory check without the model's estimates: %s", why)
+        memory = trainer_memory_problems(cfg, facts, model_config)
     return precision_problems(cfg, facts) + stack_problems(cfg, facts) + memory
 
 

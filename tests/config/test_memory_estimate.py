@@ -38,7 +38,7 @@ def test_gradient_checkpointing_cuts_the_activations_the_knob_names():
 def test_the_gsm8k_recipe_on_a_24_gb_gpu_is_refused_naming_the_knobs_and_fits_an_h200():
     cfg = compose_run_config(["+recipe=gsm8k"], output_dir="/r")
     [problem] = trainer_memory_problems(cfg, A10, QWEN2_5_0_5B)
-    assert "16,384 tokens a micro-step" in problem and "NVIDIA A10 has" in problem
+    assert "16,384 tokens a micro-step" in problem and "GPU 0 (NVIDIA A10, 24.0 GiB) would hold" in problem
     assert "trainer.gradient_checkpointing=true" in problem and "trainer.token_budget" in problem
     assert trainer_memory_problems(cfg, H200, QWEN2_5_0_5B) == []
     smaller = ["+recipe=gsm8k", "trainer.gradient_checkpointing=true", "trainer.token_budget=8192"]
