@@ -15,6 +15,7 @@ from __future__ import annotations
 import atexit
 import json
 import math
+import os
 import re
 import signal
 import sys
@@ -198,8 +199,15 @@ class SharedFleetSweep(Callback):
         if not name:
             return
         if OmegaConf.select(config, "launcher.dry_run", default=False) is True:  # a dry run starts nothing
-            print(f"agrpo: dry run: the sweep would start fleet {name} (unless it is up) with: agrpo fleet up {name} "
-                  f"{' '.join(fleet_overrides(task))}", flush=True)  # fmt: skip
+            from agrpo.launchers.shared_fleet import SWEEP_STARTS_FLEET_ENV
+
+            up = running_fleet(name)
+            if up is None:  # its points plan without the record (agrpo/launchers/shared_fleet.py)
+                os.environ[SWEEP_STARTS_FLEET_ENV] = str(name)
+            shown = [o for o in fleet_overrides(task) if o.partition("=")[0] != "launcher.dry_run"]
+            print(f"agrpo: dry run: the sweep would start fleet {name} with: agrpo fleet up {name} "
+                  f"{' '.join(shown)}" if up is None else
+                  f"agrpo: dry run: the sweep would run on fleet {name} at {up.url} (already up)", flush=True)  # fmt: skip
             return
         sweep_dir = Path(str(config.hydra.sweep.dir))
         sweep_dir.mkdir(parents=True, exist_ok=True)

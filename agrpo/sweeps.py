@@ -16,7 +16,10 @@ from __future__ import annotations
 
 import json
 import logging
+import os
+import sys
 import time
+import traceback
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -32,7 +35,8 @@ POINT_FILE = "sweep_point.json"
 FLEET_NOTE_RECORD = record({"name": text, "run_dir": text}, keep_unknown=True)
 FLEET_SUMMARY = record({"replica_seconds": number, "up_s": number}, keep_unknown=True)
 POINT_RECORD = record({"status": text, "return_value": signed, "wall_s": number, "error": text}, keep_unknown=True)
-ERROR_FILE = "error.txt"  # a failed point's one-paragraph error (written by the CLI)
+ERROR_FILE = "error.txt"  # a failed point's one-paragraph error (written by the CLI, or by contain_point_error)
+TRACEBACK_FILE = "traceback.txt"  # the traceback of a point's error that is not agrpo's
 SUMMARY_NAME = "sweep_summary"
 CURVES_PNG = "sweep_curves.png"
 # Failed points of the last sweep summarised in this process; `agrpo` exits non-zero when there are any.
@@ -143,11 +147,14 @@ class SweepSummary(Callback):
             return
         job_dir = Path(config.hydra.runtime.output_dir)
         value = job_return._return_value  # .return_value re-raises a failed job's exception
+        if isinstance(value, Exception) and os.environ.get("AGRPO_DEBUG") != "1":
+            contain_point_error(job_return, job_dir)  # it costs this point only (AGRPO_DEBUG=1: Hydra raises it)
+        now = time.monotonic()
         failed = job_return.status.name == "FAILED" or isinstance(value, BaseException) or _error_of(job_dir)
         record = {
             "status": "failed" if failed else "completed",
             "return_value": value if isinstance(value, (int, float)) else None,
-            "wall_s": time.monotonic() - self.started.pop(str(job_dir), time.monotonic()),
+            "wall_s": now - self.started.pop(str(job_dir), now),  # (a point never started here: 0, not below it)
             "error": _error_of(job_dir) or (repr(value) if isinstance(value, BaseException) else None),
         }
         job_dir.mkdir(parents=True, exist_ok=True)
@@ -216,6 +223,30 @@ def record_point_error(job_dir: str, message: str) -> None:
     """The CLI keeps a sweep going past a failed point; the message lands in the point's row."""
     Path(job_dir).mkdir(parents=True, exist_ok=True)
     (Path(job_dir) / ERROR_FILE).write_text(message)
+
+
+def contain_point_error(job_return: Any, job_dir: Path) -> None:
+    """A point that raised an exception agrpo does not know (a bug, a package reinstalled under a running sweep; agrpo's
+    own errors never get here: agrpo/cli.py records them) costs that point only: its row says why, its traceback goes
+    to <job dir>/traceback.txt, and the job reads as returned None, which Hydra's sweepers take as a point without a
+    value (Optuna: a failed trial) instead of raising it at the end of the batch and ending the sweep without its
+    table. `agrpo` still exits non-zero at the end (LAST_SWEEP_FAILURES). Works in the process that ran the point (a
+    joblib worker too: Hydra calls on_job_end there, before the job's result is sent back)."""
+    from hydra.core.utils import JobStatus
+
+    error = job_return._return_value
+    job_dir.mkdir(parents=True, exist_ok=True)
+    trace = job_dir / TRACEBACK_FILE
+    trace.write_text("".join(traceback.format_exception(type(error), error, error.__traceback__)))
+    message = (
+        f"{type(error).__name__}: {' '.join(str(error).split()) or '(no message)'} (not an agrpo error: a bug or a broken "
+        f"install; this point failed, the sweep went on; the traceback is in {trace})"
+    )
+    if not _error_of(job_dir):
+        record_point_error(str(job_dir), message)
+    print(f"agrpo: error: sweep point {job_dir.name}: {message}", file=sys.stderr, flush=True)
+    job_return.return_value = None
+    job_return.status = JobStatus.COMPLETED
 
 
 def _error_of(job_dir: Path) -> str | None:

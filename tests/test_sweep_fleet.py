@@ -203,15 +203,20 @@ def test_the_cli_caps_n_jobs_at_the_running_fleets_tenants_else_the_command_line
     ]  # fmt: skip
 
 
-def test_a_dry_run_sweep_says_which_fleet_it_would_start_and_starts_none(tmp_path, fake_fleet, capsys):
+def test_a_dry_run_sweep_says_which_fleet_it_would_start_and_starts_none(tmp_path, fake_fleet, capsys, monkeypatch):
+    from agrpo.launchers.shared_fleet import SWEEP_STARTS_FLEET_ENV
+
+    monkeypatch.delenv(SWEEP_STARTS_FLEET_ENV, raising=False)
     config = _config(tmp_path / "sweep", "sweep", tmp_path / "m")
     config.launcher = {"dry_run": True}
+    config.hydra.overrides.task.append("launcher.dry_run=true")
     callback = SharedFleetSweep(command=fake_fleet)
     callback.on_multirun_start(config)
     assert callback.fleet is None and not (tmp_path / "sweep").exists()
-    assert "the sweep would start fleet sweep (unless it is up) with: agrpo fleet up sweep +recipe=smoke lora.r=4" in (
-        capsys.readouterr().out
-    )
+    out = capsys.readouterr().out
+    assert "the sweep would start fleet sweep with: agrpo fleet up sweep +recipe=smoke lora.r=4" in out
+    assert "launcher.dry_run" not in out  # the command it would run, not the dry run's own flag
+    assert os.environ[SWEEP_STARTS_FLEET_ENV] == "sweep"  # its points plan without the fleet's record
 
 
 # A stand-in for `agrpo fleet up` that never gets ready (the real one would be booting its replicas): the sweep is

@@ -16,6 +16,7 @@ import contextlib
 import dataclasses
 import json
 import logging
+import os
 import re
 import threading
 from collections.abc import Callable, Iterator
@@ -27,7 +28,7 @@ from agrpo.config.shared_fleet_checks import attach_problems, ignored_notes
 from agrpo.config.spec import with_values
 from agrpo.errors import AgrpoError, ConfigError, LaunchError
 from agrpo.fleet.files import remove_tenant, write_tenant
-from agrpo.fleet.registry import FleetRecord, model_identity, read_fleet
+from agrpo.fleet.registry import FleetRecord, load_fleet, model_identity, read_fleet
 from agrpo.fleet.tenancy import TENANT_RE, tenant_api_call
 from agrpo.interprocess import BadInput, number, parse_record, record, text
 from agrpo.launchers.plan import Plan, secret_placeholder, substitute
@@ -39,6 +40,8 @@ LEASE_ENV = "AGRPO_TENANT_LEASE_S"
 TENANT_TOKEN = secret_placeholder("tenant-token")  # bound at registration, never made by the plan's binding
 TENANT_ID = "<tenant>"
 REGISTERED = record({"tenant": text, "token": text, "prefix": text, "lease_s": number}, required=("tenant", "token"))
+# Set by a dry-run sweep that would start fleet NAME (agrpo/sweep_fleet.py): its points plan without its record.
+SWEEP_STARTS_FLEET_ENV = "AGRPO_SWEEP_STARTS_FLEET"
 TOKEN_RE = re.compile(r"[\x21-\x7e]{16,512}")  # printable, no space: it goes into an environment variable
 
 
@@ -81,9 +84,47 @@ def attached_plan(cfg: RunConfig, fleet: FleetRecord, build: Callable[[RunConfig
     return AttachedPlan(**fields, shared_fleet=fleet.name, tenant_request=request)
 
 
+def planned_fleet(cfg: RunConfig) -> FleetRecord:
+    """What a dry-run sweep's points plan against when the sweep would start their fleet (pure): no record exists yet,
+    so its URL is a placeholder and the run is not checked against it (the sweep starts the fleet from its own
+    overrides, with its largest lora.r and trainer.max_staleness: agrpo/sweep_fleet.py, so every point fits it)."""
+    name = str(cfg.inference.shared_fleet)
+    return FleetRecord(
+        name=name,
+        url=f"<URL of fleet {name} once the sweep started it>",
+        admin_token="",
+        model=model_identity(str(cfg.model.name_or_path)),
+        max_model_len=int(cfg.inference.max_model_len),
+        max_lora_rank=int(cfg.lora.r),
+        max_tenants=int(cfg.inference.shared.max_tenants),
+        versions_per_tenant=int(cfg.inference.max_loras),
+        pid=0,
+        pgid=0,
+        started_at=0.0,
+        run_dir="",
+        uid=0,
+    )
+
+
+def sweep_would_start(name: str) -> bool:
+    """Whether this process is a point of a dry-run sweep that would start fleet `name` (agrpo/sweep_fleet.py sets
+    SWEEP_STARTS_FLEET_ENV in the sweep's process before its points start, so a joblib worker inherits it) and no
+    fleet of that name runs: a missing record is then no error."""
+    return os.environ.get(SWEEP_STARTS_FLEET_ENV) == name and load_fleet(name) is None
+
+
 def attach(cfg: RunConfig, build: Callable[[RunConfig, str], Plan]) -> AttachedPlan:
-    """The fleet's record read and the run checked against it (ConfigError, exit 2), then the plan."""
-    fleet = read_fleet(str(cfg.inference.shared_fleet))
+    """The fleet's record read and the run checked against it (ConfigError, exit 2), then the plan. A dry-run sweep's
+    point whose fleet the sweep would start plans against the fleet to be (`planned_fleet`)."""
+    name = str(cfg.inference.shared_fleet)
+    if cfg.launcher.dry_run and sweep_would_start(name):
+        plan = attached_plan(cfg, planned_fleet(cfg), build)
+        plan.notes.append(
+            f"fleet {name} is not up: the sweep starts it before its points run (dry run: nothing was started), and "
+            "this run is checked against its record then"
+        )
+        return plan
+    fleet = read_fleet(name)
     problems = attach_problems(cfg, fleet, model_identity(str(cfg.model.name_or_path)))
     if problems:
         count = f"{len(problems)} problem{'s' if len(problems) > 1 else ''}"
