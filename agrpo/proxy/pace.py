@@ -17,18 +17,21 @@ from __future__ import annotations
 HALF_LIFE_S = 20.0  # busy seconds after which an old measurement weighs half
 MIN_ANSWERS = 4  # answers before the pace is trusted (the first requests with logprobs warm the server up)
 MIN_BUSY_S = 1.0
+LATENCY_WEIGHT = 0.25  # of the newest answer in the moving average of answer times
 
 
 class Pace:
     """Decayed work done / busy seconds of one replica. `begin` and `end` are called as requests start and end,
     with the event loop's clock."""
 
-    __slots__ = ("work", "busy_s", "answers", "_inflight", "_since")
+    __slots__ = ("work", "busy_s", "answers", "latency_s", "answered_at", "_inflight", "_since")
 
     def __init__(self) -> None:
         self.work = 0.0
         self.busy_s = 0.0
         self.answers = 0
+        self.latency_s: float | None = None  # recent answers' time from routing to answer (a moving average)
+        self.answered_at: float | None = None  # when the last answer came back
         self._inflight = 0
         self._since: float | None = None  # when the busy time was last accounted for
 
@@ -36,14 +39,22 @@ class Pace:
         self._account(now)
         self._inflight += 1
 
-    def end(self, work: float, now: float, answered: bool = True) -> None:
-        """A request ended; its work counts only when the replica answered it (an aborted or failed request's
-        partial work is unknown, its busy time still counts)."""
+    def end(self, work: float, now: float, answered: bool = True, took_s: float | None = None) -> None:
+        """A request ended after `took_s`; its work counts only when the replica answered it (an aborted or failed
+        request's partial work is unknown, its busy time still counts)."""
         self._account(now)
         self._inflight = max(0, self._inflight - 1)
         if answered:
             self.work += work
             self.answers += 1
+            if took_s is not None:
+                old = self.latency_s
+                self.latency_s = took_s if old is None else old + LATENCY_WEIGHT * (took_s - old)
+                self.answered_at = now
+
+    @property
+    def idle(self) -> bool:
+        return self._inflight == 0
 
     @property
     def rate(self) -> float | None:

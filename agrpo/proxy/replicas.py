@@ -68,10 +68,10 @@ class Replica:
         self.routed += 1
         self.pace.begin(now)
 
-    def end(self, work: float, now: float, answered: bool = True) -> None:
+    def end(self, work: float, now: float, answered: bool = True, took_s: float | None = None) -> None:
         self.inflight -= 1
         self.work = max(0.0, self.work - work)
-        self.pace.end(work, now, answered)
+        self.pace.end(work, now, answered, took_s)
 
     @property
     def pace_work_per_s(self) -> float:
@@ -87,6 +87,7 @@ class Replica:
             "routed": self.routed,
             "outstanding_work": self.work,
             "pace_work_per_s": self.pace.rate,
+            "answer_s": self.pace.latency_s,
             "late": self.late,
             "aborted_stale": self.aborted_stale,
             "last_error": self.last_error,

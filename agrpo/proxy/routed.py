@@ -13,6 +13,7 @@ from time import perf_counter
 
 from aiohttp import web
 
+from agrpo.proxy.deadline import Deadlines, in_time
 from agrpo.proxy.pool import Exchange
 from agrpo.proxy.replicas import Replica
 from agrpo.proxy.request_fields import BadRequest, parse_routing_fields
@@ -95,6 +96,7 @@ class RoutedPath:
         self.timeout_s = server.settings.total_timeout_s
         self.tenancy = None if server.tenancy is None else server.tenancy.gate  # --tenancy only (tenant_gate.py)
         self.sweep = StaleSweep()  # aborts requests whose version was retired while they ran (stale_abort.py)
+        self.deadlines = Deadlines()  # how long an answer has until it is too late to train (deadline.py)
 
     async def handle(self, sink, method: str, path_qs: str, raw_headers, raw: bytes, started: float) -> None:
         try:
@@ -133,8 +135,11 @@ class RoutedPath:
     async def _forward(self, sink, method, path_qs, raw_headers, raw, started, fields, tenant) -> None:
         metrics = self.metrics
         head_lines = forwarded_head_lines(raw_headers)
+        self.deadlines.seen(fields.model, started)
         if self.sweep.due(started):
             abort_retired(self.replicas, self.control.retired)
+            self.deadlines.sweep(self.control.retired, started)
+        left = self.deadlines.time_left(fields.model, started)
         tried: set[int] = set()
         # the first attempt's routing kind, whether an adapter was reloaded, the replicas tried
         state = {"kind": None, "reloaded": False, "tried": tried}
@@ -146,6 +151,7 @@ class RoutedPath:
             loads = self.replicas.loads(tried, fields.model)
             if not loads:
                 break
+            loads = in_time(loads, self.replicas, left, perf_counter())  # not to a replica that would answer too late
             decision = self.router.route(fields, loads, self.replicas.paces(loads))
             if state["kind"] is None:
                 state["kind"] = decision.kind
@@ -173,7 +179,8 @@ class RoutedPath:
     ) -> tuple[bool, str]:
         """One try on `replica`: (True, "") when the client was answered, else (False, why) to try elsewhere."""
         work, kind, tried = decision.work, state["kind"], state["tried"]
-        replica.begin(work, perf_counter())
+        begun = perf_counter()
+        replica.begin(work, begun)
         exchange = Exchange(self.pool, replica, self.timeout_s, fields.model)
         answered = False
         try:
@@ -209,7 +216,8 @@ class RoutedPath:
             return True, ""
         finally:
             exchange.finish()
-            replica.end(work, perf_counter(), answered)
+            now = perf_counter()
+            replica.end(work, now, answered, now - begun)
 
     async def _retired(self, sink, model: str) -> None:
         self.metrics.retired += 1

@@ -146,3 +146,34 @@ def test_stats_show_each_replicas_pace_and_shares_of_requests_and_late_answers()
     assert rows[0]["pace_work_per_s"] == pytest.approx(400.0) and rows[1]["pace_work_per_s"] == pytest.approx(100.0)
     text = Metrics().prometheus([fast, slow], tracked=0)
     assert 'agrpo_proxy_replica_late_total{replica="1",url="http://slow"} 2.0' in text
+
+
+def test_an_answer_has_until_the_next_version_is_collected():
+    from agrpo.proxy.deadline import Deadlines
+
+    deadlines = Deadlines()
+    assert deadlines.time_left("trl-policy-v1", 0.0) is None  # nothing measured yet
+    for version in range(1, 6):  # a version every 0.5 s, each retired two versions later (max_staleness 1)
+        deadlines.seen(f"trl-policy-v{version}", 0.5 * version)
+        deadlines.seen(f"trl-policy-v{version}", 0.5 * version + 0.2)  # its later requests change nothing
+        deadlines.sweep({f"trl-policy-v{v}" for v in range(1, version - 1)}, 0.5 * version)
+    # v5 first seen at 2.5 s, lifetime 1.0 s, interval 0.5 s: in time until 3.0 s
+    assert deadlines.time_left("trl-policy-v5", 2.6) == pytest.approx(0.4)
+    assert deadlines.time_left("alice/trl-policy-v5", 2.6) is None  # another series: its own clock
+
+
+def test_a_replica_that_would_answer_too_late_is_left_out_unless_every_one_would():
+    from agrpo.proxy.deadline import PROBE_AFTER_S, in_time
+
+    fast, slow = Replica(index=0, url="http://fast"), Replica(index=1, url="http://slow")
+    for replica, took in ((fast, 0.3), (slow, 1.5)):
+        replica.begin(50, 10.0)
+        replica.end(50, 10.0 + took, took_s=took)
+        replica.begin(50, 12.0)  # busy: judged on its answers
+    replicas = {0: fast, 1: slow}
+    loads = {0: 100.0, 1: 10.0}
+    assert in_time(loads, replicas, 0.8, 12.0) == {0: 100.0}
+    assert in_time(loads, replicas, None, 12.0) == loads  # unknown deadline: everyone
+    assert in_time(loads, replicas, 0.1, 12.0) == loads  # nobody in time: routing as before
+    slow.end(50, 12.5, answered=False)  # idle now, its last answer long ago: probed again
+    assert in_time(loads, replicas, 0.8, 12.0 + PROBE_AFTER_S + 1.0) == loads
