@@ -6,8 +6,9 @@ keep earlier turns unchanged, with TRL's training template instead (`get_trainin
 often most of the prompt: a row of 181 tokens rendered alone is 1,042 with two tools and a byte-level tokenizer. So
 the data check renders sampled rows exactly that way (`TrainingRenderer`), and checks the worst episode against
 `inference.max_model_len` (`Budget`): the longest prompt, plus one completion per model turn, plus each tool round's
-answer (at most `agent.max_tool_output_chars` characters, counted at `CHARS_PER_TOKEN`) and the template's own tokens
-around it (measured by rendering one round). What `reset` returns is folded into the prompt at run time and is not
+answer (an answer cut at `agent.max_tool_output_chars` characters with its marker, counted with the model's own
+tokenizer on `SAMPLE_ANSWER`: `cut_answer_tokens`) and the template's own tokens around it (measured by rendering one
+round). What `reset` returns is folded into the prompt at run time and is not
 counted here: the environment is not reset during the check.
 """
 
@@ -19,11 +20,23 @@ from typing import Any
 
 from agrpo.agents.build import Agent
 
-CHARS_PER_TOKEN = 4  # tool output of English text; digits, code and odd strings take more tokens per character
+# What a tool answer is counted as: words, digits and JSON punctuation, as lookups return. A byte-level tokenizer
+# takes one token per character of it, Qwen's about one per 2.5 (a digit is a token of its own there).
+SAMPLE_ANSWER = '{"id": 4071, "name": "Ada Lovelace", "room": "B-17", "rate": 0.35, "tags": ["guest", "late"]}, '
+CUT_DIGITS = 10**9  # the marker's count of cut characters, as wide as a 1 GB answer would make it
 BUDGET_KEYS = (
     "raise inference.max_model_len, or lower agent.max_tool_calling_iterations, agent.max_tool_output_chars or "
     "trainer.max_completion_length (it is per turn)"
 )
+
+
+def cut_answer_tokens(tokenizer: Any, max_chars: int) -> int:
+    """Tokens of a tool answer cut at `max_chars` (its marker included), counted with the model's tokenizer on
+    `SAMPLE_ANSWER`: the issue 46 run overflowed its context at 1 token per character where the check assumed 4."""
+    from agrpo.agents.tools import cut_marker
+
+    text = (SAMPLE_ANSWER * (max_chars // len(SAMPLE_ANSWER) + 1))[:max_chars]
+    return len(tokenizer.encode(text + cut_marker(CUT_DIGITS, max_chars), add_special_tokens=False))
 
 
 def _schema(function: Any) -> dict | None:
@@ -74,6 +87,9 @@ class TrainingRenderer:
         )
         return len(ids)
 
+    def answer_tokens(self, max_chars: int | None) -> int | None:
+        return None if max_chars is None else cut_answer_tokens(self.tokenizer, int(max_chars))
+
     def round_overhead(self, schemas: list[dict]) -> int:
         """The tokens one tool round adds besides the completion (which holds the call) and the tool's answer: the
         wrapping of an empty answer and the next assistant header (rendered, so every template counts its own)."""
@@ -99,11 +115,8 @@ class Budget:
     rounds: int | None  # agent.max_tool_calling_iterations; None: no limit
     round_overhead: int
     tool_output_chars: int | None  # agent.max_tool_output_chars; None: no cap
+    tool_output: int | None  # tokens of an answer cut at tool_output_chars, marker included (cut_answer_tokens)
     max_model_len: int
-
-    @property
-    def tool_output(self) -> int | None:
-        return None if self.tool_output_chars is None else -(-self.tool_output_chars // CHARS_PER_TOKEN)
 
     @property
     def episode(self) -> int | None:
@@ -133,9 +146,9 @@ class Budget:
         return (
             f"an episode can need {episode} tokens, more than inference.max_model_len={self.max_model_len}: "
             f"{prompt}, then {self.rounds + 1} model turns x trainer.max_completion_length={self.completion} and "
-            f"{self.rounds} tool rounds (agent.max_tool_calling_iterations) x ({self.tool_output} tokens of "
-            f"agent.max_tool_output_chars={self.tool_output_chars} at ~{CHARS_PER_TOKEN} characters per token + "
-            f"{self.round_overhead} of the chat template); vLLM would refuse the turn that no longer fits and that "
+            f"{self.rounds} tool rounds (agent.max_tool_calling_iterations) x ({self.tool_output} tokens of an "
+            f"answer cut at agent.max_tool_output_chars={self.tool_output_chars} with its marker, counted with the "
+            f"model's tokenizer + {self.round_overhead} of the chat template); vLLM would refuse the turn that no longer fits and that "
             f"episode would end there. {BUDGET_KEYS[0].upper()}{BUDGET_KEYS[1:]}"
         )
 
@@ -184,6 +197,7 @@ class AgentPrompts:
             rounds=section.max_tool_calling_iterations,
             round_overhead=self.renderer.round_overhead(schemas),
             tool_output_chars=section.max_tool_output_chars,
+            tool_output=self.renderer.answer_tokens(section.max_tool_output_chars),
             max_model_len=int(self.cfg.inference.max_model_len),
         )
         return budget.problem()

@@ -132,7 +132,12 @@ def capped(result: Any, max_chars: int | None) -> Any:
     text = result if isinstance(result, str) else str(result)
     if len(text) <= max_chars:
         return result
-    return f"{text[:max_chars]}\n[... {len(text) - max_chars} more {CUT_MARK}{max_chars})]"
+    return text[:max_chars] + cut_marker(len(text) - max_chars, max_chars)
+
+
+def cut_marker(cut: int, max_chars: int) -> str:
+    """What follows the kept characters of a cut answer (pure); the prompt budget counts it too."""
+    return f"\n[... {cut} more {CUT_MARK}{max_chars})]"
 
 
 def call_guarded(

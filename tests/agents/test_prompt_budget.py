@@ -12,7 +12,7 @@ import json
 
 import pytest
 
-from agrpo.agents.prompt_budget import CHARS_PER_TOKEN, Budget
+from agrpo.agents.prompt_budget import Budget, cut_answer_tokens
 from agrpo.config.compose import compose_run_config
 from agrpo.config.data_checks import opened_data_problems
 
@@ -91,11 +91,14 @@ def test_the_longest_episode_must_fit_too_naming_every_key(own_tool_task, tiny_m
     found = problems(own_tool_task, tiny_model_dir, fits, "agent.max_tool_calling_iterations=4")
     assert len(found) == 1 and found[0].startswith("an episode can need "), found
     assert "5 model turns x trainer.max_completion_length=32 and 4 tool rounds" in found[0]
-    assert "(500 tokens of agent.max_tool_output_chars=2000 at ~4 characters per token + " in found[0]
+    # counted with the tiny model's byte-level tokenizer (a token per character) and the cut marker: 2000 + 81
+    assert (
+        "(2081 tokens of an answer cut at agent.max_tool_output_chars=2000 with its marker, counted with " in found[0]
+    )
     for key in ("max_model_len", "max_tool_calling_iterations", "max_tool_output_chars", "max_completion_length"):
         assert key in found[0].split("Raise ")[1]
     # A cap that fits: the same task passes.
-    assert problems(own_tool_task, tiny_model_dir, fits, "agent.max_tool_output_chars=200") == []
+    assert problems(own_tool_task, tiny_model_dir, fits, "agent.max_tool_output_chars=100") == []
     assert (
         problems(own_tool_task, tiny_model_dir, fits, "agent.max_tool_calling_iterations=null") == []
     )  # no bound: no check
@@ -111,17 +114,17 @@ def budget(**changes) -> Budget:
         rounds=2,
         round_overhead=10,
         tool_output_chars=400,
+        tool_output=100,
         max_model_len=1024,
     )
     return Budget(**{**values, **changes})
 
 
 def test_the_budget_of_an_episode():
-    assert budget().tool_output == 400 // CHARS_PER_TOKEN
     assert budget().episode == 300 + 3 * 100 + 2 * (10 + 100)  # 820
     assert budget().problem() is None
     assert budget(max_model_len=819).problem().startswith("an episode can need 820 tokens, more than ")
-    assert budget(tool_output_chars=None).episode is None and budget(rounds=None).problem() is None
+    assert budget(tool_output_chars=None, tool_output=None).episode is None and budget(rounds=None).problem() is None
     first = budget(max_model_len=399).problem()
     assert first.startswith("row 7's prompt is 300 tokens with the list of 2 tools [prompt hi]; ")
     assert "that is 400 tokens, more than inference.max_model_len=399" in first
@@ -172,3 +175,18 @@ def test_the_warm_start_check_is_an_upper_bound_on_the_warm_tokenizer(tiny_model
     lengths = [(built.length(i), checked.length(i)) for i in range(len(dataset))]
     assert all(real <= bound for real, bound in lengths), lengths
     assert any(real < bound for real, bound in lengths)  # the values' tokens are left out of the bound
+
+
+def test_a_cut_answer_is_counted_with_the_models_tokenizer_and_its_marker(tiny_model_dir):
+    """Issue 46: the check counted ~4 characters per token and no marker, and agent_smoke's cap of 64 let an episode
+    reach 409 tokens of its 384 at run time. The tiny tokenizer takes a token per character, the marker included."""
+    from transformers import AutoTokenizer
+
+    from agrpo.agents.tools import capped
+
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
+    for cap in (16, 64, 2000):
+        cut = capped("x" * 10**9 if cap == 16 else "y" * (cap + 123456789), cap)
+        assert cut_answer_tokens(tokenizer, cap) >= len(tokenizer.encode(cut, add_special_tokens=False))
+        assert cut_answer_tokens(tokenizer, cap) == len(cut) + 1  # a token per character; one more digit counted
+    assert cut_answer_tokens(tokenizer, 64) == 143  # not 16: 64 characters and a 79-character marker
