@@ -18,10 +18,11 @@ import json
 import math
 import os
 import stat
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from agrpo.fleet.signals import TENANT
+from agrpo.fleet.signals import TENANT, gate_deltas, with_gate_waits
 from agrpo.fleet.tenancy import TENANT_RE
 from agrpo.interprocess import SKIPPED, BadInput, Skipped, digits, integer, mapping, number, numbers, parse_lines
 from agrpo.interprocess import MAX_INPUT_BYTES, parse_record, read_record, record, text
@@ -195,13 +196,18 @@ def read_tenants(fleet: str, skipped: Skipped = SKIPPED) -> dict[str, str]:
 class TenantSteps:
     """StepReader's interface for a shared fleet: the step entries every current tenant appended since the last
     read, each tagged with its tenant (signals.TENANT). `tenants` is the set attached at the last read; a tenant that
-    left is forgotten. Lines already in a tenant's file when its record is first seen are not counted."""
+    left is forgotten. Lines already in a tenant's file when its record is first seen are not counted. `gate`, when
+    set (agrpo fleet up: its TenantLedger's reading of the proxy), gives each tenant's running total of seconds waited
+    at the fair-share gate; what a tenant waited since the last read goes on its newest step (signals.GATE_WAIT_S)."""
 
-    def __init__(self, fleet: str, skipped: Skipped | None = None):
+    def __init__(self, fleet: str, skipped: Skipped | None = None, gate: Callable[[], dict[str, float]] | None = None):
         self.fleet = fleet
         self.skipped = skipped if skipped is not None else Skipped()
         self.readers: dict[str, StepReader] = {}
         self.run_dirs: dict[str, str] = {}
+        self.gate = gate
+        self.gate_seen: dict[str, float] = {}  # the proxy's totals at the last read
+        self.gate_owed: dict[str, float] = {}  # seconds waited that no step of the tenant carries yet
 
     @property
     def tenants(self) -> set[str]:
@@ -221,4 +227,18 @@ class TenantSteps:
                 self.readers[tenant], self.run_dirs[tenant] = StepReader(run_dir, self.skipped), run_dir
                 self.readers[tenant].read()  # an earlier attempt's (a resumed run's dir), as StepReader's are
             entries += [{**entry, TENANT: tenant} for entry in self.readers[tenant].read()]
-        return entries
+        return self._with_gate(entries)
+
+    def _with_gate(self, entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        if self.gate is None:
+            return entries
+        try:
+            totals = {tenant: float(total) for tenant, total in self.gate().items() if tenant in self.readers}
+        except Exception as error:  # the ledger's reading is the proxy's typed answer; whatever else: no gate now
+            self.skipped.skip("gate_wait_s", str(error))
+            return entries
+        for tenant, waited in gate_deltas(totals, self.gate_seen).items():
+            self.gate_owed[tenant] = self.gate_owed.get(tenant, 0.0) + waited
+        for tenant in [t for t in self.gate_owed if t not in self.readers]:
+            del self.gate_owed[tenant]
+        return with_gate_waits(entries, self.gate_owed)

@@ -12,6 +12,9 @@ from typing import Any
 from agrpo.fleet.policy import Signals
 
 STEP_S, WAIT_S = "perf/step_s", "perf/rollout_wait_s"  # TRL's step time and its wait for rollouts in it
+# On a shared fleet: seconds the tenant's requests waited at the proxy's fair-share gate since its previous step entry
+# (the proxy's gate_wait_s, added to its entries by files.TenantSteps: `with_gate_waits`)
+GATE_WAIT_S = "perf/gate_wait_s"
 DROPPED_STALE, TRAINED = "sample/dropped_stale_total", "batch/samples_per_step"
 INFLIGHT_TARGET = "rollout/inflight_target"  # logged while trainer.max_inflight_tasks=auto sizes the budget
 STEP_KEYS = (STEP_S, WAIT_S, DROPPED_STALE, TRAINED, INFLIGHT_TARGET)  # what the trainer writes per step
@@ -67,6 +70,44 @@ def _total(entries: Sequence[dict[str, Any]], key: str) -> float:
     return sum(float(entry.get(key) or 0.0) for entry in entries)
 
 
+def starvation(wait_s: float, gate_s: float, step_s: float) -> float | None:
+    """The share of a run's step time it was starved of rollouts (None without a timed step): its own wait for them
+    or, on a shared fleet, the time its requests waited at the proxy's fair-share gate, whichever is larger. The gate
+    holds a tenant's requests back when the replicas' slots are all shared out, so vLLM's own queue (busy_share) does
+    not see that demand, and a trainer that keeps a full in-flight budget may not wait yet while its rollouts already
+    queue: either way more replicas would serve it sooner. The larger, not the sum: a wait at the gate is usually
+    part of the trainer's own wait, not in addition to it."""
+    if step_s <= 0:
+        return None
+    return min(max(wait_s, gate_s) / step_s, 1.0)
+
+
+def gate_deltas(totals: dict[str, float], seen: dict[str, float]) -> dict[str, float]:
+    """Each tenant's gate wait since the last reading, from the proxy's running totals (pure; `seen` is updated). A
+    total below the one seen (a restarted proxy, a tenant registered again) counts from zero; a tenant gone from
+    `totals` is forgotten."""
+    deltas = {}
+    for tenant, total in totals.items():
+        before = seen.get(tenant, 0.0)
+        deltas[tenant] = total - before if total >= before else total
+        seen[tenant] = total
+    for tenant in [t for t in seen if t not in totals]:
+        del seen[tenant]
+    return deltas
+
+
+def with_gate_waits(entries: list[dict[str, Any]], owed: dict[str, float]) -> list[dict[str, Any]]:
+    """The tagged entries with each tenant's gate wait owed (`owed`: seconds not yet given to a step; updated) put on
+    its last entry, as GATE_WAIT_S; a tenant with no new step keeps its wait owed until its next one (pure)."""
+    last = {str(entry[TENANT]): index for index, entry in enumerate(entries) if TENANT in entry}
+    out = list(entries)
+    for tenant, index in last.items():
+        waited = owed.pop(tenant, 0.0)
+        if waited > 0:
+            out[index] = {**out[index], GATE_WAIT_S: waited}
+    return out
+
+
 def budget_rising(targets: Sequence[float]) -> bool:
     """Whether the in-flight budget rose within its last BUDGET_LOOKBACK steps (True while fewer are known)."""
     if len(targets) <= BUDGET_LOOKBACK:
@@ -119,7 +160,7 @@ def run_signals(
         replicas=replicas,
         steps=len(timed),
         steps_per_s=len(timed) / step_time if step_time > 0 else None,
-        wait_share=min(_total(timed, WAIT_S) / step_time, 1.0) if step_time > 0 else None,
+        wait_share=starvation(_total(timed, WAIT_S), _total(entries, GATE_WAIT_S), step_time),
         stale_share=dropped / (dropped + trained) if dropped + trained > 0 else None,
         inflight_target=targets[-1] if targets else None,
         inflight_ceiling=inflight_ceiling if targets else None,

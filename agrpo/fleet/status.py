@@ -31,6 +31,7 @@ TENANT_ENTRY = record(
         "requests": number,
         "tokens": number,
         "replica_seconds": number,
+        "gate_wait_s": number,
         "registered_at": number,
         "lease_expires_in_s": number,
     },

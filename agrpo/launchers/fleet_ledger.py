@@ -37,6 +37,15 @@ class TenantLedger:
             return
         self.take(answer)
 
+    def gate_waits(self) -> dict[str, float]:
+        """Each attached tenant's seconds waited at the proxy's fair-share gate, as last read (the fleet controller's
+        TenantSteps turns them into starvation: agrpo/fleet/signals.py `starvation`)."""
+        return {
+            tenant: float(entry["gate_wait_s"])
+            for tenant, entry in self.tenants.items()
+            if not entry.get("gone") and entry.get("gate_wait_s") is not None
+        }
+
     def take(self, answer: dict[str, Any]) -> None:
         """One typed answer: its tenants' entries replace their earlier ones; tenants absent from it are gone."""
         self.problem = ""

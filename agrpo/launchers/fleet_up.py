@@ -30,7 +30,7 @@ from agrpo.config.schema import RunConfig
 from agrpo.config.spec import spec_yaml, with_values
 from agrpo.config.vllm_checks import replica_max_num_seqs
 from agrpo.errors import AgrpoError, ConfigError, LaunchError
-from agrpo.fleet.files import clear_tenants
+from agrpo.fleet.files import TenantSteps, clear_tenants
 from agrpo.fleet.registry import FleetRecord, hold_name, load_fleet, model_identity, remove_fleet, write_fleet
 from agrpo.fleet.tenancy import valid_fleet_name
 from agrpo.launchers.binding import bound
@@ -199,6 +199,7 @@ def serve(plan: Plan, cfg: RunConfig, name: str) -> int:
             watch = plan.supervision
             supervisor = ReplicaSupervisor(replicas, watch.max_restarts) if watch.restart_replicas else None
             controller = fleet_controller(plan, replicas, started, tenants_of=name) if plan.fleet else None
+            count_gate_waits(controller, ledger)
             ready_at = time.time()
             write_fleet(record_of(plan, cfg, name, ready_at))
             print(f"fleet {name} ready at {plan.vllm_url}", flush=True)
@@ -216,6 +217,14 @@ def serve(plan: Plan, cfg: RunConfig, name: str) -> int:
     if ready_at is None:
         raise LaunchError(f"fleet {name} was stopped ({stopped_by}) before it was ready; every process was stopped")
     return 0
+
+
+def count_gate_waits(controller: Any, ledger: TenantLedger) -> None:
+    """An auto fleet's controller reads its tenants' steps (files.TenantSteps): the time their requests waited at the
+    proxy's fair-share gate, from the ledger's reading of GET /fleet/tenants, counts as their starvation too."""
+    reader = getattr(controller, "reader", None)
+    if isinstance(reader, TenantSteps):
+        reader.gate = ledger.gate_waits
 
 
 def keep_up(proxy: ManagedProcess, supervisor: Any, controller: Any, ledger: TenantLedger, poll_s: float = 1.0) -> None:

@@ -107,8 +107,10 @@ class TenantGate:
 
     async def _waited(self, tenant: Tenant, n: int) -> bool:
         """Wait behind the tenant's earlier requests for its fair share; False when the tenant left meanwhile."""
-        ticket = asyncio.get_running_loop().create_future()
+        loop = asyncio.get_running_loop()  # its clock is the registry's (tenant_routes.Tenancy._now)
+        ticket = loop.create_future()
         self.fair.wait(tenant.id, n, ticket)
+        tenant.gate_enter(loop.time())  # the fleet's controller counts these waits as starvation (fleet/signals.py)
         try:
             ok = await ticket
         except asyncio.CancelledError:  # the client left while it waited
@@ -117,6 +119,8 @@ class TenantGate:
             else:
                 self._wake(self.fair.withdraw(tenant.id, ticket))
             raise
+        finally:
+            tenant.gate_leave(loop.time())
         if ok:
             tenant.in_flight += n
         return ok

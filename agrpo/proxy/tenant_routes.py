@@ -279,6 +279,7 @@ class Tenancy:
                 "requests": t.request_count,
                 "tokens": t.tokens,
                 "replica_seconds": round(t.replica_seconds, 3),
+                "gate_wait_s": round(t.gate_wait_s(self._now()), 3),
             }
             for t in self.registry.tenants.values()
         ]

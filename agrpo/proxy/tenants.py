@@ -43,6 +43,27 @@ class Tenant:
     tokens: int = 0
     tick_tokens: int = 0  # tokens since the last attribution tick
     replica_seconds: float = 0.0
+    gate_waiters: int = 0  # its requests waiting at the fair-share gate now
+    gate_since: float = 0.0  # when the first of them began to wait (the registry's clock)
+    gate_done_s: float = 0.0  # seconds with at least one request waiting, up to gate_since
+
+    def gate_enter(self, now: float) -> None:
+        """A request of this run begins to wait for its fair share."""
+        if self.gate_waiters == 0:
+            self.gate_since = now
+        self.gate_waiters += 1
+
+    def gate_leave(self, now: float) -> None:
+        """A waiting request was admitted, refused or withdrawn."""
+        self.gate_waiters = max(0, self.gate_waiters - 1)
+        if self.gate_waiters == 0:
+            self.gate_done_s += max(0.0, now - self.gate_since)
+
+    def gate_wait_s(self, now: float) -> float:
+        """Seconds during which at least one of its requests waited at the fair-share gate (however many did: a
+        time, not a sum of waits, so it compares with the run's own step time; agrpo/fleet/signals.py)."""
+        running = max(0.0, now - self.gate_since) if self.gate_waiters else 0.0
+        return self.gate_done_s + running
 
     def entry(self, adapters: list[str], now: float) -> dict:
         return {
@@ -53,6 +74,7 @@ class Tenant:
             "requests": self.request_count,
             "tokens": self.tokens,
             "replica_seconds": round(self.replica_seconds, 3),
+            "gate_wait_s": round(self.gate_wait_s(now), 3),
             "registered_at": self.registered_at,
             "lease_expires_in_s": round(max(0.0, self.expires_at - now), 3),
         }

@@ -51,6 +51,9 @@ def test_a_burst_of_50_does_not_delay_the_other_tenant_beyond_its_share(monkeypa
             by_id = {t["tenant"]: t for t in listing["tenants"]}
             assert (by_id[a]["requests"], by_id[b]["requests"]) == (50, 5)
             assert by_id[a]["tokens"] == 350 and by_id[b]["tokens"] == 35
+            # a's burst queued at the gate the whole time its last requests could not start: 48 behind 2 slots of
+            # 0.02 s answers is at least 0.48 s (what an auto fleet counts as its starvation: fleet/signals.py)
+            assert by_id[a]["gate_wait_s"] >= 0.4 and by_id[a]["gate_wait_s"] > by_id[b]["gate_wait_s"]
             assert proxy.tenancy.fair.in_flight == {} and proxy.tenancy.fair.waiting == {}
             # over both replicas: a never held more than the fleet's 2 slots, b never more than its 1 of 2
             assert fakes[0].peak is fakes[1].peak
