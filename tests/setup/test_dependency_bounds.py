@@ -86,4 +86,5 @@ def test_the_gpu_resolution_is_within_every_declared_range():
 @pytest.mark.skipif(os.environ.get("AGRPO_PINNED_ENV") != "1", reason="only inside `make test-gpu-versions`")
 def test_the_pinned_environment_holds_exactly_the_pins():
     for name, pinned in pins(os.environ.get("AGRPO_PINNED_FILE", GPU_VERSIONS)).items():
-        assert Version(version(name)) == pinned, f"{name} {version(name)} installed, {pinned} pinned"
+        installed = Version(Version(version(name)).public)  # torch 2.13.0+cpu is the pin 2.13.0's CPU build
+        assert installed == pinned, f"{name} {version(name)} installed, {pinned} pinned"
