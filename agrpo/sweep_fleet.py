@@ -180,6 +180,59 @@ class NotedSignals:
             signal.signal(sig, handler)
 
 
+# What every point imports before it can register with the fleet (prepare checks TRL's names, the plan asks torch for
+# GPUs, the data checks open the tokenizer): ~5-8 s of CPU a worker on the 2-core CI machine.
+WARM_MODULES = ("torch", "transformers", "trl", "agrpo.cli", "agrpo.config.prepare", "agrpo.launchers.local")
+
+
+def warm_worker(modules: Sequence[str] = WARM_MODULES) -> int:
+    """Run in a joblib worker: import the points' modules there (a worker keeps them for the points it runs)."""
+    import importlib
+
+    for module in modules:
+        importlib.import_module(module)
+    return os.getpid()
+
+
+class WarmWorkers:
+    """While the sweep's fleet boots, hydra-joblib-launcher's workers are started and import what a point needs, in a
+    thread: the launcher then reuses them (joblib keeps one loky executor per process and reuses it for the same
+    arguments, which these are: the launcher's own config, processed as it does), so the points reach the fleet
+    seconds after it is ready instead of spawning and importing then, with the replicas idle (docs/shared_fleet.md,
+    "Replica-seconds"). Best effort: any other launcher, or any failure, warms nothing."""
+
+    def __init__(self, config: Any, modules: Sequence[str] = WARM_MODULES):
+        import threading
+
+        self.error: BaseException | None = None
+        self.thread: Any = None
+        self.pids: list[int] = []
+        self.modules = tuple(modules)
+        launcher = OmegaConf.select(config, "hydra.launcher", default=None)
+        if launcher is None or not str(launcher.get("_target_", "")).endswith("JoblibLauncher"):
+            return
+        joblib_cfg = {k: v for k, v in OmegaConf.to_container(launcher, resolve=True).items() if k != "_target_"}
+        self.thread = threading.Thread(target=self._run, args=(joblib_cfg,), name="warm-joblib-workers", daemon=True)
+        self.thread.start()
+
+    def _run(self, joblib_cfg: dict[str, Any]) -> None:
+        try:
+            from hydra_plugins.hydra_joblib_launcher._core import process_joblib_cfg
+            from joblib import Parallel, delayed
+
+            joblib_cfg["backend"] = "loky"  # as the launcher sets it
+            process_joblib_cfg(joblib_cfg)
+            n_jobs = int(joblib_cfg.get("n_jobs") or 1)
+            self.pids = list(Parallel(**joblib_cfg)(delayed(warm_worker)(self.modules) for _ in range(max(1, n_jobs))))
+        except BaseException as error:  # noqa: BLE001 - a warm-up that fails only costs the time it saves
+            self.error = error
+
+    def join(self, timeout_s: float = 120.0) -> None:
+        """Wait for the warm-up (the launcher must not start its own Parallel while this one runs)."""
+        if self.thread is not None:
+            self.thread.join(timeout_s)
+
+
 class SharedFleetSweep(Callback):
     """Starts the sweep's fleet when the multirun starts (if it is not up), stops it when the multirun ends, only if it
     started it. `command`: the `fleet up` command (tests put a stand-in there)."""
@@ -216,7 +269,9 @@ class SharedFleetSweep(Callback):
                 record = running_fleet(name)
                 if record is None:
                     timeout = 2 * float(OmegaConf.select(config, "inference.startup_timeout_s", default=300)) + 60
-                    self.start(name, fleet_overrides(task), sweep_dir, timeout, signals)
+                    warm = WarmWorkers(config)  # the points' workers import what they need while the fleet boots
+                    self.start(name, fleet_overrides(task), sweep_dir, timeout, signals, point_count(task))
+                    warm.join()
                     record = running_fleet(name)
                 else:
                     print(f"agrpo: this sweep runs on fleet {name} at {record.url} (already up: it stays up after)")
@@ -232,10 +287,18 @@ class SharedFleetSweep(Callback):
         (sweep_dir / FLEET_NOTE).write_text(json.dumps(note, indent=2))
 
     def start(
-        self, name: str, overrides: list[str], sweep_dir: Path, timeout_s: float, signals: NotedSignals | None = None
+        self,
+        name: str,
+        overrides: list[str],
+        sweep_dir: Path,
+        timeout_s: float,
+        signals: NotedSignals | None = None,
+        points: int | None = None,
     ) -> str:
         """`fleet up NAME overrides` in its own process group; returns its URL once it says it is ready. Raises
-        KeyboardInterrupt at its next look when `signals` noted a stop signal."""
+        KeyboardInterrupt at its next look when `signals` noted a stop signal. `points`: the sweep's points, when it
+        can count them; the fleet then stops by itself once that many runs registered and all left (fleet_up.py
+        STOP_AFTER_ENV), without waiting for the sweep's end to reach this callback."""
         from agrpo.processes.managed import ManagedProcess, tail
 
         log_path = sweep_dir / f"fleet_{name}.log"
@@ -245,7 +308,10 @@ class SharedFleetSweep(Callback):
             f"(output in {log_path})",
             flush=True,
         )
-        self.fleet = ManagedProcess(f"fleet {name}", argv, env={"PYTHONUNBUFFERED": "1"}, log_path=log_path)
+        from agrpo.launchers.fleet_up import STOP_AFTER_ENV
+
+        env = {"PYTHONUNBUFFERED": "1", **({STOP_AFTER_ENV: str(points)} if points else {})}
+        self.fleet = ManagedProcess(f"fleet {name}", argv, env=env, log_path=log_path)
         atexit.register(self.stop)  # a failed or interrupted sweep never reaches on_multirun_end
         self.fleet.start()
         deadline = time.monotonic() + timeout_s

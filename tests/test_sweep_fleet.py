@@ -84,13 +84,14 @@ def test_the_ready_line_is_the_named_fleets_only():
 # A stand-in for `agrpo fleet up NAME ...` (the real one boots vLLM replicas; tests/fleet and the e2e runs cover it):
 # it prints a few lines and the ready line, then waits for SIGTERM, and notes in a file that it was stopped by it.
 FAKE_FLEET = """
-import signal, sys, time, pathlib
+import os, signal, sys, time, pathlib
 name, marker = sys.argv[1], pathlib.Path(sys.argv[-1].split("=", 1)[1])
 def stop(*_):
     marker.write_text("SIGTERM")
     sys.exit(0)
 signal.signal(signal.SIGTERM, stop)
 print("starting replicas for", " ".join(sys.argv[2:]), flush=True)
+print("stop after runs:", os.environ.get("AGRPO_FLEET_STOP_AFTER_RUNS"), flush=True)
 if "fail" in name:
     sys.exit(3)
 print(f"fleet {name} ready at http://127.0.0.1:9", flush=True)
@@ -131,6 +132,7 @@ def test_the_callback_starts_the_fleet_waits_for_ready_and_stops_it_at_the_end(t
     assert _alive(pid) and os.getpgid(pid) == pid  # its own process group
     log = (tmp_path / "sweep" / "fleet_sweep.log").read_text()
     assert f"starting replicas for +recipe=smoke lora.r=4 marker={marker}" in log  # not swept; the largest rank
+    assert "stop after runs: 2" in log  # the sweep's 2 points: it stops itself once both left (fleet_up.py)
     assert '"started_by_sweep": true' in (tmp_path / "sweep" / FLEET_NOTE).read_text()
     copy = pickle.loads(pickle.dumps(callback))  # what Hydra hands each joblib worker
     assert copy.fleet is None and callback.fleet is not None

@@ -45,6 +45,9 @@ from agrpo.proxy.settings import ADMIN_TOKEN_ENV, ProxySettings
 
 log = logging.getLogger(__name__)
 DEFAULT_NAME = "default"
+# Set by a sweep that started this fleet (agrpo/sweep_fleet.py): its points. Once that many runs registered and all
+# left, the fleet stops itself, as on SIGTERM (its replicas would otherwise idle until the sweep's end reaches it).
+STOP_AFTER_ENV = "AGRPO_FLEET_STOP_AFTER_RUNS"
 SUMMARY_FILE = "fleet_summary.json"
 TENANCY_KNOBS = {field.name for field in dataclasses.fields(ProxySettings)}
 
@@ -237,7 +240,28 @@ def keep_up(proxy: ManagedProcess, supervisor: Any, controller: Any, ledger: Ten
         if controller is not None:
             controller.poll()
         ledger.poll()
+        if every_run_left(ledger, runs_expected()):
+            raise Done(f"its sweep's {runs_expected()} run(s) all left")
         time.sleep(poll_s)
+
+
+class Done(KeyboardInterrupt):
+    """The fleet's work is over (its sweep's runs all left): stopped as on SIGTERM, `signame` saying why."""
+
+    def __init__(self, why: str):
+        super().__init__(why)
+        self.signame = why
+
+
+def runs_expected() -> int:
+    """STOP_AFTER_ENV's count (0: none, run until a signal)."""
+    value = os.environ.get(STOP_AFTER_ENV, "")
+    return int(value) if value.isdigit() else 0
+
+
+def every_run_left(ledger: TenantLedger, expected: int) -> bool:
+    """Whether `expected` (> 0) runs registered with the fleet and none is attached any more (pure, on the ledger)."""
+    return expected > 0 and len(ledger.tenants) >= expected and all(e.get("gone") for e in ledger.tenants.values())
 
 
 def finish(
