@@ -83,6 +83,19 @@ def driver_version() -> str | None:
     return lines[0].strip() if done.returncode == 0 and lines else None
 
 
+# The oldest driver branch each CUDA major version runs on (NVIDIA's CUDA compatibility table: minor-version
+# compatibility within a major). torch 2.13.0 from PyPI, what vLLM 0.31 pins, is built for CUDA 13.0.
+MIN_DRIVER_FOR_CUDA = {13: 580, 12: 525, 11: 450}
+
+
+def driver_needed(torch_cuda: str | None) -> int | None:
+    """The driver branch torch's CUDA build needs (580 for CUDA 13.x), or None when unknown."""
+    try:
+        return MIN_DRIVER_FOR_CUDA.get(int(str(torch_cuda).split(".")[0]))
+    except ValueError:
+        return None
+
+
 def flavor_has_bf16(flavor: str) -> bool:
     return not str(flavor).lower().startswith(NO_BF16_FLAVOR_PREFIXES)
 
@@ -115,9 +128,11 @@ def stack_problems(cfg: DictConfig, facts: GpuFacts) -> list[str]:
     if cfg.launcher.name == "hf_jobs" and cfg.role == "all":
         return []  # the replicas start as Jobs, on GPUs
     if facts.driver:
+        needed = driver_needed(facts.torch_cuda)
         why = (
             f"the NVIDIA driver here ({facts.driver}, from nvidia-smi) is older than torch's CUDA {facts.torch_cuda} "
-            "build needs: update the driver (or install a torch built for an older CUDA)"
+            f"build needs{f' (R{needed} or newer)' if needed else ''}: update the driver. A torch for an older CUDA "
+            "is no way out with `make setup-gpu`: vLLM 0.31 pins torch==2.13.0, which PyPI serves built for CUDA 13.0"
         )
     else:
         why = "no NVIDIA driver answers here (nvidia-smi missing or failing): install the driver"

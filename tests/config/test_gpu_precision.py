@@ -42,6 +42,7 @@ def test_bf16_forced_on_a_t4_is_refused_naming_each_key():
 def test_vllms_cuda_build_without_a_visible_gpu_names_the_driver_or_its_absence():
     [old] = stack_problems(cfg(), OLD_DRIVER)
     assert "torch sees no GPU" in old and "driver here (535.104.05" in old and "CUDA 13.0" in old
+    assert "(R580 or newer): update the driver" in old and "vLLM 0.31 pins torch==2.13.0" in old
     [none] = stack_problems(cfg(), NO_DRIVER)
     assert "no NVIDIA driver answers here" in none and "make clean && make setup" in none
 
@@ -68,3 +69,10 @@ def test_the_cpu_set_up_and_a_gpu_machine_have_no_stack_problem():
 )
 def test_jobs_flavors_without_bf16(flavor, bf16):
     assert flavor_has_bf16(flavor) is bf16
+
+
+@pytest.mark.parametrize(("cuda", "driver"), [("13.0", 580), ("12.8", 525), ("11.8", 450), (None, None), ("x", None)])
+def test_the_driver_a_cuda_build_needs(cuda, driver):
+    from agrpo.config.gpu_precision import driver_needed
+
+    assert driver_needed(cuda) == driver
