@@ -2,6 +2,8 @@
 
     flock /tmp/agrpo-dev-vllm.lock python benchmarks/shared_fleet.py --repeats 3 [--steps 30] [--points 1,4,8,16]
         [--recipe smoke] [-- extra overrides for both arms]
+    flock /tmp/agrpo-dev-vllm.lock python benchmarks/shared_fleet.py --mode kill [--repeats 1] [--steps 60]
+        [--kill-at 20] [--settle-s 2]   # B alone vs B after A is SIGKILLed (benchmarks/shared_fleet_kill.py)
 
 Both arms run `python -m agrpo -m +recipe=R lora.r=<points> trainer.max_steps=S` as a user types it, in one sitting,
 alternating which goes first: `sequential` as agrpo always ran a sweep (each point boots its own replica, trains,
@@ -9,8 +11,11 @@ stops it), `shared` with `inference.shared_fleet=<name>` (the points run at once
 fleet the sweep starts and stops: agrpo/sweep_fleet.py). For each arm and repeat, from the files the runs leave:
 - wall time: the command's start to its exit;
 - vLLM boots: "Initializing a V1 LLM engine" lines in every replica log (the points' own, the fleet's);
-- replica-seconds: each replica log's first vLLM timestamp to its last write (boot included, as a bill counts it);
-  the shared fleet's own figure (fleet_summary.json) beside it;
+- replica-seconds: each replica from its process's start (the launcher's `starting vllm-i (log: PATH)` line, in the
+  sweep's output and the fleet's log) to its log's last write (its stop), boot and vLLM's imports included, as a bill
+  counts it; beside it the older figure from the log's first vLLM timestamp (which misses each boot's ~9 s of
+  imports: once per point in the sequential arm, once in the shared one) and the shared fleet's own count
+  (fleet_summary.json);
 - each point's reward rise: metrics.json's reward_last - reward_first (mean of the last 5 steps - of the first 5).
 Prints one line per run and a table of medians; asserts nothing (docs/shared_fleet.md, "Measured").
 """
@@ -31,6 +36,11 @@ from pathlib import Path
 
 ENGINE_START = "Initializing a V1 LLM engine"
 LOG_TIME = re.compile(r" (\d\d-\d\d \d\d:\d\d:\d\d) ")  # vLLM's `INFO MM-DD HH:MM:SS [file.py:N]`
+# agrpo's launcher (agrpo/launchers/local.py start_services), just before a replica's process starts
+PROCESS_START = re.compile(
+    r"^\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d+)\]\[agrpo\.launchers\.local\]\[INFO\] - starting vllm-\d+ \(log: (\S+)\)",
+    re.M,
+)
 ARMS = ("sequential", "shared")
 
 # ---- pure ---------------------------------------------------------------------------------------------------------
@@ -52,6 +62,21 @@ def replica_seconds(log_texts: list[str], last_writes: list[float], year: int) -
     return total
 
 
+def process_starts(texts: list[str]) -> dict[str, float]:
+    """{replica log path: unix time its process started} from the launcher's lines in these outputs (a restarted
+    replica: its last start)."""
+    found = {}
+    for text in texts:
+        for match in PROCESS_START.finditer(text):
+            found[match[2]] = datetime.strptime(match[1], "%Y-%m-%d %H:%M:%S,%f").timestamp()
+    return found
+
+
+def replica_seconds_from_start(starts: dict[str, float], last_writes: dict[str, float]) -> float:
+    """Sum over the replicas of their process's start to their log's last write."""
+    return sum(max(0.0, last_writes[log] - started) for log, started in starts.items() if log in last_writes)
+
+
 def rise(metrics: dict) -> float | None:
     """The reward's rise from the first 5 steps to the last 5 (None without both)."""
     last, first = metrics.get("reward_last"), metrics.get("reward_first")
@@ -70,7 +95,8 @@ def table(results: list[dict], points: list[str]) -> list[str]:
     for key, label, spec in (
         ("wall_s", "wall time", "{:.0f} s"),
         ("boots", "vLLM boots", "{:.0f}"),
-        ("replica_s", "replica-seconds", "{:.0f}"),
+        ("replica_s_start", "replica-seconds", "{:.0f}"),  # each replica's process start to its stop
+        ("replica_s", "replica-seconds from the first vLLM log line", "{:.0f}"),  # the figure before 12-07 07:00
     ):
         seq, shared = median("sequential", key), median("shared", key)
         ratio = f"{shared / seq:.2f}x" if seq and shared is not None else "-"
@@ -131,12 +157,16 @@ def one_arm(arm: str, sweep_dir: Path, args: argparse.Namespace, repeat: int) ->
         fleet_summary = json.loads(summary_file.read_text()) if summary_file.is_file() else None
     logs = replica_logs(folders)
     texts = [log.read_text(errors="replace") for log in logs]
+    outputs = [p.read_text(errors="replace") for p in [sweep_dir.parent / f"{arm}.out", *sweep_dir.glob("fleet_*.log")]]
+    outputs += [p.read_text(errors="replace") for p in sweep_dir.glob("*/cli.log")]
+    last_writes = {str(log): log.stat().st_mtime for log in logs}
     jobs = sorted((d for d in sweep_dir.iterdir() if d.name.isdigit()), key=lambda d: int(d.name))
     metrics = [json.loads((d / "metrics.json").read_text()) if (d / "metrics.json").is_file() else {} for d in jobs]
     return {
         "wall_s": wall,
         "boots": boots(texts),
         "replica_s": replica_seconds(texts, [log.stat().st_mtime for log in logs], datetime.now().year),
+        "replica_s_start": replica_seconds_from_start(process_starts(outputs), last_writes),
         "fleet_replica_s": (fleet_summary or {}).get("replica_seconds"),
         "rises": [rise(m) for m in metrics],
         "shares": [(m.get("shared_fleet") or {}).get("share_of_fleet") for m in metrics],
@@ -149,8 +179,16 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=30, help="trainer.max_steps of every point")
     parser.add_argument("--points", default="1,4,8,16", help="the lora.r values swept")
     parser.add_argument("--recipe", default="smoke")
+    parser.add_argument("--mode", choices=("sweep", "kill"), default="sweep")
+    parser.add_argument("--kill-at", type=int, default=20, help="kill mode: B's step at which A's trainer is killed")
+    parser.add_argument("--settle-s", type=float, default=2.0, help="kill mode: seconds after the kill left out")
     parser.add_argument("extra", nargs="*", help="more overrides for both arms (after --)")
     args = parser.parse_args()
+    if args.mode == "kill":
+        import shared_fleet_kill  # beside this script
+
+        shared_fleet_kill.main(args)
+        return
     points = args.points.split(",")
     base = Path(tempfile.mkdtemp(prefix="shared-fleet-bench-"))
     results = []
@@ -164,8 +202,8 @@ def main() -> None:
             shares = " ".join("-" if s is None else f"{s:.0%}" for s in f["shares"])
             print(
                 f"repeat {repeat + 1} {arm:10s} {f['wall_s']:5.0f} s, {f['boots']} boot(s), "
-                f"{f['replica_s']:5.0f} replica-s, reward rise per point {rises}"
-                + (f", fleet shares {shares}" if arm == "shared" else ""),
+                f"{f['replica_s_start']:5.0f} replica-s ({f['replica_s']:.0f} from the first vLLM line), "
+                f"reward rise per point {rises}" + (f", fleet shares {shares}" if arm == "shared" else ""),
                 flush=True,
             )
         results.append(figures)
