@@ -14,9 +14,12 @@ it).
 
 from __future__ import annotations
 
+import asyncio
 import contextvars
 import re
 from typing import Any
+
+import aiohttp
 
 from agrpo.agents.metrics import (
     AFFINITY_RATE,
@@ -28,9 +31,11 @@ from agrpo.agents.metrics import (
     TRUNCATED,
     continuation_counts,
 )
+from agrpo.agents.context_guard import answer_cap, cut_to_fit, max_chars_per_token, overflow_detail, served_context
 from agrpo.agents.tools import CUT_MARK
 from agrpo.proxy.upstream import REPLICA_HEADER
 from agrpo.trainer.rollout_child import PacedRolloutLoop
+from agrpo.trainer.rollout_loop import RequestRefused
 
 _TURNS: contextvars.ContextVar[list[tuple[str | None, str | None]] | None] = contextvars.ContextVar(
     "agrpo_episode_turns", default=None
@@ -48,6 +53,11 @@ class AgentTurnsMixin:
             _TURNS.reset(token)
 
     async def _post(self, path: str, payload: dict, timeout: float, max_retries: int = 3) -> dict:
+        if path == "/v1/completions":  # a turn that cannot fit is refused here, unsent (agents/context_guard.py)
+            prompt_tokens = len(payload.get("prompt") or ())
+            detail = overflow_detail(prompt_tokens, (await self._context())[0])
+            if detail:
+                raise RequestRefused(400, detail, prompt_tokens)
         turns = _TURNS.get()
         if turns is None or path != "/v1/completions":
             return await super()._post(path, payload, timeout, max_retries)
@@ -114,9 +124,29 @@ class AgentCountsMixin:
         (93.8%) for a tool that never answered."""
         messages, calls, failures = await super()._execute_tool_calls(tool_calls, tool_dict)
         self._counters[TRUNCATED] += sum(CUT_MARK in str(m.get("content", "")) for m in messages)
+        length, cap = await self._context()
+        messages, cut = cut_to_fit(messages, cap, length or 0)  # an answer no context can hold: cut before rendering
+        self._counters[TRUNCATED] += cut
         self._counters[CALLS_DONE] += calls
         self._counters[FAILURES_DONE] += failures
         return messages, calls, failures
+
+    async def _context(self) -> tuple[int | None, int | None]:
+        """(the replicas' max_model_len, the answer length no context can hold), read once from /v1/models; None
+        when they do not say (vLLM's own refusal then ends the episode, a request later)."""
+        if not hasattr(self, "_context_read"):
+
+            async def read() -> tuple[int | None, int | None]:
+                try:
+                    url, limit = f"{self.vllm_server_url}/v1/models", aiohttp.ClientTimeout(total=30)
+                    async with self.session.get(url, timeout=limit) as response:
+                        length = served_context(await response.json()) if response.status == 200 else None
+                except (aiohttp.ClientError, asyncio.TimeoutError, ValueError):
+                    length = None
+                return length, answer_cap(length, max_chars_per_token(self.tokenizer))
+
+            self._context_read = asyncio.ensure_future(read())
+        return await self._context_read
 
     def _push_rollout_metrics(self, **kwargs: Any) -> None:
         """Every tool figure is sent at 0 rather than left out, so a run that never calls a tool says so."""

@@ -60,10 +60,12 @@ def test_an_episode_that_calls_the_tool_and_repeats_its_word(setup):
     assert episode.messages[-1]["content"] == episode.messages[1]["content"]  # the secret, repeated
     assert (episode.environment, episode.environment_reward) == ("SecretWordEnv", 1.0)
     assert [seed for _, seed in model.seen] == [7, 7 + TURN_SEED_STRIDE]
-    # the first prompt is rendered as TRL's rollout worker renders it: the chat template with the env's tool
-    expected = tokenizer.apply_chat_template(
-        row["prompt"], tools=[SecretWordEnv().get_secret], add_generation_prompt=True, return_dict=False
-    )
+    # the first prompt is rendered as TRL's rollout worker renders it: the chat template with the env's tool, as
+    # agrpo hands it to TRL (guarded: its schema without a `return` key, agrpo/agents/tools.py:served_doc)
+    from agrpo.agents.environments import guarded_class
+
+    tool = guarded_class(SecretWordEnv, None)().get_secret
+    expected = tokenizer.apply_chat_template(row["prompt"], tools=[tool], add_generation_prompt=True, return_dict=False)
     assert model.seen[0][0] == expected
 
 
