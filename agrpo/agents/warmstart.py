@@ -21,6 +21,8 @@ import hashlib
 import inspect
 import json
 import random
+import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +35,7 @@ from agrpo.errors import ConfigError
 VERSION = 4  # of the examples and the training: a change that makes another model bumps it (a new cache entry)
 MARKER = "agrpo_warmstart.json"  # written last: a folder without it is an interrupted build
 BUILDER = "agrpo.agents.warmstart.build_warm_model"
+PROGRESS_EVERY_S = 15.0  # a line this often while the supervised steps run (and one at the end)
 TOY_VOCAB = 1000  # below it, a tokenizer is a byte-level toy: tool text gets single tokens
 TOOL_TAGS = ("<tool_call>", "</tool_call>", "<tool_response>", "</tool_response>")
 CALL_PIECES = ('{"name": "', '", "arguments": {', "}}")
@@ -79,7 +82,7 @@ def spec_of(cfg: Any, rows: list[dict[str, Any]]) -> dict[str, Any]:
     functions = tool_functions(agent)
     settings = {k: v for k, v in _plain(cfg.agent.warmstart).items() if k not in ("enabled", "base_model")}
     settings["tool"] = called_tools(settings["tool"], list(functions))
-    agent_entry = {k: v for k, v in _plain(cfg.agent).items() if k != "warmstart"}
+    agent_entry = {k: v for k, v in _plain(cfg.agent).items() if k not in ("warmstart", "max_tool_output_chars")}
     return {
         "version": VERSION,
         "base": {k: _plain(cfg.model[k]) for k in ("name_or_path", "builder", "chat_template", "trust_remote_code")},
@@ -162,7 +165,8 @@ def played(spec: dict[str, Any]) -> tuple[list[ex.Episode], list[Any], dict[str,
     from agrpo.agents.build import Agent
 
     settings, rows = spec["settings"], spec["rows"]
-    agent = Agent.from_config(OmegaConf.create(spec["agent"]))
+    # the tools' own answers: the run's cap (agent.max_tool_output_chars) is not the examples' (ex.example_answer)
+    agent = Agent.from_config(OmegaConf.create({**spec["agent"], "max_tool_output_chars": None}))
     names = [settings["tool"]] if isinstance(settings["tool"], str) else settings["tool"]
     functions = tool_functions(agent)
     signatures = {name: ex.tool_parameters(functions[name]) for name in names}
@@ -204,7 +208,7 @@ def call_on_row(agent: Any, name: str, signature: tuple, mapping: dict[str, str]
             f"agent.warmstart: tool {name}({arguments}) raised {type(error).__name__}: {error} on a data row; "
             "check agent.warmstart.arguments (which column feeds which argument)"
         ) from None
-    return arguments, output if isinstance(output, str) else json.dumps(output)
+    return arguments, ex.example_answer(output if isinstance(output, str) else json.dumps(output))
 
 
 def base_model(spec: dict[str, Any]) -> tuple[Any, Any]:
@@ -322,12 +326,16 @@ def supervised_steps(model: Any, batches: Any, lr: float, total_batches: int) ->
     optimizer = torch.optim.AdamW(model.parameters(), lr=lr)
     schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda done: max(0.05, 1 - done / total_batches))
     model.train()
+    started = last = time.monotonic()
     try:
-        for input_ids, attention_mask, labels in batches:
+        for done, (input_ids, attention_mask, labels) in enumerate(batches, start=1):
             model(input_ids=input_ids, attention_mask=attention_mask, labels=labels).loss.backward()
             optimizer.step()
             schedule.step()
             optimizer.zero_grad()
+            if time.monotonic() - last >= PROGRESS_EVERY_S or done == total_batches:
+                last = time.monotonic()
+                print(ex.progress_line(done, total_batches, last - started), file=sys.stderr, flush=True)
     finally:
         torch.set_num_threads(threads)
     model.eval()
@@ -355,6 +363,13 @@ def build_warm_model(output_dir: str) -> str:
     if folder_matches(folder, MARKER, marker):
         return str(folder)
     episodes, values, schemas = played(spec)
+    steps = int(spec["settings"]["steps"])
+    print(
+        f"agent.warmstart: building {folder.name} from {spec['base']['name_or_path']}: {len(episodes)} examples "
+        f"played with the tools, then {3 * steps} supervised batches (a line every {PROGRESS_EVERY_S:.0f} s)",
+        file=sys.stderr,
+        flush=True,
+    )
     model, tokenizer = base_model(spec)
     added = toy_tokens(tokenizer, schemas, values)
     if added:
