@@ -178,6 +178,8 @@ def all_serving(url: str, admin_token: str, runs: dict) -> dict[str, str] | None
         assert run.poll() is None, f"run {role} ended early (exit {run.returncode}): {run.output()}"
     status, body = call(f"{url}/fleet/tenants", "GET", admin_token)
     assert status == 200, body
+    # each tenant's time at the fair-share gate, which an auto fleet counts as its starvation (agrpo/fleet/signals.py)
+    assert all(isinstance(t.get("gate_wait_s"), (int, float)) and t["gate_wait_s"] >= 0 for t in body["tenants"]), body
     tenants = {t["run"]: t["tenant"] for t in body["tenants"]}
     if set(tenants) != {f"shared-{role}" for role in runs}:
         return None
