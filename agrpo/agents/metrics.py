@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from agrpo.agents.malformed import REASONS, reason_key, reasons_part
+
 EPISODES = "agent/episodes_total"
 TURNS = "agent/turns_total"
 CONTINUATIONS = "agent/continuations_total"
@@ -78,6 +80,7 @@ def agent_summary(log_history: list[dict[str, Any]]) -> dict[str, float]:
         "agent/tool_calls_done": done,
         "agent/tool_calls_cut": _sum(log_history, lambda key: key == TRUNCATED),
         "agent/tool_calls_malformed": _sum(log_history, lambda key: key == MALFORMED),
+        **{reason_key(r): _sum(log_history, lambda key, r=r: key == reason_key(r)) for r in REASONS},
         "agent/continuations": _sum(log_history, lambda key: key == CONTINUATIONS),
         "agent/continuations_new_adapter": _sum(log_history, lambda key: key == NEW_ADAPTER),
         "agent/continuations_routed": routed,
@@ -105,7 +108,7 @@ def summary_line(figures: dict[str, float]) -> str:
     odd = [
         f"{int(figures.get(key, 0))} {what}"
         for key, what in (
-            ("agent/tool_calls_malformed", "replies with a tool call TRL could not parse"),
+            ("agent/tool_calls_malformed", f"replies with a tool call TRL could not parse{reasons_part(figures)}"),
             ("agent/tool_calls_cut", "tool answers cut at agent.max_tool_output_chars"),
         )
         if figures.get(key)

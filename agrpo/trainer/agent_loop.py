@@ -31,6 +31,7 @@ from agrpo.agents.metrics import (
     TRUNCATED,
     continuation_counts,
 )
+from agrpo.agents.malformed import REASON_KEYS, malformed_reason, reason_key
 from agrpo.agents.context_guard import answer_cap, cut_to_fit, max_chars_per_token, overflow_detail, served_context
 from agrpo.agents.tools import CUT_MARK
 from agrpo.proxy.upstream import REPLICA_HEADER
@@ -114,7 +115,9 @@ class AgentCountsMixin:
             text = self.tokenizer.decode(ids, skip_special_tokens=False)
             if self._opener.search(text):  # only then is the reply parsed a second time
                 reply = parse_response(self.tokenizer, ids, prefix=prompt_ids)
-                self._counters[MALFORMED] += is_malformed(text, reply, self._opener)
+                if is_malformed(text, reply, self._opener):
+                    self._counters[MALFORMED] += 1
+                    self._counters[reason_key(malformed_reason(text, self._opener))] += 1  # agents/malformed.py
         return ids, logprobs
 
     async def _execute_tool_calls(self, tool_calls: list[dict[str, Any]], tool_dict: dict[str, Any]):
@@ -150,7 +153,7 @@ class AgentCountsMixin:
 
     def _push_rollout_metrics(self, **kwargs: Any) -> None:
         """Every tool figure is sent at 0 rather than left out, so a run that never calls a tool says so."""
-        for key in (TRUNCATED, CALLS_DONE, FAILURES_DONE, MALFORMED, "tools/unknown_name_total"):
+        for key in (TRUNCATED, CALLS_DONE, FAILURES_DONE, MALFORMED, "tools/unknown_name_total", *REASON_KEYS):
             self._counters[key] += 0
         for tool in self.tools:
             self._counters[f"tools/{getattr(tool, '__name__', tool)}/call_total"] += 0

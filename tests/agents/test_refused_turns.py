@@ -138,6 +138,7 @@ def test_a_tool_call_trl_cannot_parse_is_counted(loop_with):
     result, _ = play(loop, [(200, '<tool_call>\n{"name": "search", "argu<|im_end|>')])
     counts = counted(loop)
     assert [m["role"] for m in result[0]] == ["assistant"] and counts[MALFORMED] == 1
+    assert counts["tools/malformed_cut_total"] == 1 and counts["tools/malformed_json_total"] == 0  # why, per step
     assert counts["tools/search/call_total"] == 0 and counts[TRUNCATED] == 0  # logged at 0, not left out
     result, _ = play(loop, [(200, "No tool needed.<|im_end|>")])
     assert counted(loop)[MALFORMED] == 0  # a plain answer is not a malformed call
