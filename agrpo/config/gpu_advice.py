@@ -93,13 +93,16 @@ def verdict(cfg: Any, machine: Machine, model_config: dict[str, Any] | None) -> 
     if not problems:
         return Verdict([])
     advice: list[tuple[str, ...]] = []
-    for base in placement_bases(cfg, machine):
+    bases = placement_bases(cfg, machine)
+    for base in bases:  # each starting point gets its share of the shown sets
+        mine: list[tuple[str, ...]] = []
         for group in fix_groups(with_overrides(cfg, base)):
             found = next((base + fix for fix in group if accepted(cfg, base + fix, machine, model_config)), None)
-            if found is not None and found and found not in advice:
-                advice.append(found)
+            if found is not None and found and found not in mine:
+                mine.append(found)
             if found == base:
                 break  # the base alone fits: no trainer fix needed with it
+        advice += mine[: max(1, MAX_ADVICE // len(bases))]
     return Verdict(problems, advice[:MAX_ADVICE])
 
 
