@@ -94,8 +94,12 @@ def generation_only(cfg, server_url: str, adapter: str, samples_per_step: int, s
 def tokens_per_step(run_dir: Path, samples_per_step: int) -> float:
     """Completion tokens one optimizer step trained on in a run (completion lengths change as the policy learns)."""
     history = json.loads((run_dir / "log_history.json").read_text())
-    lengths = [e["completions/mean_length"] for e in history if "completions/mean_length" in e][WARMUP_STEPS:]
-    return statistics.fmean(lengths) * samples_per_step
+    lengths = [e["completions/mean_length"] for e in history if "completions/mean_length" in e]
+    if not lengths:
+        raise SystemExit(f"{run_dir / 'log_history.json'} has no completions/mean_length: no rollout was logged")
+    # A step whose rollout figures came after its log line has none, so a short run can have no entry past the
+    # warm-up: then every logged length counts.
+    return statistics.fmean(lengths[WARMUP_STEPS:] or lengths) * samples_per_step
 
 
 def main() -> None:
