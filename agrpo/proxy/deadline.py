@@ -13,11 +13,13 @@ Whether an answer is in time depends on how long a version lasts, which the prox
   latest, or it is dropped. So an answer for version M is in time until `first request of M + lifetime - interval`.
 
 A replica whose recent answers took longer than the time a request has left, and `SLOWER_BY` times longer than the
-quickest replica's, is not given it (a cold request goes to another, an affinity route spills), unless no replica
-would be in time (then routing is as before: the proxy never refuses work the trainer asked for). The second
-condition keeps replicas of one pace together: their answer times straddle a late request's deadline by chance, and
-moving an agent's continuation off the replica holding its prefix for that cost the agent e2e run a quarter of its
-continuation affinity (1.0 -> 0.76, 26 spills in 883 requests) and bought nothing, the other replica being no faster. An idle replica whose last answer is older than `PROBE_AFTER_S` is always in
+quickest replica's, is not given it (a cold request goes to another, a group's pinned prompt spills), unless no
+replica would be in time (then routing is as before: the proxy never refuses work the trainer asked for). Two things
+are kept as they were, each measured in the agent e2e run, where a late filter without them moved a quarter of the
+continuations off the replica holding their prefix (continuation affinity 1.0 -> 0.76; 0.86 with the first alone):
+replicas of one pace are not told apart (their answer times straddle a late request's deadline by chance, the second
+condition), and a multi-turn continuation stays on the replica holding its prefix unless it is overloaded (the router,
+agrpo/proxy/routing.py: elsewhere it would first be computed again, no sooner). An idle replica whose last answer is older than `PROBE_AFTER_S` is always in
 time, so a replica that recovers is measured again. Until two versions were retired nothing is known and every
 replica is in time.
 """

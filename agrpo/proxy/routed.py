@@ -151,8 +151,8 @@ class RoutedPath:
             loads = self.replicas.loads(tried, fields.model)
             if not loads:
                 break
-            loads = in_time(loads, self.replicas, left, perf_counter())  # not to a replica that would answer too late
-            decision = self.router.route(fields, loads, self.replicas.paces(loads))
+            late = loads.keys() - in_time(loads, self.replicas, left, perf_counter()).keys()  # would answer too late
+            decision = self.router.route(fields, loads, self.replicas.paces(loads), late)
             if state["kind"] is None:
                 state["kind"] = decision.kind
                 metrics.count_route(decision.kind)

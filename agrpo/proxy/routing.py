@@ -28,7 +28,7 @@ the others (issue 47). With equal or unknown paces every figure is the plain wor
 """
 
 from collections import OrderedDict
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 
 from agrpo.proxy.prompts import Prompt
@@ -123,26 +123,34 @@ class Router:
         return float(prompt_tokens + max_tokens * request.n * len(request.prompts))
 
     def route(
-        self, request: RoutingFields, loads: Mapping[int, float], paces: Mapping[int, float] | None = None
+        self,
+        request: RoutingFields,
+        loads: Mapping[int, float],
+        paces: Mapping[int, float] | None = None,
+        late: Collection[int] = (),
     ) -> Decision:
         """Pick a replica among `loads` (available replica index -> outstanding work); `paces` (index -> pace as a
-        share of the fastest, missing = 1) turns work into time."""
+        share of the fastest, missing = 1) turns work into time; `late` replicas (agrpo/proxy/deadline.py) take no
+        cold request, no spill and no group's pinned prompt, but do keep a continuation of a prompt they hold: that
+        one's KV blocks are there, and another replica would first compute them again."""
         if not loads:
             raise NoReplica("no replica is available")
         work = self.work(request)
         costs = _costs(loads, work, paces)
+        choices = {r: cost for r, cost in costs.items() if r not in late} or costs
         tables = self._tables(request.model)
         seed = tables.seed
         keys = [p.key(seed) for p in request.prompts]
         target = self._pinned(tables, keys)
+        allowed = choices
         if target is None:
-            target = self._continued(tables, request.prompts[0])
+            target, allowed = self._continued(tables, request.prompts[0]), costs
         if target is None:
-            kind, chosen = COLD, self._least_loaded(costs)
-        elif target in loads and not self._overloaded(target, work, costs):
+            kind, chosen = COLD, self._least_loaded(choices)
+        elif target in allowed and not self._overloaded(target, work, costs):
             kind, chosen = AFFINITY, target
         else:
-            kind, chosen = SPILL, self._least_loaded(costs, avoid=target)
+            kind, chosen = SPILL, self._least_loaded(choices, avoid=target)
         self._remember(tables, request.prompts, keys, chosen)
         return Decision(chosen, kind, work)
 

@@ -193,3 +193,25 @@ def test_replicas_of_one_pace_are_not_split_by_a_deadline_their_answer_times_str
     second.begin(50, 14.0)
     assert second.pace.latency_s > SLOWER_BY * first.pace.latency_s
     assert in_time(loads, {0: first, 1: second}, 1.2, 14.0) == {0: 10.0}
+
+
+def test_a_late_replica_keeps_the_continuations_it_holds_but_no_cold_request_nor_pinned_group():
+    from agrpo.proxy.prompts import Prompt
+    from agrpo.proxy.request_fields import RoutingFields
+    from agrpo.proxy.routing import AFFINITY, COLD, SPILL, Router
+
+    def request(ids):
+        return RoutingFields(model="trl-policy-v3", prompts=[Prompt.from_token_ids(ids)], n=1, max_tokens=16)
+
+    router, loads = Router(), {0: 0.0, 1: 0.0}
+    first = list(range(1000, 1040))
+    assert router.route(request(first), loads).replica == 0  # cold, ties to the lower index: replica 0 holds it
+    continuation = first + [77] * 20 + [88]
+    decision = router.route(request(continuation), loads, late={0})
+    assert (decision.replica, decision.kind) == (0, AFFINITY)  # its KV blocks are on 0: it stays
+    decision = router.route(request(first), loads, late={0})  # a sibling of the first prompt's group
+    assert (decision.replica, decision.kind) == (1, SPILL)
+    decision = router.route(request(list(range(2000, 2040))), loads, late={1})
+    assert (decision.replica, decision.kind) == (0, COLD)
+    decision = router.route(request(list(range(3000, 3040))), loads, late={0, 1})  # every one late: as before
+    assert decision.kind == COLD
