@@ -31,7 +31,7 @@ MAX_DROP_SHARE = 0.05  # at most 5% of generated samples thrown away as stale ..
 # ... while the trainer waits for rollouts less than the share of a step at which an automatic fleet releases a
 # replica (inference.fleet.release_wait_share): a trainer this controller considers fed is one the fleet can release
 # on. It was 10%, and a budget cut to one batch by a straggler's stale drops left the trainer waiting 6-12% of every
-# step, "fed" here and "still waiting" for the fleet, which then never released (docs/elastic.md, "Known conflict").
+# step, "fed" here and "still waiting" for the fleet, which then never released (docs/elastic.md, "Resolved conflict").
 MAX_WAIT_SHARE = FleetConfig().release_wait_share
 GROWTH_CAP = 1.5  # one decision raises the budget by at most half
 LATENCY_MARGIN = 1.25  # a group is trainable when its slowest rollout is done: more than the mean rollout time
