@@ -8,6 +8,12 @@ be learnt through a call for the right player. The checks: both rewards rise by 
 the first 5), episodes have more than one turn, the tool answers (the few failures are malformed arguments),
 continuation turns reach the replica that served their episode's previous turn, the figures reach TensorBoard,
 metrics.json and the end-of-run line, and the evaluation's episodes call the tool as the trained policy does.
+
+Then the adapter is shared as a colleague receives it (issue 46): `agrpo push` to the fake Hub
+(tests/report/fake_model_hub.py), pulled into a clean folder, served by the replica the card's `vllm serve` line
+describes (its model, context and flags; the test adds only this machine's CPU settings), and asked the card's own
+chat request: the answer is a tool call vLLM parsed. The eval runs against that replica (`inference.urls`), so the
+share costs no boot of its own.
 """
 
 from __future__ import annotations
@@ -22,6 +28,7 @@ import pytest
 
 from agrpo.agents.secret_word import PLAYERS
 from tests.gpu_count import needs_gpus
+from tests.report.fake_model_hub import NAMESPACE, FakeModelHub, use_fake_model_hub
 from tests.tensorboard_tags import tensorboard_tags
 
 pytestmark = [
@@ -112,10 +119,70 @@ def test_agent_figures_reached_tensorboard(agent_run):
     assert expected <= tags, expected - tags
 
 
-def test_eval_plays_episodes_with_the_same_environment(agent_run, tmp_path):
+def card_serve_line(card: str, local: str, pulled) -> tuple[str, int, list[str]]:
+    """(model, max_model_len, the other flags) of the card's `vllm serve` line, its `./name` paths made `pulled`'s;
+    --enable-lora and --max-lora-rank are start_replica's own (the same values)."""
+    words = card.split("vllm serve ", 1)[1].split("\ncurl", 1)[0].replace("\\\n", " ").split()
+    words = [w.replace(local, str(pulled)) for w in words]
+    model, flags = words[0], words[1:]
+    length = int(flags[flags.index("--max-model-len") + 1])
+    for flag, takes_value in (("--enable-lora", False), ("--max-lora-rank", True), ("--max-model-len", True)):
+        at = flags.index(flag)
+        del flags[at : at + 1 + takes_value]
+    return model, length, flags
+
+
+@pytest.fixture(scope="module")
+def pulled_and_served(agent_run, tmp_path_factory):
+    """The run's adapter pushed to the fake Hub, pulled into a clean folder and served as the card says."""
+    from agrpo.inference.vllm_server import start_replica
+    from agrpo.report.push import main as push
+    from tests.processes import held_ports
+
     run_dir, _ = agent_run
+    patch = pytest.MonkeyPatch()
+    with FakeModelHub() as hub:
+        use_fake_model_hub(patch, hub)
+        assert push([str(run_dir), "--repo-id", "secret-agent"]) == 0
+        patch.undo()
+    files = hub.repos[f"{NAMESPACE}/secret-agent"].files
+    pulled = tmp_path_factory.mktemp("pulled") / "secret-agent"
+    for name, data in files.items():
+        (pulled / name).parent.mkdir(parents=True, exist_ok=True)
+        (pulled / name).write_bytes(data)
+    card = files["README.md"].decode()
+    model, length, flags = card_serve_line(card, "./secret-agent", pulled)
+    with held_ports(1, 20760) as (port,):
+        server = start_replica(
+            model, port, pulled.parent / "vllm.log", lora_rank=8, max_model_len=length, extra_args=flags
+        )
+        try:
+            yield server.url, pulled, card
+        finally:
+            server.stop()
+
+
+def test_the_pulled_adapter_answers_the_cards_request_with_a_parsed_tool_call(pulled_and_served):
+    import requests
+
+    url, pulled, card = pulled_and_served
+    assert "--enable-auto-tool-choice --tool-call-parser hermes" in card and (pulled / "warm_base").is_dir()
+    body = card.split("-d '", 1)[1].split("'\n", 1)[0]
+    request = json.loads(body.replace("'\\''", "'"))  # the shell's quoting of the docstrings' apostrophes
+    assert request["model"] == "secret-agent" and [t["function"]["name"] for t in request["tools"]] == ["get_secret"]
+    answer = requests.post(f"{url}/v1/chat/completions", json=request, timeout=120)
+    assert answer.status_code == 200, answer.text
+    (call,) = answer.json()["choices"][0]["message"]["tool_calls"]
+    asked = re.findall("|".join(PLAYERS), request["messages"][-1]["content"])[-1]
+    assert call["function"]["name"] == "get_secret" and json.loads(call["function"]["arguments"]) == {"player": asked}
+
+
+def test_eval_plays_episodes_with_the_same_environment(pulled_and_served, tmp_path):
+    url, pulled, _ = pulled_and_served
     out = tmp_path / "eval"
-    argv = [sys.executable, "-m", "agrpo", "eval", "+recipe=agent_smoke", f"eval.adapter={run_dir / 'final_adapter'}"]
+    argv = [sys.executable, "-m", "agrpo", "eval", "+recipe=agent_smoke", f"eval.adapter={pulled}"]
+    pulled_model = [f"model.name_or_path={pulled / 'warm_base'}", "model.builder=null", "agent.warmstart.enabled=false"]
+    argv += [*pulled_model, f"inference.urls=[{url}]"]  # the replica serving the pulled adapter: no boot of its own
     run([*argv, "eval.max_problems=8", f"eval.output_dir={out}"], timeout=600)
     summary = json.loads((out / "eval_summary.json").read_text())
     assert summary["problems"] == 8 and summary["k"] == 4
