@@ -1,9 +1,10 @@
 """Every part of TRL that agrpo relies on beyond its public API, checked when a run is prepared.
 
-agrpo subclasses TRL 1.16's trainer, rollout worker, vLLM client and rollout loop and overrides their (some private)
-methods, replaces a few functions of its modules, and reads private attributes of its trainer and worker
-(agrpo/trainer/seam/ and the rollout loops of agrpo/trainer/). TRL may rename any of them in a
-minor release, and a rename is silent: setting `worker._loop_cls` works on any object, and an override of a method TRL no longer calls never runs (the run trains on, with TRL's behaviour).
+agrpo's rollout worker goes through TRL 1.16's public `rollout_worker=` hook (agrpo/trainer/rollout_worker.py). Beyond
+that, agrpo subclasses TRL's trainer, vLLM client and rollout loop and overrides their (some private) methods, replaces
+a few names of its modules, and reads private attributes of its trainer (agrpo/trainer/seam/ and the rollout loops of
+agrpo/trainer/). TRL may rename any of them in a minor release, and a rename is silent: an override of a method TRL no
+longer calls never runs (the run trains on, with TRL's behaviour).
 `TRL_NAMES` lists each such name: its module, its path in that module (`name` or `Class.member`; a member may be a
 method, a class attribute or an instance attribute TRL assigns in one of the class's methods), for a function the
 parameters agrpo's override or replacement is written against (exactly, `self` left out) or the keywords agrpo passes
@@ -39,6 +40,11 @@ P = "trl.experimental.async_grpo.packing"
 U = "trl.trainer.utils"
 LOOP_ARGS = ("rollout_buffer", "model_version_value", "heartbeat_value", "failed_event")
 LOOP_ARGS += ("exception_info_queue", "metrics_queue")
+LOOP_RUN_ARGS = ("lora_name", "model_name", "dataset", "reward_funcs", "processing_class", "eos_token_ids", "tools")
+LOOP_RUN_ARGS += ("environment_factory", "num_generations", "max_inflight_tasks", "queue_maxsize", "vllm_server_url")
+LOOP_RUN_ARGS += ("max_tokens", "temperature", "top_p", "top_k", "min_p", "repetition_penalty", "request_timeout")
+LOOP_RUN_ARGS += ("chat_template_kwargs", "max_tool_calling_iterations", "log_completions", "num_completions_to_print")
+LOOP_RUN_ARGS += ("fork_threshold_tokens", "dataset_start_index")
 
 
 class TrlChanged(AgrpoError):
@@ -67,10 +73,9 @@ def _loop_member(member: str, used_by: str, *params: str) -> TrlName:
 TRL_NAMES: tuple[TrlName, ...] = (
     # The rollout loop agrpo's loop classes derive from (rollout_loop, guarded_loop, rollout_child, agent_loop).
     TrlName(W, "_AsyncRolloutLoop", "rollout_loop"),
-    # Its arguments; it asks for `f"{lora_name}-v{N}"`: seam/worker hands it the served name (`<tenant>/trl-policy`).
-    TrlName(
-        W, "_AsyncRolloutLoop.__init__", "guarded_loop, seam/worker", takes=LOOP_ARGS + ("lora_name", "model_name")
-    ),
+    # Its arguments (rollout_worker builds them; rollout_entry adds the channels); it asks for `f"{lora_name}-v{N}"`:
+    # the worker hands it the served name (`<tenant>/trl-policy`).
+    TrlName(W, "_AsyncRolloutLoop.__init__", "guarded_loop, rollout_entry", takes=LOOP_ARGS + LOOP_RUN_ARGS),
     _loop_member("_generate_loop", "rollout_loop, guarded_loop", "stop_event"),
     _loop_member("_score_loop", "guarded_loop", "stop_event"),
     _loop_member("_run_loops", "guarded_loop", "stop_event"),
@@ -93,7 +98,7 @@ TRL_NAMES: tuple[TrlName, ...] = (
     _loop_member("_counters", "rollout_loop, agent_loop"),
     _loop_member("_rates", "agent_loop"),
     _loop_member("_loop", "guarded_loop"),
-    _loop_member("_stop_event", "guarded_loop, rollout_child"),
+    _loop_member("_stop_event", "guarded_loop, rollout_child"),  # the polling stop watcher sets it
     _loop_member("_exception_info_queue", "guarded_loop"),
     _loop_member("_metrics_queue", "guarded_loop"),
     _loop_member("session", "rollout_loop, agent_loop"),
@@ -101,51 +106,40 @@ TRL_NAMES: tuple[TrlName, ...] = (
     TrlName(W, "RolloutGroup.completions_sequences", "rollout_child"),
     TrlName(W, "TrainingSequence.rollout_id", "rollout_child"),
     TrlName(W, "RolloutSample.model_version", "rollout_child"),
-    # The rollout child's entry and stop watcher (seam/child_entry, guarded_loop), the vLLM guard (seam/cpu_compat).
-    TrlName(W, "_child_main", "seam/child_entry"),
-    TrlName(W, "_spawn_stop_watcher", "seam/child_entry, guarded_loop", ("rollout_loop", "stop_event")),
-    TrlName(W, "is_vllm_available", "seam/cpu_compat"),
-    # The parent's worker, subclassed (seam/worker): its loop class and arguments, its spawn context, its guard.
-    TrlName(W, "AsyncRolloutWorker", "seam/worker"),
-    TrlName(W, "AsyncRolloutWorker.__init__", "seam/worker", takes=("queue_maxsize",)),
-    TrlName(W, "AsyncRolloutWorker._loop_cls", "seam/worker"),
-    TrlName(W, "AsyncRolloutWorker._loop_kwargs", "seam/worker"),
-    TrlName(W, "AsyncRolloutWorker._mp_ctx", "seam/worker"),
-    TrlName(W, "AsyncRolloutWorker._process", "rollout_guard"),
-    TrlName(W, "AsyncRolloutWorker._heartbeat_value", "rollout_guard"),
-    TrlName(W, "AsyncRolloutWorker._failed_event", "rollout_guard"),
-    TrlName(W, "AsyncRolloutWorker._exception_info_queue", "rollout_guard"),
-    TrlName(W, "AsyncRolloutWorker._stop_event_mp", "seam/worker, rollout_guard"),
-    TrlName(W, "AsyncRolloutWorker.start", "seam/worker", ()),
-    TrlName(W, "AsyncRolloutWorker.stop", "seam/worker", ()),
-    TrlName(W, "AsyncRolloutWorker.check_health", "seam/worker", ("stale_after_s",)),
-    TrlName(W, "AsyncRolloutWorker.rollout_buffer", "seam/worker, seam/trainer"),
-    TrlName(W, "AsyncRolloutWorker.metrics_queue", "seam/worker"),
-    # The trainer, subclassed (seam/trainer): the adapter sync (sync_mode, adapter_retention, trl_backend), its
-    # metrics, its worker and client
+    # The trainer, subclassed (seam/trainer): the adapter sync (no public hook: TRL's `weight_transfer=` streams merged
+    # weights, agrpo publishes adapter folders), read only there; its metrics; its worker and client
     # (read with getattr(..., None) for ranks that have none: a rename would silently turn the feature off).
-    TrlName(T, "AsyncGRPOTrainer._sync_weight_lora", "seam/trainer, sync_mode", ("t0",)),
-    TrlName(T, "AsyncGRPOTrainer._lora_dir", "sync_mode, adapter_retention"),
-    TrlName(T, "AsyncGRPOTrainer._lora_name", "sync_mode, adapter_retention, seam/trainer"),
-    TrlName(T, "AsyncGRPOTrainer._adapter_name", "sync_mode"),
-    TrlName(T, "AsyncGRPOTrainer._metrics", "sync_mode, trl_backend, rollout_pacing"),
+    TrlName(T, "AsyncGRPOTrainer._sync_weight_lora", "seam/trainer", ("t0",)),
+    TrlName(T, "AsyncGRPOTrainer._lora_dir", "seam/trainer"),
+    TrlName(T, "AsyncGRPOTrainer._lora_name", "seam/trainer"),
+    TrlName(T, "AsyncGRPOTrainer._adapter_name", "seam/trainer"),
+    TrlName(T, "AsyncGRPOTrainer._lora_sync", "seam/trainer"),  # adapters synced: requests name `<lora>-vN`
+    TrlName(T, "AsyncGRPOTrainer._metrics", "seam/trainer"),  # no public sink for a step's own figures
+    # The rollout position in checkpoints: TRL saves and restores it for its own worker only (an isinstance check).
+    TrlName(T, "AsyncGRPOTrainer._save_checkpoint", "seam/trainer", ("model", "trial")),
+    TrlName(T, "AsyncGRPOTrainer._trained_groups", "seam/trainer"),
+    TrlName(T, "AsyncGRPOTrainer._groups_before_resume", "seam/trainer"),
+    # Public names agrpo's worker is built from (TRL's public hook and what it derives in __init__).
+    TrlName(T, "AsyncGRPOTrainer.__init__", "seam/trainer", takes=("rollout_worker",)),
+    TrlName(T, "AsyncGRPOTrainer.eos_token_ids", "seam/trainer"),
     TrlName(T, "AsyncGRPOTrainer.vllm_client", "seam/trainer, trl_backend, sync_mode, adapter_retention"),
-    TrlName(T, "AsyncGRPOTrainer.rollout_worker", "seam/trainer, rollout_guard, rollout_pacing"),
+    TrlName(T, "AsyncGRPOTrainer.rollout_worker", "seam/trainer, rollout_guard, rollout_pacing, sync_mode"),
     TrlName(T, "AsyncGRPOTrainer.rollout_queue", "seam/trainer"),
-    TrlName(T, "AsyncGRPOTrainer.model_version", "sync_mode"),
+    TrlName(T, "AsyncGRPOTrainer.model_version", "seam/trainer"),
     TrlName(T, "AsyncGRPOTrainer.log", "seam/trainer", ("logs", "start_time")),
     TrlName(T, "shutil", "seam/module_patches"),
+    TrlName(T, "VLLMClient", "seam/module_patches"),
     TrlName(T, "create_model_from_path", "seam/module_patches"),
     TrlName(T, "save_lora_adapter", "trl_backend", ("model", "accelerator", "adapter_name", "dest_dir")),
     TrlName(T, "get_peak_flops_per_device", "seam/cpu_compat"),
     TrlName(U, "get_peak_flops_per_device", "seam/cpu_compat", ("accelerator", "dtype")),
+    TrlName(U, "get_config_model_id", "seam/trainer", ("config",)),
     # The vLLM client, subclassed (seam/client): its HTTP module (the admin token) and its adapter calls.
     TrlName(C, "requests", "seam/module_patches, seam/client"),
     TrlName(C, "VLLMClient.__init__", "seam/client", ("server_url", "server_timeout")),
     TrlName(C, "VLLMClient.load_lora_adapter", "seam/client", ("lora_name", "lora_path", "timeout")),
     TrlName(C, "VLLMClient.unload_lora_adapter", "seam/client", ("lora_name", "timeout")),
     TrlName(C, "VLLMClient.server_url", "seam/client, sync_mode"),
-    TrlName(C, "VLLMClient.server_timeout", "seam/trainer"),
     # Packed attention's kernel loader (seam/module_patches).
     TrlName(P, "_flash_attn", "seam/module_patches", ()),
 )

@@ -159,7 +159,8 @@ def retain_adapter_files(trainer: Any, retain_s: float, direct: bool = False) ->
     """The retention policy on a built AgrpoAsyncGRPOTrainer for the duration of `trainer.train()`
     (`trainer.retaining`: TRL's deletions of published versions are deferred, loads and unloads recorded).
     `direct`: the rollout worker talks to its one replica without a proxy, so its open versions bound retention."""
-    retention = AdapterRetention(trainer._lora_dir, trainer._lora_name, retain_s, served_name=trainer.served_lora_name)
+    lora_dir, lora_name = trainer.adapter_folders
+    retention = AdapterRetention(lora_dir, lora_name, retain_s, served_name=trainer.served_lora_name)
     client = getattr(trainer, "vllm_client", None)  # non-main ranks neither load nor delete
     callback = OpenVersionsCallback(retention) if direct and client is not None else None
     if callback is not None:

@@ -47,6 +47,7 @@ class AgentTurnsMixin:
     """Per-turn routing counters; kept apart from the concrete class, as the pacing is (rollout_child.py)."""
 
     async def _generate_one(self, *args: Any, **kwargs: Any):
+        """TRL's episode, with a fresh list of the turns' (adapter, replica) notes for its routing counters."""
         token = _TURNS.set([])
         try:
             return await super()._generate_one(*args, **kwargs)
@@ -54,6 +55,8 @@ class AgentTurnsMixin:
             _TURNS.reset(token)
 
     async def _post(self, path: str, payload: dict, timeout: float, max_retries: int = 3) -> dict:
+        """TRL's POST reads only the JSON; agrpo's also refuses a turn that cannot fit (unsent) and notes the
+        adapter asked for and the replica that answered."""
         if path == "/v1/completions":  # a turn that cannot fit is refused here, unsent (agents/context_guard.py)
             prompt_tokens = len(payload.get("prompt") or ())
             detail = overflow_detail(prompt_tokens, (await self._context())[0])
@@ -73,6 +76,7 @@ class AgentTurnsMixin:
         )
 
     def _push_rollout_metrics(self, **kwargs: Any) -> None:
+        """TRL's per-episode figures, plus the episode's continuation-routing counters."""
         turns = _TURNS.get()
         if turns is not None:
             counts = continuation_counts(turns)
@@ -152,7 +156,8 @@ class AgentCountsMixin:
         return await self._context_read
 
     def _push_rollout_metrics(self, **kwargs: Any) -> None:
-        """Every tool figure is sent at 0 rather than left out, so a run that never calls a tool says so."""
+        """TRL leaves a tool figure out until it counts one; agrpo sends each at 0, so a run that never calls a tool
+        says so."""
         for key in (TRUNCATED, CALLS_DONE, FAILURES_DONE, MALFORMED, "tools/unknown_name_total", *REASON_KEYS):
             self._counters[key] += 0
         for tool in self.tools:

@@ -111,6 +111,8 @@ class GuardedRolloutLoop(AgrpoRolloutLoop):
     """agrpo's loop (token, retired versions: rollout_loop.py) that also ends the run on a failing reward."""
 
     def __init__(self, *, heartbeat_value: Any, model_version_value: Any, **kwargs: Any):
+        """TRL's loop on the shared values without their locks (the heartbeat held back while a reward runs); a
+        loop TRL cannot build (a chat template it does not know) reports why and exits, where TRL's raised."""
         self._progress = ProgressHeartbeat(heartbeat_value.get_obj())
         try:
             super().__init__(
@@ -133,6 +135,8 @@ class GuardedRolloutLoop(AgrpoRolloutLoop):
             task.cancel()
 
     async def _run_loops(self, stop_event: asyncio.Event) -> None:
+        """TRL gathers its two loops; agrpo swallows only its own stop's cancellation and cancels and awaits every
+        task left before TRL closes the event loop."""
         self._loop_tasks: list[asyncio.Task] = []
         self._stopping = False
         try:
@@ -160,12 +164,16 @@ class GuardedRolloutLoop(AgrpoRolloutLoop):
             raise
 
     async def _generate_loop(self, stop_event: asyncio.Event) -> None:
+        """TRL's generation loop; when it fails, agrpo cancels the score loop first (`_sibling_safe`)."""
         await self._sibling_safe(super()._generate_loop, stop_event)
 
     async def _score_loop(self, stop_event: asyncio.Event) -> None:
+        """TRL's score loop; when it fails, agrpo cancels the generation loop first (`_sibling_safe`)."""
         await self._sibling_safe(super()._score_loop, stop_event)
 
     async def _score_group(self, group: Any) -> Any:
+        """TRL's scoring; agrpo holds the heartbeat at its start while it runs, counts unscored completions (ending
+        the run when nothing can train) and reports the oldest open adapter version."""
         self._progress.scoring_since = time.time()  # one group is scored at a time (TRL's score loop awaits each)
         try:
             samples = await super()._score_group(group)
@@ -202,6 +210,8 @@ class GuardedRolloutLoop(AgrpoRolloutLoop):
             self._push_metrics({UNSCORED_METRIC: float(left_out)})
 
     async def _generate_one(self, prompt: Any, *args: Any, **kwargs: Any) -> Any:
+        """TRL's episode; agrpo counts the adapter versions open rollouts use and names the row of a failure
+        (`RowError`), where TRL raised the bare error."""
         opened = self.__dict__.setdefault("_open_versions", collections.Counter())
         version = self.model_version  # its requests use this version or a newer one (each turn asks the current one)
         opened[version] += 1
@@ -213,6 +223,7 @@ class GuardedRolloutLoop(AgrpoRolloutLoop):
             opened[version] -= 1
 
     def run(self) -> None:
+        """TRL's run, which reports a failure and re-raises; agrpo then exits the child at once (`exit_now`)."""
         try:
             super().run()  # on failure TRL reports it (queue + event) and logs the traceback (trainer.log only)
         except BaseException:

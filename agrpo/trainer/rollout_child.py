@@ -45,6 +45,7 @@ class PacingMixin:
     """The overrides; kept apart from the concrete class so another mixin can be combined with it."""
 
     def __init__(self, *, agrpo_control: str | None = None, agrpo_max_staleness: int = 0, **kwargs: Any):
+        """TRL's loop plus the control block the trainer paces it with (None: no pacing)."""
         super().__init__(**kwargs)
         self._control = ControlBlock.attach(agrpo_control) if agrpo_control else None
         self._max_staleness = agrpo_max_staleness
@@ -56,6 +57,7 @@ class PacingMixin:
     # ---- versions
     @property
     def _request_model(self) -> str:
+        """TRL names `<lora_name>-v<current version>`; agrpo also notes the version for its rollout's label."""
         if self.lora_name is None:
             return self.model_name
         version = self.model_version
@@ -65,6 +67,8 @@ class PacingMixin:
         return f"{self.lora_name}-v{version}"
 
     async def _generate_one(self, prompt, tool_dict, tools, group_id: int = 0):
+        """TRL starts every rollout at once; agrpo admits it within the budget first, and records the oldest
+        version its requests asked for."""
         await self._admit()
         token = _VERSIONS_USED.set([])
         try:
@@ -79,6 +83,8 @@ class PacingMixin:
             self._count("finished", 1)
 
     async def _score_group(self, group):
+        """TRL labels a group's samples with the version current when the group began; agrpo with the version each
+        rollout's requests asked for, and counts what was scored and produced for the pacing."""
         samples = await super()._score_group(group)
         rows = itertools.chain.from_iterable(group.completions_sequences)  # the samples' order
         for sample, row in zip(samples, rows):

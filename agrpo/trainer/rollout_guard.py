@@ -11,7 +11,7 @@ changes (each piece names the failure it removes):
 - the child never sleeps on a cross-process Condition: its stop watcher polls the event instead, and it reads and
   writes the shared version and heartbeat values without their locks (a process that dies holding one of those locks
   would block the other side just the same) - agrpo/trainer/guarded_loop.py (chosen by loop_install.py), its watcher
-  installed by agrpo/trainer/seam/child_entry.py;
+  installed by agrpo/trainer/rollout_entry.py;
 - the trainer sets the stop event only while the child lives, from a helper thread it waits on for a bounded time,
   and kills a child that failed, died or hung instead of waiting 15 s for it;
 - a failure is reported as one paragraph (`RewardError` names the term, the error and the row; a row that cannot be
@@ -23,8 +23,8 @@ changes (each piece names the failure it removes):
   to dump every thread's stack into trainer.log.
 
 `guard_rollout_worker(trainer)` guards one built AgrpoAsyncGRPOTrainer's worker: `AgrpoRolloutWorker`'s `start`,
-`check_health` and `stop` (agrpo/trainer/seam/worker.py) call the `RolloutGuard` here; the child's side starts in
-agrpo/trainer/seam/child_entry.py.
+`check_health` and `stop` (agrpo/trainer/rollout_worker.py, TRL's public rollout-worker protocol) call the
+`RolloutGuard` here; the child's side starts in agrpo/trainer/rollout_entry.py.
 """
 
 from __future__ import annotations
@@ -33,7 +33,6 @@ import logging
 import os
 import queue
 import signal
-import threading
 import time
 from collections.abc import Callable
 from typing import Any
@@ -44,9 +43,6 @@ from agrpo.errors import AgrpoError
 
 log = logging.getLogger(__name__)
 
-# Seconds the trainer waits for its stop signal to reach a living child, then for a failed child to exit.
-STOP_SIGNAL_WAIT_S = 5.0
-KILL_WAIT_S = 5.0
 STACK_DUMP_WAIT_S = 1.0  # for a hung child to write its stacks into trainer.log before it is killed
 # Reported failures that are already one paragraph: their message is shown as it is.
 PARAGRAPH_ERRORS = ("RewardError", "RowError", "RolloutFailed")
@@ -96,10 +92,16 @@ def with_progress(message: str, step: int, max_steps: int) -> str:
 
 class RolloutGuard:
     """The trainer's half of the guard for one AgrpoRolloutWorker (see the module docstring); `progress()` is the
-    trainer's (step, max_steps) for the paragraph."""
+    trainer's (step, max_steps) for the paragraph. It reads the worker's own channels and child
+    (agrpo/trainer/rollout_process.py), nothing of TRL's."""
 
     def __init__(
-        self, worker: Any, progress: Callable[[], tuple[int, int]], run_dir: str, level: str, log_file: str | None
+        self,
+        worker: Any,
+        progress: Callable[[], tuple[int, int]],
+        run_dir: str | None,
+        level: str,
+        log_file: str | None,
     ):
         self.worker = worker
         self.progress = progress
@@ -116,24 +118,19 @@ class RolloutGuard:
 
     def reported(self) -> str | None:
         """The paragraph the child reported, if it set its failed event."""
-        worker = self.worker
-        if self._reported is None and worker._failed_event.is_set():
+        channels = self.worker.channels
+        if self._reported is None and channels.failed.is_set():
             try:
-                type_name, message, _traceback = worker._exception_info_queue.get(timeout=2.0)
+                type_name, message, _traceback = channels.failure.get(timeout=2.0)
             except (queue.Empty, OSError, ValueError, EOFError):
                 type_name, message = "unknown error", "no details arrived"
             self._reported = reported_message(type_name, message, self.log_file)
         return self._reported
 
-    def start(self, trl_start: Callable[[], None]) -> None:
-        """TRL's start; a child that exited during init and said why is reported with its paragraph."""
-        try:
-            trl_start()
-        except RuntimeError:  # TRL: "child exited during init"; the child may have said why
-            reported = self.reported()
-            if reported is None:
-                raise
-            raise self.fail(reported) from None
+    def exited(self, exitcode: int | None) -> Exception:
+        """What a child that exited before it was ready raises: its own paragraph when it said why."""
+        reported = self.reported()
+        return self.fail(died_message(exitcode, self.log_file) if reported is None else reported)
 
     def check(self, stale_after_s: float | None = None) -> None:
         """Raise RolloutFailed if the child reported a failure or died; with `stale_after_s`, also if its heartbeat
@@ -141,32 +138,18 @@ class RolloutGuard:
         reported = self.reported()
         if reported is not None:
             raise self.fail(reported)
-        process = self.worker._process
-        if process is not None and process.exitcode is not None:
-            raise self.fail(died_message(process.exitcode, self.log_file))
+        exitcode = self.worker.child.exitcode()
+        if exitcode is not None:
+            raise self.fail(died_message(exitcode, self.log_file))
         if stale_after_s is None:
             return
-        age = time.time() - self.worker._heartbeat_value.get_obj().value  # lockless: see the module docstring
+        age = self.worker.channels.beat_age()  # lockless: see the module docstring
         if age > stale_after_s:
+            process = self.worker.child.process
             if process is not None and process.pid:
                 os.kill(process.pid, signal.SIGUSR1)  # its stacks, into trainer.log
                 time.sleep(STACK_DUMP_WAIT_S)
             raise self.fail(hang_message(age, stale_after_s, self.log_file))
-
-    def signal_stop(self) -> None:
-        """Before TRL's stop: kill a failed or hung child; signal a living one from a helper thread waited on for a
-        bounded time (a child that died meanwhile leaves `set()` blocked: let it be). The worker then runs TRL's
-        stop with the event already handled."""
-        worker, process = self.worker, self.worker._process
-        if process is None:
-            return
-        if self.failure is not None and process.is_alive():  # failed, hung: nothing to wait for
-            process.kill()
-            process.join(KILL_WAIT_S)
-        elif process.is_alive():
-            setter = threading.Thread(target=worker._stop_event_mp.set, daemon=True, name="agrpo-stop-rollouts")
-            setter.start()
-            setter.join(STOP_SIGNAL_WAIT_S)
 
 
 class RolloutWatchdog(TrainerCallback):
@@ -179,7 +162,7 @@ class RolloutWatchdog(TrainerCallback):
         self.failed: RolloutFailed | None = None
 
     def on_step_end(self, args, state, control, **kwargs):
-        if self.guard.worker._process is None or self.failed is not None:
+        if self.guard.worker.child.process is None or self.failed is not None:
             return
         try:
             self.guard.check()

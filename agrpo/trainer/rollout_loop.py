@@ -118,6 +118,8 @@ class AgrpoRolloutLoop(_AsyncRolloutLoop):
     """TRL's rollout loop with a bearer token, retired versions dropped at once, and its log in trainer.log."""
 
     def __init__(self, *args, **kwargs):
+        """TRL's loop; agrpo adds the bearer token for every request and sends this child's log records to
+        trainer.log."""
         super().__init__(*args, **kwargs)
         self._retired_groups: set[int] = set()
         token = trainer_bearer()
@@ -128,6 +130,7 @@ class AgrpoRolloutLoop(_AsyncRolloutLoop):
         )  # its per-group DEBUG lines reach trainer.log whoever set logging up (not the console)
 
     async def _generate_loop(self, stop_event):
+        """TRL's generation loop, on a session that sends agrpo's bearer token (TRL's sends no header)."""
         if self._auth:  # the session exists now (TRL opens it in _run_loops); every request sends the token
             self.session.headers.update(self._auth)
         return await super()._generate_loop(stop_event)
@@ -178,6 +181,9 @@ class AgrpoRolloutLoop(_AsyncRolloutLoop):
             return [eos if eos is not None else self.eos_token_ids[0]], [0.0]
 
     async def _retry(self, coro_factory, *, label, max_attempts=1):
+        """TRL retries every transport error with back-off; agrpo first turns an answer that means the requested
+        adapter version was retired (410, or 404 for an older version) into `VersionRetired`, never retried."""
+
         async def once():
             try:
                 return await coro_factory()
@@ -190,6 +196,8 @@ class AgrpoRolloutLoop(_AsyncRolloutLoop):
         return await super()._retry(once, label=label, max_attempts=max_attempts)
 
     async def _generate_one(self, *args, **kwargs):
+        """TRL's episode; agrpo trims an episode cut by a refused turn (`untrained_cut`) and ends a rollout whose
+        version was retired with an empty result, so that TRL's group bookkeeping stays whole and the group is dropped."""
         _turn_number.set(0)  # each episode is its own asyncio task: this context is the episode's
         _episode_cut.set(False)
         try:
@@ -205,6 +213,7 @@ class AgrpoRolloutLoop(_AsyncRolloutLoop):
             return [], [], [], 0, 0, None
 
     async def _score_group(self, group):
+        """TRL scores every group; agrpo drops a group with a retired rollout unscored (it would be stale)."""
         if group.group_id in self._retired_groups:
             self._retired_groups.discard(group.group_id)
             return []

@@ -55,7 +55,7 @@ class PacingCallback(TrainerCallback):
 
     def on_step_end(self, args, state, control, **kwargs):
         # before TRL's log() of this step reads (and then clears) its metrics: the budget in force during the step
-        self.trainer._metrics["train"][TARGET_METRIC].append(float(self.controller.target))
+        self.trainer.record(TARGET_METRIC, float(self.controller.target))
 
     def on_log(self, args, state, control, logs=None, **kwargs):
         if not logs or "perf/step_s" not in logs:

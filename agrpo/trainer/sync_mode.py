@@ -2,10 +2,11 @@
 
 TRL's `_sync_weight` times whatever `_sync_weight_lora(t0)` does and logs it as `perf/weight_sync_s` (plus the
 pause, barrier and transfer phases it returns). `AgrpoAsyncGRPOTrainer._sync_weight_lora`
-(agrpo/trainer/seam/trainer.py) calls `sync_without_pause` instead once `BackgroundSyncRun` started the thread: no
-pause, a snapshot of the adapter's tensors (agrpo/trainer/adapter_snapshot.py; the thread writes the files, with TRL's
-atomic rename), the load handed to the thread (through `AgrpoVLLMClient`'s load: the store's visibility, the proxy's
-serve-first answer, the retention policy), and a wait only when the trainer would otherwise train on nothing usable.
+(agrpo/trainer/seam/trainer.py, with the logic it needs) publishes without a pause once `BackgroundSyncRun` started
+the thread: a snapshot of the adapter's tensors (agrpo/trainer/adapter_snapshot.py; the thread writes the files, with
+TRL's atomic rename), the load handed to the thread (through `AgrpoVLLMClient`'s load: the store's visibility, the
+proxy's serve-first answer, the retention policy), and a wait only when the trainer would otherwise train on nothing
+usable.
 So TRL's metric keeps its meaning, the time a sync blocked the trainer, and
 `sync/publish_to_loaded_s` is hand-over -> served, measured by the thread.
 """
@@ -13,7 +14,6 @@ So TRL's metric keeps its meaning, the time a sync blocked the trainer, and
 from __future__ import annotations
 
 import logging
-import os
 import time
 import urllib.request
 from typing import Any
@@ -21,33 +21,9 @@ from typing import Any
 from transformers import TrainerCallback
 
 from agrpo.interprocess import PROXY_STATS, answer_record
-from agrpo.trainer.adapter_snapshot import snapshot_adapter
-from agrpo.trainer.background_sync import BackgroundSync, version_needed
-from agrpo.trainer.rollout_pacing import note_published
+from agrpo.trainer.background_sync import BackgroundSync
 
 log = logging.getLogger(__name__)
-
-
-def sync_without_pause(
-    trainer: Any, sync: BackgroundSync | None, timeout_s: float, t0: float
-) -> tuple[float, float, float]:
-    """Stands in for TRL's `_sync_weight_lora(t0)`; returns its (pause, barrier, transfer) marks. The trainer only
-    snapshots the adapter (a collective under FSDP: every rank calls this; `sync` is None on the other ranks); the
-    thread writes, loads and serves it. The caller then moves `model_version` on (main process)."""
-    version = trainer.model_version + 1
-    adapter_dir = os.path.join(trainer._lora_dir, f"{trainer._lora_name}-v{version}")
-    model = trainer.accelerator.unwrap_model(trainer.model)
-    t_pause = time.time()  # nothing is paused
-    trainer.accelerator.wait_for_everyone()
-    t_barrier = time.time()
-    snapshot = snapshot_adapter(model, trainer.accelerator, trainer._adapter_name)
-    if sync is not None:
-        needed = version_needed(version, sync.state.served, trainer.args.max_staleness)
-        note_published(trainer, version)
-        sync.publish(version, adapter_dir, snapshot.write)
-        waited = sync.wait_until_served(needed, timeout_s)
-        trainer._metrics["train"]["sync/wait_for_served_s"].append(waited)
-    return t_pause, t_barrier, time.time()
 
 
 class SyncMetricsCallback(TrainerCallback):
@@ -58,10 +34,9 @@ class SyncMetricsCallback(TrainerCallback):
         self.sync = sync
 
     def on_step_end(self, args, state, control, **kwargs):
-        metrics = self.trainer._metrics["train"]
         while not self.sync.metrics.empty():
             key, value = self.sync.metrics.get_nowait()
-            metrics[key].append(value)
+            self.trainer.record(key, value)
 
 
 def wait_until_every_replica_serves(proxy_url: str, name: str, timeout_s: float, poll_s: float = 0.2) -> bool:
@@ -102,10 +77,11 @@ class BackgroundSyncRun:
         from agrpo.trainer.seam.client import Visibility
 
         client = self.client
+        lora_dir, lora_name = trainer.adapter_folders
         self.sync = BackgroundSync(
-            lora_name=trainer._lora_name,  # the folders
+            lora_name=lora_name,  # the folders
             served_name=trainer.served_lora_name,  # loads, unloads, requests: `<tenant>/trl-policy` on a shared fleet
-            lora_dir=trainer._lora_dir,
+            lora_dir=lora_dir,
             max_staleness=trainer.args.max_staleness,
             load=lambda name, path: client.load_lora_adapter(name, path),
             unload=lambda name: client.unload_lora_adapter(name),

@@ -173,7 +173,7 @@ def gate_loads(trainer: Any, store: Any, timeout_s: float, gate: bool = True) ->
     from agrpo.trainer.seam.client import Visibility
 
     def record(key: str, value: float) -> None:
-        trainer._metrics["train"][key].append(value)
+        trainer.record(key, value)
 
     client.load_through(Visibility(store, timeout_s, record) if gate else None, loaded_record=record)
 
@@ -208,14 +208,16 @@ def is_paced(cfg: RunConfig) -> bool:
 
 
 def build_trainer(cfg: RunConfig, args: Any, tenant: str | None = None) -> Any:
-    """agrpo's AsyncGRPOTrainer (agrpo/trainer/seam/trainer.py) on the run's data, rewards and agent, with the rollout
-    loop class its child will run; `tenant`: its adapters are served as `<tenant>/trl-policy-vN` (a shared fleet)."""
+    """agrpo's AsyncGRPOTrainer (agrpo/trainer/seam/trainer.py) on the run's data, rewards and agent, with agrpo's
+    rollout worker (agrpo/trainer/rollout_worker.py) running the loop class its child needs; `tenant`: its adapters are
+    served as `<tenant>/trl-policy-vN` (a shared fleet)."""
     from agrpo.agents.build import agent_enabled, prepare_agent
     from agrpo.config.data_checks import reward_problems
     from agrpo.data import load_train_dataset
     from agrpo.rewards.registry import build_reward_funcs
     from agrpo.trainer.fsdp_compat import running_under_fsdp, untie_embeddings
     from agrpo.trainer.loop_install import loop_class
+    from agrpo.trainer.rollout_worker import AgrpoRolloutWorker, RolloutLoopSpec, loop_arguments
     from agrpo.trainer.seam.trainer import AgrpoAsyncGRPOTrainer  # imports TRL: here, not at the top
 
     dataset = load_train_dataset(cfg.data, seed=cfg.trainer.seed)
@@ -224,18 +226,20 @@ def build_trainer(cfg: RunConfig, args: Any, tenant: str | None = None) -> Any:
         raise ConfigError("; ".join(problems))
     rewards = build_reward_funcs(cfg.reward.funcs) if cfg.reward.funcs else []  # an environment may own the reward
     agent_kwargs = prepare_agent(cfg, args)  # tools, environment_factory ({} without an agent)
+    loop = RolloutLoopSpec(
+        loop_class(agent=agent_enabled(cfg.agent), paced=is_paced(cfg)),  # the one loop class
+        loop_arguments(args, dataset, rewards, agent_kwargs.get("tools"), agent_kwargs.get("environment_factory")),
+    )
     untie = cfg.launcher.accelerate.untie_embeddings and running_under_fsdp()
     return AgrpoAsyncGRPOTrainer(
         model=cfg.model.name_or_path,
-        reward_funcs=rewards,
         args=args,
         train_dataset=dataset,
         processing_class=load_tokenizer(cfg.model),
         peft_config=build_peft_config(cfg.lora),
-        loop_cls=loop_class(agent=agent_enabled(cfg.agent), paced=is_paced(cfg)),  # the one loop class
+        rollout_worker=AgrpoRolloutWorker(loop, queue_maxsize=args.queue_maxsize),
         fix_model=untie_embeddings if untie else None,
         tenant=tenant,
-        **agent_kwargs,
     )
 
 

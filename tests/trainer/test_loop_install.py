@@ -1,4 +1,4 @@
-"""The rollout loop class (agrpo/trainer/loop_install.py) on agrpo's real AgrpoRolloutWorker (seam/worker.py), without
+"""The rollout loop class (agrpo/trainer/loop_install.py) on agrpo's real AgrpoRolloutWorker (rollout_worker.py), without
 vLLM: which class each kind of run spawns, the order its concerns are composed in, that the child can import
 it by name, and that the guard and the pacing installed around it leave it as it is. What each concern does in a run
 is proven end to end by tests/e2e/test_failing_reward.py (guard), test_pipeline.py (pacing) and test_agent.py."""
@@ -13,22 +13,15 @@ from trl.experimental.async_grpo.async_rollout_worker import _AsyncRolloutLoop
 
 from agrpo.trainer.agent_loop import AgentRolloutLoop, AgentTurnsMixin
 from agrpo.trainer.guarded_loop import GuardedRolloutLoop
-from agrpo.trainer.loop_install import loop_class, loop_to_run
+from agrpo.trainer.loop_install import loop_class
 from agrpo.trainer.rollout_child import PacedRolloutLoop, PacingMixin
 from agrpo.trainer.rollout_loop import AgrpoRolloutLoop
 
 
-@pytest.fixture()
-def worker():
-    from agrpo.trainer.seam.cpu_compat import apply_cpu_workarounds
+def worker_running(loop_cls: type):
+    from agrpo.trainer.rollout_worker import AgrpoRolloutWorker, RolloutLoopSpec
 
-    apply_cpu_workarounds()  # TRL refuses to build the worker without an importable vllm unless patched
-    from accelerate.state import PartialState
-
-    from agrpo.trainer.seam.worker import AgrpoRolloutWorker
-
-    PartialState()
-    return AgrpoRolloutWorker(queue_maxsize=4)
+    return AgrpoRolloutWorker(RolloutLoopSpec(loop_cls), queue_maxsize=4)
 
 
 def paced_trainer(worker):
@@ -58,9 +51,8 @@ def paced_trainer(worker):
         (True, True, AgentRolloutLoop),
     ],
 )
-def test_each_kind_of_run_spawns_its_loop(worker, agent, paced, expected):
-    assert worker.run_loop(loop_class(agent, paced)) is expected
-    assert worker._loop_cls is expected and loop_class(agent, paced) is expected
+def test_each_kind_of_run_spawns_its_loop(agent, paced, expected):
+    assert loop_class(agent, paced) is expected and issubclass(expected, GuardedRolloutLoop)
 
 
 def test_the_concerns_compose_in_one_order():
@@ -76,22 +68,6 @@ def test_the_child_imports_each_loop_by_name(cls):
     assert getattr(importlib.import_module(cls.__module__), cls.__qualname__) is cls
 
 
-def test_a_loop_that_extends_the_chosen_one_is_kept_and_anything_else_refused(worker):
-    class Mine(PacedRolloutLoop):
-        pass
-
-    worker._loop_cls = Mine
-    assert worker.run_loop(PacedRolloutLoop) is Mine and loop_to_run(Mine, PacedRolloutLoop) is Mine
-
-    class Other(_AsyncRolloutLoop):
-        pass
-
-    worker._loop_cls = Other
-    with pytest.raises(RuntimeError, match="Other: derive it from agrpo.trainer.guarded_loop.GuardedRolloutLoop"):
-        worker.run_loop(GuardedRolloutLoop)
-    assert worker._loop_cls is Other
-
-
 def test_a_rank_without_a_rollout_worker_paces_nothing():
     from agrpo.trainer.rollout_pacing import attach_pacing
 
@@ -99,28 +75,28 @@ def test_a_rank_without_a_rollout_worker_paces_nothing():
         assert controller is None
 
 
-def test_guard_and_pacing_leave_the_installed_loop_as_it_is(worker):
+def test_guard_and_pacing_leave_the_installed_loop_as_it_is():
     from agrpo.trainer.rollout_control import CountingQueue
     from agrpo.trainer.rollout_guard import guard_rollout_worker
     from agrpo.trainer.rollout_pacing import attach_pacing
 
+    worker = worker_running(loop_class(agent=True, paced=True))
     trainer = paced_trainer(worker)
-    worker.run_loop(loop_class(agent=True, paced=True))
     guard_rollout_worker(trainer, run_dir="unused", log_file="/run/logs/trainer.log")
     with attach_pacing(trainer, auto=False) as controller:
-        assert controller is None and worker._loop_cls is AgentRolloutLoop
-        assert set(worker._loop_kwargs) >= {"agrpo_control", "agrpo_max_staleness"}  # what PacingMixin takes
-        assert worker._loop_kwargs["agrpo_control"] == trainer.rollout_control.path
+        assert controller is None and worker.loop.loop_cls is AgentRolloutLoop
+        assert set(worker.loop.kwargs) >= {"agrpo_control", "agrpo_max_staleness"}  # what PacingMixin takes
+        assert worker.loop.kwargs["agrpo_control"] == trainer.rollout_control.path
         assert isinstance(trainer.rollout_queue, CountingQueue)  # the trainer's consumption is counted
     assert trainer.rollout_control is None
 
 
-def test_pacing_refuses_a_loop_that_cannot_take_its_arguments(worker):
+def test_pacing_refuses_a_loop_that_cannot_take_its_arguments():
     from agrpo.trainer.rollout_pacing import attach_pacing
 
+    worker = worker_running(loop_class(agent=False, paced=False))
     trainer = paced_trainer(worker)
-    worker.run_loop(loop_class(agent=False, paced=False))
     with pytest.raises(RuntimeError, match="GuardedRolloutLoop, which cannot be paced"):
         with attach_pacing(trainer, auto=False):
             pass
-    assert "agrpo_control" not in worker._loop_kwargs and trainer.rollout_control is None
+    assert "agrpo_control" not in worker.loop.kwargs and trainer.rollout_control is None

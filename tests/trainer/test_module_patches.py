@@ -1,7 +1,6 @@
 """agrpo's patches of TRL's module functions (agrpo/trainer/seam/module_patches.py): each patched TRL attribute still
 exists (fails if TRL moves it), forcing them patches every one, the SDPA packed attention computes what
-FlashAttention's varlen kernel computes; and agrpo's rollout worker (seam/worker.py) lets its child exit by itself
-when stopped."""
+FlashAttention's varlen kernel computes; the client class TRL builds is agrpo's for the span, then TRL's again."""
 
 import importlib
 
@@ -38,17 +37,10 @@ def test_trl_still_calls_cuda_for_flops():
 
 def test_apply_forced_patches_every_attribute():
     applied = module_patches.apply_trl_patches("sdpa", force_cpu=True)
-    assert {"flops", "sdpa_attention", "vllm_guard"} <= set(applied)
-    from trl.experimental.async_grpo import async_grpo_trainer, async_rollout_worker, packing
-
-    from agrpo.trainer.rollout_loop import AgrpoRolloutLoop
-    from agrpo.trainer.seam.worker import AgrpoRolloutWorker
-
-    assert async_rollout_worker.AsyncRolloutWorker._loop_cls is async_rollout_worker._AsyncRolloutLoop  # TRL's own
-    assert AgrpoRolloutWorker._loop_cls is AgrpoRolloutLoop  # agrpo's worker's default: the spawned child imports it
+    assert {"flops", "sdpa_attention"} <= set(applied)
+    from trl.experimental.async_grpo import async_grpo_trainer, packing
 
     assert async_grpo_trainer.get_peak_flops_per_device(None, "float32") is None
-    assert async_rollout_worker.is_vllm_available() is True
     assert packing._flash_attn().flash_attn_varlen_func is attention.varlen_causal_attention
 
 
@@ -87,28 +79,12 @@ def test_varlen_attention_matches_dense_reference():
     torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-4)
 
 
-def _fill_queue_then_wait(samples, stop_event):
-    for _ in range(64):
-        samples.put(b"x" * 100_000)  # far more than a pipe holds: the feeder thread blocks until someone reads
-    stop_event.wait()
+def test_trl_builds_agrpos_client_for_the_span_and_its_own_after():
+    from trl.experimental.async_grpo import async_grpo_trainer
 
+    from agrpo.trainer.seam.client import AgrpoVLLMClient
 
-def test_stopping_the_rollout_worker_lets_the_child_exit_by_itself():
-    """A child that queued samples nobody will read cannot exit (its queue's feeder thread waits for a reader); TRL's
-    stop then terminates it after 15 s. With the drain, the child exits on its own: exit code 0, not SIGTERM's -15."""
-    import multiprocessing as mp
-
-    from accelerate import PartialState
-
-    PartialState()  # TRL logs through accelerate's logger
-    from agrpo.trainer.seam.worker import AgrpoRolloutWorker
-
-    ctx = mp.get_context("fork")
-    worker = AgrpoRolloutWorker.__new__(AgrpoRolloutWorker)  # no guard: TRL's stop, with the drain around it
-    worker.guard = None
-    worker.rollout_buffer, worker.metrics_queue, worker._stop_event_mp = ctx.Queue(), ctx.Queue(), ctx.Event()
-    worker._process = ctx.Process(target=_fill_queue_then_wait, args=(worker.rollout_buffer, worker._stop_event_mp))
-    worker._process.start()
-    process = worker._process
-    worker.stop()
-    assert process.exitcode == 0
+    trl_client = async_grpo_trainer.VLLMClient
+    with module_patches.building_client(AgrpoVLLMClient):
+        assert async_grpo_trainer.VLLMClient is AgrpoVLLMClient
+    assert async_grpo_trainer.VLLMClient is trl_client and trl_client is not AgrpoVLLMClient

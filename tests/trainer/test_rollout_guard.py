@@ -1,5 +1,5 @@
-"""The rollout guard (agrpo/trainer/rollout_guard.py) on agrpo's real AgrpoRolloutWorker (TRL's AsyncRolloutWorker,
-subclassed in agrpo/trainer/seam/worker.py) and real spawned processes,
+"""The rollout guard (agrpo/trainer/rollout_guard.py) on agrpo's real AgrpoRolloutWorker (TRL's public rollout-worker
+protocol, agrpo/trainer/rollout_worker.py) and real spawned processes,
 without vLLM: the root cause of the hang (a child that dies while asleep on the stop event makes `set()` wait
 forever), that the guard's stop returns anyway, and how failures, deaths and stale heartbeats are reported.
 The end-to-end runs with real rewards are in tests/e2e/test_failing_reward.py."""
@@ -29,16 +29,10 @@ BOUNDED_S = 60  # a bound on waits that must end, never a timing assertion
 
 @pytest.fixture()
 def worker():
-    from agrpo.trainer.seam.cpu_compat import apply_cpu_workarounds
+    from agrpo.trainer.rollout_loop import AgrpoRolloutLoop
+    from agrpo.trainer.rollout_worker import AgrpoRolloutWorker, RolloutLoopSpec
 
-    apply_cpu_workarounds()  # TRL refuses to build the worker without an importable vllm unless patched
-    from accelerate.state import PartialState
-
-    from agrpo.trainer.seam.worker import AgrpoRolloutWorker
-
-    PartialState()  # TRL's worker logs through accelerate, which wants it
-
-    return AgrpoRolloutWorker(queue_maxsize=4)  # the loop's arguments are only used when it starts
+    return AgrpoRolloutWorker(RolloutLoopSpec(AgrpoRolloutLoop), queue_maxsize=4)  # arguments: used when it starts
 
 
 def guard_for(worker, step: int = 3, max_steps: int = 10) -> RolloutGuard:
@@ -50,9 +44,9 @@ def guard_for(worker, step: int = 3, max_steps: int = 10) -> RolloutGuard:
 
 
 def start_child(worker, target, *args):
-    process = worker._mp_ctx.Process(target=target, args=args, daemon=True)
+    process = worker.child.context.Process(target=target, args=args, daemon=True)
     process.start()
-    worker._process = process
+    worker.child.process = process
     return process
 
 
@@ -66,8 +60,8 @@ def ends(function) -> bool:
 
 def test_event_set_hangs_once_a_sleeper_died_cpython_75158(worker):
     """The root cause: multiprocessing's Event.set() waits for every registered sleeper to acknowledge."""
-    event, ready = worker._mp_ctx.Event(), worker._mp_ctx.Event()
-    child = worker._mp_ctx.Process(target=asleep_on_event_then_exit, args=(event, ready), daemon=True)
+    event, ready = worker.child.context.Event(), worker.child.context.Event()
+    child = worker.child.context.Process(target=asleep_on_event_then_exit, args=(event, ready), daemon=True)
     child.start()
     assert ready.wait(BOUNDED_S)
     child.join(BOUNDED_S)
@@ -79,28 +73,28 @@ def test_event_set_hangs_once_a_sleeper_died_cpython_75158(worker):
 
 
 def test_guarded_stop_returns_when_the_child_died_asleep_on_the_stop_event(worker):
-    ready = worker._mp_ctx.Event()
-    child = start_child(worker, asleep_on_event_then_exit, worker._stop_event_mp, ready)
+    ready = worker.child.context.Event()
+    child = start_child(worker, asleep_on_event_then_exit, worker.channels.stop, ready)
     assert ready.wait(BOUNDED_S)
     child.join(BOUNDED_S)
     guard_for(worker)
     assert ends(worker.stop)
-    assert worker._process is None
+    assert worker.child.process is None
 
 
 def test_guarded_stop_signals_a_living_child_which_then_exits_by_itself(worker):
-    ready = worker._mp_ctx.Event()
-    child = start_child(worker, wait_for_stop, worker._stop_event_mp, ready)
+    ready = worker.child.context.Event()
+    child = start_child(worker, wait_for_stop, worker.channels.stop, ready)
     assert ready.wait(BOUNDED_S)
     guard_for(worker)
     assert ends(worker.stop)
-    assert child.exitcode == 0  # it saw the event; TRL's stop did not have to terminate it
+    assert child.exitcode == 0  # it saw the event; the stop did not have to terminate it
 
 
 def test_a_reported_failure_is_the_childs_paragraph_with_the_step(worker):
     paragraph = "reward term 'politeness' raised ValueError: boom (my_rewards.py, line 3) while scoring the row [x]."
-    worker._exception_info_queue.put(("RewardError", paragraph, "traceback"))
-    worker._failed_event.set()
+    worker.channels.failure.put(("RewardError", paragraph, "traceback"))
+    worker.channels.failed.set()
     guard = guard_for(worker, step=4, max_steps=30)
     with pytest.raises(RolloutFailed) as raised:
         guard.check()
@@ -118,7 +112,7 @@ def test_a_child_that_died_without_a_word_is_reported_at_once(worker):
 
 
 def test_a_stale_heartbeat_is_a_hang_only_where_the_trainer_waits(worker):
-    worker._heartbeat_value.value = time.time() - 100
+    worker.channels.heartbeat.value = time.time() - 100
     guard = guard_for(worker)
     guard.check()  # after a step: a back-pressured child does not beat, that is no hang
     with pytest.raises(RolloutFailed, match=r"no heartbeat for 10\d s \(limit 60 s\)"):
@@ -155,25 +149,6 @@ def test_row_failures_name_the_row_and_the_key_for_a_refused_prompt():
     prompt = [{"role": "system", "content": "Be terse."}, {"role": "user", "content": "What is 3 + 4?"}]
     text = row_failure(prompt, Refused("400, message='Bad Request'"))
     assert "the row [prompt 'What is 3 + 4?']" in text and "inference.max_model_len" in text
-
-
-def test_only_a_guarded_loop_class_may_replace_trls(worker):
-    from trl.experimental.async_grpo.async_rollout_worker import _AsyncRolloutLoop
-
-    from agrpo.trainer.guarded_loop import GuardedRolloutLoop
-    from agrpo.trainer.rollout_loop import AgrpoRolloutLoop
-
-    assert worker._loop_cls is AgrpoRolloutLoop  # agrpo's plain loop (token, retired versions): the worker's default
-    assert worker.run_loop(GuardedRolloutLoop) is GuardedRolloutLoop and issubclass(
-        GuardedRolloutLoop, AgrpoRolloutLoop
-    )
-
-    class Other(_AsyncRolloutLoop):
-        pass
-
-    worker._loop_cls = Other
-    with pytest.raises(RuntimeError, match="derive it from agrpo.trainer.guarded_loop.GuardedRolloutLoop"):
-        worker.run_loop(GuardedRolloutLoop)
 
 
 def test_the_heartbeat_stops_at_the_start_of_a_scoring_that_has_not_returned():

@@ -4,8 +4,9 @@
   `setattr` whose attribute is one TRL's trainer, worker, client or loop defines).
 - `AgrpoVLLMClient`'s load is one call chain in a fixed order (the store's visibility, the load, the retention policy,
   the timing), against a real HTTP server on loopback standing in for vLLM (it records what it was asked).
-- `AgrpoRolloutWorker.replacing` rebuilds TRL's worker with TRL's own arguments, as a TRL worker (TRL's checkpoint
-  and resume code test `isinstance(..., AsyncRolloutWorker)`).
+- `AgrpoRolloutWorker` (agrpo/trainer/rollout_worker.py) is TRL's public `RolloutWorkerProtocol`, subclassing nothing
+  of TRL's; what TRL derives in its constructor reaches the loop's arguments through `bind`.
+- Every override of a TRL method in agrpo's subclasses has a docstring saying what TRL does and what agrpo does.
 - `AgrpoAsyncGRPOTrainer`'s overrides dispatch as documented. Its constructor needs a vLLM server (TRL probes it), so
   these are built with `__new__` and TRL's own method stands in for what it would send to the server; the whole
   trainer runs in tests/e2e/test_pipeline.py and test_agent.py.
@@ -74,7 +75,7 @@ def replaced_attributes(tree: ast.Module, names: set[str]) -> list[tuple[str, in
 
 def test_no_attribute_of_a_trl_object_is_replaced_outside_the_seam():
     names = trl_member_names()
-    assert {"load_lora_adapter", "_sync_weight_lora", "start", "_loop_cls", "log", "shutil"} <= names
+    assert {"load_lora_adapter", "_sync_weight_lora", "start", "_save_checkpoint", "log", "shutil"} <= names
     outside = []
     for path in sorted(AGRPO.rglob("*.py")):
         rel = path.relative_to(AGRPO).as_posix()
@@ -165,28 +166,57 @@ def test_without_the_gate_or_retention_a_load_is_trls(server_url):
 # ---- the worker --------------------------------------------------------------------------------------------------
 
 
-@pytest.fixture()
-def trl_worker():
-    from accelerate.state import PartialState
-    from trl.experimental.async_grpo.async_rollout_worker import AsyncRolloutWorker
-
-    from agrpo.trainer.seam.cpu_compat import apply_cpu_workarounds
-
-    apply_cpu_workarounds()  # TRL refuses to build the worker without an importable vllm unless patched
-    PartialState()
-    return AsyncRolloutWorker(queue_maxsize=5, model_name="m", lora_name="trl-policy", max_tokens=9)
-
-
-def test_the_worker_is_rebuilt_with_trls_arguments(trl_worker):
-    from trl.experimental.async_grpo.async_rollout_worker import AsyncRolloutWorker
+def test_the_worker_is_trls_public_protocol_and_nothing_of_trls():
+    from trl.experimental.async_grpo.async_grpo_trainer import RolloutWorkerProtocol
 
     from agrpo.trainer.rollout_loop import AgrpoRolloutLoop
-    from agrpo.trainer.seam.worker import AgrpoRolloutWorker
+    from agrpo.trainer.rollout_worker import AgrpoRolloutWorker, RolloutLoopSpec
 
-    worker = AgrpoRolloutWorker.replacing(trl_worker)
-    assert isinstance(worker, AsyncRolloutWorker) and worker.rollout_buffer is not trl_worker.rollout_buffer
-    assert worker._loop_kwargs == trl_worker._loop_kwargs  # queue_maxsize and dataset_start_index included
-    assert worker.rollout_buffer._maxsize == 5 and worker._loop_cls is AgrpoRolloutLoop and worker.guard is None
+    worker = AgrpoRolloutWorker(RolloutLoopSpec(AgrpoRolloutLoop, {"max_tokens": 9}), queue_maxsize=5)
+    protocol = {name for name in vars(RolloutWorkerProtocol) if not name.startswith("_")}
+    protocol |= set(RolloutWorkerProtocol.__annotations__)
+    assert protocol == {"rollout_buffer", "metrics_queue", "start", "stop", "update_model_version", "check_health"}
+    assert all(hasattr(worker, name) for name in protocol)
+    assert [c for c in AgrpoRolloutWorker.__mro__ if c.__module__.startswith("trl")] == []
+    worker.bind(model_name="m", lora_name="tenant-a/trl-policy", processing_class=None, eos_token_ids=[2])
+    assert worker.loop.kwargs == {
+        "max_tokens": 9,
+        "queue_maxsize": 5,
+        "model_name": "m",
+        "lora_name": "tenant-a/trl-policy",
+        "processing_class": None,
+        "eos_token_ids": [2],
+    }
+    worker.update_model_version(7)
+    assert worker.channels.version() == 7 and worker.rollout_buffer._maxsize == 5
+    worker.stop()  # never started: nothing to stop
+
+
+def trl_classes_in(cls: type) -> list[type]:
+    return [c for c in cls.__mro__ if c.__module__.startswith("trl.")]
+
+
+def test_every_override_of_a_trl_method_says_what_trl_does_and_why_agrpo_differs():
+    """Each method an agrpo class defines that a TRL class in its MRO defines too has a docstring naming TRL's
+    behaviour and agrpo's (the word "TRL" and "agrpo", or a "TRL's ..." sentence)."""
+    from agrpo.trainer.agent_loop import AgentRolloutLoop
+    from agrpo.trainer.seam.client import AgrpoVLLMClient
+    from agrpo.trainer.seam.trainer import AgrpoAsyncGRPOTrainer
+
+    missing = []
+    for concrete in (AgrpoAsyncGRPOTrainer, AgrpoVLLMClient, AgentRolloutLoop):
+        trl_members = {name for c in trl_classes_in(concrete) for name in vars(c)}
+        for cls in concrete.__mro__:
+            if not cls.__module__.startswith("agrpo."):
+                continue
+            for name, member in vars(cls).items():
+                function = getattr(member, "fget", member)
+                if name not in trl_members or not callable(function) or name in ("__dict__", "__doc__", "__module__"):
+                    continue
+                doc = function.__doc__ or ""
+                if "TRL" not in doc:
+                    missing.append(f"{cls.__module__}.{cls.__qualname__}.{name}")
+    assert not missing, "overrides of TRL methods without a docstring saying what TRL does: " + ", ".join(missing)
 
 
 # ---- the trainer's overrides -------------------------------------------------------------------------------------
@@ -219,9 +249,9 @@ def test_every_training_log_carries_the_figures_but_not_trls_summary(bare_traine
 
 
 def test_the_sync_is_trls_until_the_background_sync_starts(bare_trainer, monkeypatch):
-    from agrpo.trainer import sync_mode
+    from agrpo.trainer.seam.trainer import AgrpoAsyncGRPOTrainer
 
-    monkeypatch.setattr(sync_mode, "sync_without_pause", lambda trainer, sync, timeout_s, t0: (t0, t0, t0))
+    monkeypatch.setattr(AgrpoAsyncGRPOTrainer, "_publish_without_pause", lambda self, sync, timeout_s, t0: (t0, t0, t0))
     bare_trainer.model_version = 4
     bare_trainer._sync_weight_lora(1.0)
     assert bare_trainer.calls == [("trl_sync", 1.0)]

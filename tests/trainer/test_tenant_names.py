@@ -121,39 +121,31 @@ def test_the_clients_load_and_unload_of_a_served_name_reach_the_retention_policy
     assert retention.request_delete(str(tmp_path / names.folder(1))) is True and retention.deleted == []
 
 
-@pytest.fixture()
-def trl_worker():
-    from accelerate.state import PartialState
-    from trl.experimental.async_grpo.async_rollout_worker import AsyncRolloutWorker
+@pytest.mark.parametrize(("tenant", "lora_sync"), [(TENANT, True), (None, True), (TENANT, False)])
+def test_the_rollout_worker_asks_for_the_served_name(tenant, lora_sync):
+    from types import SimpleNamespace
 
-    from agrpo.trainer.seam.cpu_compat import apply_cpu_workarounds
-
-    apply_cpu_workarounds()  # TRL refuses to build the worker without an importable vllm unless patched
-    PartialState()
-
-    def build(lora_name):
-        return AsyncRolloutWorker(queue_maxsize=5, model_name="m", lora_name=lora_name, max_tokens=9)
-
-    return build
-
-
-def test_the_rollout_worker_asks_for_the_served_name(trl_worker):
     from trl.experimental.async_grpo.async_rollout_worker import _AsyncRolloutLoop
 
-    from agrpo.trainer.seam.worker import AgrpoRolloutWorker
+    from agrpo.trainer.rollout_loop import AgrpoRolloutLoop
+    from agrpo.trainer.rollout_worker import AgrpoRolloutWorker, RolloutLoopSpec
+    from agrpo.trainer.seam.trainer import AgrpoAsyncGRPOTrainer
 
-    names = AdapterNames(tenant=TENANT)
-    worker = AgrpoRolloutWorker.replacing(trl_worker("trl-policy"), served_lora_name=names.served_base)
-    assert worker._loop_kwargs["lora_name"] == f"{TENANT}/trl-policy"
+    trainer = AgrpoAsyncGRPOTrainer.__new__(AgrpoAsyncGRPOTrainer)  # what TRL's constructor leaves, without a server
+    trainer.tenant, trainer._lora_name, trainer._lora_sync = tenant, "trl-policy", lora_sync
+    trainer.rollout_worker = worker = AgrpoRolloutWorker(RolloutLoopSpec(AgrpoRolloutLoop))
+    trainer.model = SimpleNamespace(config=SimpleNamespace(_name_or_path="m"))
+    trainer.processing_class, trainer.eos_token_ids = None, [2]
+    trainer.bind_worker()
+    names = AdapterNames(tenant=tenant)
+    expected = names.served_base if lora_sync else None  # no adapter sync: requests name the base model
+    assert worker.loop.kwargs["lora_name"] == expected and worker.loop.kwargs["model_name"] == "m"
     # TRL's loop builds each request's `model` from it: the loop's own property, on the worker's arguments
     loop = _AsyncRolloutLoop.__new__(_AsyncRolloutLoop)
-    loop.lora_name, loop.model_name = worker._loop_kwargs["lora_name"], "m"
+    loop.lora_name, loop.model_name = worker.loop.kwargs["lora_name"], "m"
     loop._model_version_value = type("V", (), {"value": 5})()
-    assert _AsyncRolloutLoop._request_model.fget(loop) == names.served(5)
-    plain = AgrpoRolloutWorker.replacing(trl_worker("trl-policy"), served_lora_name=AdapterNames().served_base)
-    assert plain._loop_kwargs["lora_name"] == "trl-policy"
-    full_weights = AgrpoRolloutWorker.replacing(trl_worker(None), served_lora_name=names.served_base)
-    assert full_weights._loop_kwargs["lora_name"] is None  # no adapter sync: requests name the base model
+    assert _AsyncRolloutLoop._request_model.fget(loop) == (names.served(5) if lora_sync else "m")
+    assert (expected == f"{TENANT}/trl-policy") is (lora_sync and tenant == TENANT)
 
 
 def test_the_trainer_serves_its_namespace_and_refuses_trls_blocking_sync_on_a_fleet(monkeypatch):

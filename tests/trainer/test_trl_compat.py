@@ -4,7 +4,7 @@ that lacks or changed one of them stops `python -m agrpo` before anything starts
 Which private names are TRL's, read from source (ast, nothing imported): a name starting with `_` (not a dunder) that
 TRL's own source defines (a def, class, assignment, attribute assignment or import anywhere under the installed `trl`
 package), used in agrpo code that works with TRL (every file of agrpo/trainer/, and any other agrpo file that imports
-trl) as an attribute (`worker._loop_cls`, `trl_worker._spawn_stop_watcher = ...`), a method defined in a class (an
+trl) as an attribute (`trainer._lora_dir`, `module._flash_attn = ...`), a method defined in a class (an
 override: `async def _score_group`), a name imported from trl (`from trl... import _AsyncRolloutLoop`) or a string
 constant (`require(..., "_flash_attn")`, `getattr(x, "_name")`). The AST cannot tell which object an attribute is
 read from, so the rule goes by name: a use is covered when TRL_NAMES holds a member of that name, and agrpo's own
@@ -162,7 +162,18 @@ WORKER = "experimental/async_grpo/async_rollout_worker.py"
 TRAINER = "experimental/async_grpo/async_grpo_trainer.py"
 EDITS = {  # id -> (file, old, new, what the error must name)
     "sync_weight_lora": (TRAINER, "_sync_weight_lora", "_sync_adapter", "AsyncGRPOTrainer._sync_weight_lora is gone"),
-    "stop_watcher": (WORKER, "_spawn_stop_watcher", "_start_stop_watcher", "async_rollout_worker._spawn_stop_watcher"),
+    "rollout_hook": (
+        TRAINER,
+        "        rollout_worker: RolloutWorkerProtocol | None = None,",
+        "        rollout_backend: RolloutWorkerProtocol | None = None,",
+        "AsyncGRPOTrainer.__init__ no longer takes rollout_worker",
+    ),
+    "checkpoint_hook": (
+        TRAINER,
+        "def _save_checkpoint(self, model, trial)",
+        "def _save_checkpoint(self, model)",
+        "_save_checkpoint now takes (model)",
+    ),
     "flash_attn": ("experimental/async_grpo/packing.py", "_flash_attn", "_load_fa3", "packing._flash_attn is gone"),
     "retry_signature": (
         WORKER,
@@ -188,7 +199,7 @@ def test_require_refuses_a_name_the_list_does_not_hold():
     assert require("trl.experimental.async_grpo.packing", "_flash_attn").__name__.endswith("packing")
 
 
-@pytest.mark.parametrize("name", ["sync_weight_lora", "stop_watcher", "flash_attn", "retry_signature"])
+@pytest.mark.parametrize("name", ["sync_weight_lora", "rollout_hook", "flash_attn", "retry_signature"])
 def test_a_run_on_a_changed_trl_stops_before_anything_starts(trl_copy, tmp_path, name):
     """`python -m agrpo +recipe=smoke` as a user runs it, with one name of a copy of the installed TRL (first on the
     path) renamed or changed: exit 2 and one paragraph naming it, no traceback, no replica started."""

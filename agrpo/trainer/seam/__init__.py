@@ -2,14 +2,16 @@
 agrpo's subclasses, each with a docstring saying what TRL does and why agrpo differs (docs/architecture.md has the
 whole table):
 
-- trainer.py: `AgrpoAsyncGRPOTrainer(AsyncGRPOTrainer)`: the client and worker below, the background sync, log figures,
-  pacing, adapter retention.
-- worker.py: `AgrpoRolloutWorker(AsyncRolloutWorker)`: the run's loop class, the guard, the drain on stop.
+- trainer.py: `AgrpoAsyncGRPOTrainer(AsyncGRPOTrainer)`: agrpo's rollout worker through TRL's public
+  `rollout_worker=` hook (agrpo/trainer/rollout_worker.py, no TRL subclass), the client below, the background sync
+  with the logic it needs, the rollout position in checkpoints, log figures, pacing, adapter retention.
 - client.py: `AgrpoVLLMClient(VLLMClient)`: adapter loads that wait for the store, serve first and feed retention.
 - the rollout child's loops (TRL's `_AsyncRolloutLoop`, spawned by reference, so module-level classes the child
-  imports): agrpo/trainer/rollout_loop.py, guarded_loop.py, rollout_child.py, agent_loop.py (loop_install.py picks).
-- module_patches.py: the few functions of TRL's modules replaced because TRL offers nothing to override (CPU
-  workarounds, packed attention, the admin token on TRL's HTTP calls, the model fix at load, the deferred rmtree).
+  imports): agrpo/trainer/rollout_loop.py, guarded_loop.py, rollout_child.py, agent_loop.py (loop_install.py picks);
+  the one part of the rollout side still built on a TRL private class.
+- module_patches.py: the few names of TRL's modules replaced because TRL offers nothing to override (CPU
+  workarounds, packed attention, the admin token on TRL's HTTP calls, the model fix at load, the deferred rmtree,
+  the client class TRL builds).
 
 The logic each override calls stays in its own module (rollout_guard.py, rollout_pacing.py, adapter_retention.py,
 sync_mode.py, background_sync.py). Every private TRL name used is listed in agrpo/trl_compat.py and checked when a run

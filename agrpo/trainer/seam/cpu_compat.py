@@ -1,18 +1,16 @@
 """Workarounds that let TRL 1.16's AsyncGRPOTrainer run without CUDA (applied by module_patches.py).
 
-Each is applied only when it is needed and touches one named attribute of TRL, listed in agrpo/trl_compat.py (`require`):
-1. FLOPs accounting: `trl.trainer.utils.get_peak_flops_per_device` calls `torch.cuda.get_device_name`
-   unconditionally. On CPU there is no peak to compare against, so MFU is disabled (returns None), as TRL itself does
-   for unknown devices.
-2. The rollout worker refuses to start unless a package named `vllm` is importable, although it only speaks HTTP to
-   the server. A trainer-only environment (the server runs elsewhere) gets the guard lifted.
+Applied only when it is needed; it touches named attributes of TRL, listed in agrpo/trl_compat.py (`require`):
+FLOPs accounting: `trl.trainer.utils.get_peak_flops_per_device` calls `torch.cuda.get_device_name` unconditionally.
+On CPU there is no peak to compare against, so MFU is disabled (returns None), as TRL itself does for unknown devices.
+(TRL's own rollout worker also refused to start without an importable `vllm` package; agrpo's worker,
+agrpo/trainer/rollout_worker.py, speaks HTTP only and has no such guard to lift.)
 Packed ("tree") attention, which TRL fetches as a FlashAttention-3 kernel from the Hub, is chosen per machine in
 agrpo/trainer/attention.py (SDPA on CPU).
 """
 
 from __future__ import annotations
 
-import importlib.util
 import logging
 
 import torch
@@ -35,19 +33,10 @@ def _patch_flops() -> None:
     _applied.append("flops")
 
 
-def _patch_vllm_guard() -> None:
-    worker = require("trl.experimental.async_grpo.async_rollout_worker", "is_vllm_available")
-    worker.is_vllm_available = lambda *args, **kwargs: True
-    _applied.append("vllm_guard")
-
-
 def apply_cpu_workarounds(force: bool = False) -> list[str]:
     """Apply what this machine needs and return the names applied (idempotent). `force` applies all (for tests)."""
     if (force or not torch.cuda.is_available()) and "flops" not in _applied:
         _patch_flops()
-    vllm_missing = importlib.util.find_spec("vllm") is None
-    if (force or vllm_missing) and "vllm_guard" not in _applied:
-        _patch_vllm_guard()
     if _applied:
         log.info("CPU workarounds for TRL active: %s", ", ".join(_applied))
     return list(_applied)

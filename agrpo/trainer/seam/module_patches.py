@@ -1,6 +1,6 @@
 """The functions of TRL's modules that agrpo replaces, because TRL calls them by module name and offers no argument,
 class attribute or method to override instead. Everything else agrpo changes in TRL is an override of agrpo's
-subclasses (agrpo/trainer/seam/: trainer.py, worker.py, client.py, and the rollout loops).
+subclasses (agrpo/trainer/seam/: trainer.py, client.py) or goes through TRL's public hooks (the rollout worker).
 
 Each replacement touches one named attribute, taken through `require` (agrpo/trl_compat.py): every private name of
 TRL agrpo relies on is listed there and checked when the run is prepared, so a TRL upgrade that moves one stops the
@@ -19,7 +19,8 @@ For a span (context managers, restored after):
   PEFT at once; the FSDP untie of tied embeddings (fsdp_compat.py) must come in between.
 - `retaining_shutil`: TRL's blocking LoRA sync deletes an old version's folder with its module's `shutil.rmtree`;
   the retention policy (adapter_retention.py) defers that deletion.
-In the rollout child: its stop watcher (`ChildEntry`, child_entry.py here).
+- `building_client`: TRL's trainer builds its `VLLMClient` by its module's name inside `__init__`, with no argument
+  to pass one; for that span the name is agrpo's subclass (seam/client.py), so TRL's is never built and replaced.
 """
 
 from __future__ import annotations
@@ -148,3 +149,15 @@ def retaining_shutil(retention: Any) -> Iterator[RetainingShutil]:
         yield stand_in
     finally:
         module.shutil = shutil
+
+
+@contextlib.contextmanager
+def building_client(client_cls: type) -> Iterator[None]:
+    """TRL's trainer module builds `client_cls` where it builds its `VLLMClient`, for the span; restored after."""
+    module = require(TRAINER_MODULE, "VLLMClient")
+    trl_cls = module.VLLMClient
+    module.VLLMClient = client_cls
+    try:
+        yield
+    finally:
+        module.VLLMClient = trl_cls

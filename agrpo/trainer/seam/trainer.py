@@ -1,40 +1,50 @@
 """`AgrpoAsyncGRPOTrainer`: TRL's `AsyncGRPOTrainer` as agrpo runs it.
 
-- `__init__` builds TRL's `VLLMClient` and `AsyncRolloutWorker`: replaced by `AgrpoVLLMClient` (loads wait for the
-  store, serve first, feed retention: seam/client.py) and `AgrpoRolloutWorker` built with TRL's arguments (guard, drain
-  on stop, the run's loop class: seam/worker.py, loop_install.py).
-- `_sync_weight_lora(t0)`: with `sync.mode=background` no pause, the load on a thread (sync_mode.py,
-  background_sync.py).
+- `rollout_worker=`: agrpo's own worker (agrpo/trainer/rollout_worker.py) through TRL's public hook; TRL builds none.
+  TRL derives some of the loop's arguments while it builds itself: `__init__` then hands them to the worker (`bind`).
+- `VLLMClient`: TRL's trainer module builds its client by name; for the span of TRL's `__init__` that name is
+  `AgrpoVLLMClient` (loads wait for the store, serve first, feed retention: seam/client.py), so no client is built to
+  be thrown away.
+- `_sync_weight_lora(t0)`: with `sync.mode=background` no pause, the load on a thread (the logic: `_publish_without_pause`
+  here; the thread: background_sync.py).
+- `_save_checkpoint` / `train`: TRL saves and restores the rollout position (rollout_state.json) for its own worker
+  only; agrpo's worker gets the same.
 - `log(logs, start_time)`: figures measured outside TRL (serving, fleet) in every training log; a full disk met there
   (TensorBoard's writer) or in any thread ends the run with its paragraph only, no traceback (disk_full_quiet.py).
 - `rollout_queue`: `pace_with(block)` counts what the trainer consumes, for the paced child (rollout_pacing.py).
 - TRL's module `shutil.rmtree` of old versions: `retaining(retention)` defers it while a request may still need the
   folder (adapter_retention.py).
 - TRL's module `create_model_from_path`: `fix_model=` (the FSDP untie, fsdp_compat.py).
-(docs/architecture.md has the whole table, the worker's, the client's and the loops' rows included.)
+(docs/architecture.md has the whole table.)
 
-The order of agrpo's behaviours is this class's call chain: TRL's `__init__` (with the model fix), then the client
-and the worker replaced, the loop chosen; the guard, pacing, retention and background sync are each entered through a
-method of this class or of its worker/client, never by replacing an attribute from outside.
+Every TRL private name read here is listed in agrpo/trl_compat.py; no module outside agrpo/trainer/seam reads one.
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
+import os
 import shutil
+import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
 from trl.experimental.async_grpo import AsyncGRPOTrainer
-from trl.experimental.async_grpo.async_rollout_worker import AsyncRolloutWorker
+from trl.trainer.utils import get_config_model_id
 
 from agrpo.errors import ConfigError
+from agrpo.sync.resume import ROLLOUT_STATE
 from agrpo.trainer.adapter_names import AdapterNames
+from agrpo.trainer.adapter_snapshot import snapshot_adapter
+from agrpo.trainer.background_sync import version_needed
 from agrpo.trainer.disk_full import disk_full_cause
 from agrpo.trainer.disk_full_quiet import install_thread_hook, on_disk_full
+from agrpo.trainer.rollout_pacing import note_published
 from agrpo.trainer.seam.client import AgrpoVLLMClient
-from agrpo.trainer.seam.module_patches import fix_loaded_model, retaining_shutil
-from agrpo.trainer.seam.worker import AgrpoRolloutWorker
+from agrpo.trainer.seam.module_patches import building_client, fix_loaded_model, retaining_shutil
+
+CHECKPOINT_PREFIX = "checkpoint"  # transformers' PREFIX_CHECKPOINT_DIR
 
 
 class AgrpoAsyncGRPOTrainer(AsyncGRPOTrainer):
@@ -45,27 +55,63 @@ class AgrpoAsyncGRPOTrainer(AsyncGRPOTrainer):
     def __init__(
         self,
         *args: Any,
-        loop_cls: type,
+        rollout_worker: Any,
         fix_model: Callable[[Any], Any] | None = None,
         tenant: str | None = None,
         **kwargs: Any,
     ):
+        """TRL's constructor, with agrpo's rollout worker (TRL's public hook) and client; what TRL derives as it builds
+        itself (model id, adapter sync, tokenizer, EOS ids) is then handed to the worker."""
         self.tenant = tenant  # on a shared fleet: adapters are served as `<tenant>/trl-policy-vN` (adapter_names.py)
         self.rollout_control: Any = None  # the paced child's ControlBlock while pacing (rollout_pacing.py)
         self._background: tuple[Any, float] | None = None  # (BackgroundSync or None on other ranks, timeout_s)
         self._log_figures: list[Callable[[], dict[str, float]]] = []
         self._retention: Any = None
         install_thread_hook()  # TensorBoard's writer thread meets a full disk first: no traceback on the console
-        with fix_loaded_model(fix_model):
-            super().__init__(*args, **kwargs)
-        if self.vllm_client is not None:  # main process only
-            self.vllm_client = AgrpoVLLMClient(self.vllm_client.server_url, self.vllm_client.server_timeout)
-        worker = self.rollout_worker
-        if isinstance(worker, AsyncRolloutWorker) and not isinstance(worker, AgrpoRolloutWorker):
-            self.rollout_worker = AgrpoRolloutWorker.replacing(worker, served_lora_name=self.served_lora_name)
-            self.rollout_queue = self.rollout_worker.rollout_buffer
+        with fix_loaded_model(fix_model), building_client(AgrpoVLLMClient):
+            super().__init__(*args, rollout_worker=rollout_worker, **kwargs)
+        self.bind_worker()
+
+    def bind_worker(self) -> None:
+        """Hand the worker what TRL derived while it built itself (main process; other ranks have no worker): the
+        model id, the name requests ask for (`<served_lora_name>-vN` with adapter sync, else the base model), the
+        tokenizer TRL loaded and its EOS ids."""
         if self.rollout_worker is not None:
-            self.rollout_worker.run_loop(loop_cls)
+            self.rollout_worker.bind(
+                model_name=get_config_model_id(self.model.config),
+                lora_name=self.served_lora_name if self._lora_sync else None,
+                processing_class=self.processing_class,
+                eos_token_ids=list(self.eos_token_ids),
+            )
+
+    # ---- the rollout position in checkpoints
+    def _save_checkpoint(self, model: Any, trial: Any) -> None:
+        """TRL writes rollout_state.json (the next prompt, the adapter version) into each checkpoint for its own
+        worker only (an `isinstance` check). agrpo writes the same file for its worker, before transformers' save
+        (whose trainer_state.json, written last, marks a checkpoint complete: agrpo/sync/resume.py)."""
+        if self.accelerator.is_main_process and self.rollout_worker is not None:
+            folder = os.path.join(self.args.output_dir, f"{CHECKPOINT_PREFIX}-{self.state.global_step}")
+            os.makedirs(folder, exist_ok=True)
+            untrained = next(g for g in range(len(self._trained_groups) + 1) if g not in self._trained_groups)
+            state = {"prompt_index": self.rollout_worker.start_index + untrained, "model_version": self.model_version}
+            with open(os.path.join(folder, ROLLOUT_STATE), "w") as handle:
+                json.dump(state, handle)
+        super()._save_checkpoint(model, trial)
+
+    def train(self, resume_from_checkpoint: Any = None, *args: Any, **kwargs: Any) -> Any:
+        """TRL restores the rollout position from rollout_state.json for its own worker only. agrpo: the same for its
+        worker (the first prompt group, the groups already trained for the epoch stop, the adapter version)."""
+        self._groups_before_resume = 0
+        if self.rollout_worker is not None:
+            self.rollout_worker.start_index = 0
+            state_file = os.path.join(str(resume_from_checkpoint), ROLLOUT_STATE)
+            if resume_from_checkpoint is not None and os.path.isfile(state_file):
+                with open(state_file) as handle:
+                    state = json.load(handle)  # read and checked by agrpo/sync/resume.py before the trainer starts
+                self.rollout_worker.start_index = self._groups_before_resume = int(state["prompt_index"])
+                self.model_version = int(state.get("model_version", 0))
+                self.rollout_worker.update_model_version(self.model_version)
+        return super().train(resume_from_checkpoint, *args, **kwargs)
 
     # ---- the adapter sync
     @property
@@ -92,13 +138,39 @@ class AgrpoAsyncGRPOTrainer(AsyncGRPOTrainer):
                     "the other runs' generation; set sync.mode=background"
                 )
             return super()._sync_weight_lora(t0)
-        from agrpo.trainer.sync_mode import sync_without_pause
-
         sync, timeout_s = self._background
-        marks = sync_without_pause(self, sync, timeout_s, t0)
+        marks = self._publish_without_pause(sync, timeout_s, t0)
         if sync is not None:  # the policy the trainer holds: staleness is measured against it
             self.model_version += 1
         return marks
+
+    def _publish_without_pause(self, sync: Any, timeout_s: float, t0: float) -> tuple[float, float, float]:
+        """TRL's (pause, barrier, transfer) marks for a sync that pauses nothing: every rank snapshots the adapter (a
+        collective under FSDP; `sync` is None on the other ranks), the thread writes, loads and serves it; the trainer
+        waits only when it would otherwise train on nothing usable (background_sync.py: `version_needed`)."""
+        version = self.model_version + 1
+        adapter_dir = os.path.join(self._lora_dir, f"{self._lora_name}-v{version}")
+        model = self.accelerator.unwrap_model(self.model)
+        t_pause = time.time()  # nothing is paused
+        self.accelerator.wait_for_everyone()
+        t_barrier = time.time()
+        snapshot = snapshot_adapter(model, self.accelerator, self._adapter_name)
+        if sync is not None:
+            needed = version_needed(version, sync.state.served, self.args.max_staleness)
+            note_published(self, version)
+            sync.publish(version, adapter_dir, snapshot.write)
+            waited = sync.wait_until_served(needed, timeout_s)
+            self.record("sync/wait_for_served_s", waited)
+        return t_pause, t_barrier, time.time()
+
+    def record(self, key: str, value: float) -> None:
+        """One figure into TRL's training metrics (logged with the step's, then cleared by TRL)."""
+        self._metrics["train"][key].append(value)
+
+    @property
+    def adapter_folders(self) -> tuple[str, str]:
+        """(the folder TRL publishes versions under, their base name): `<output_dir>/.vllm_lora`, `trl-policy`."""
+        return self._lora_dir, self._lora_name
 
     @contextlib.contextmanager
     def retaining(self, retention: Any) -> Iterator[None]:
