@@ -22,29 +22,25 @@ def time_rollouts(cfg: RunConfig, vllm_url: str, lora_name: str, samples: int, w
     apply_trl_patches()
     from transformers import AutoTokenizer
 
-    from agrpo.trainer.seam.worker import AgrpoRolloutWorker  # TRL's worker, agrpo's loop (the token) and stop
+    from agrpo.trainer.rollout_loop import AgrpoRolloutLoop
+    from agrpo.trainer.rollout_worker import AgrpoRolloutWorker, RolloutLoopSpec, loop_arguments
 
     args = build_grpo_args(cfg, vllm_url, 1, cuda_available())
     tokenizer = load_tokenizer(cfg.model) or AutoTokenizer.from_pretrained(
         cfg.model.name_or_path, trust_remote_code=cfg.model.trust_remote_code
     )
     dataset = load_train_dataset(cfg.data, seed=cfg.trainer.seed)
-    worker = AgrpoRolloutWorker(
+    loop = RolloutLoopSpec(  # agrpo's worker and its plain loop (the token); no trainer, so no guard's run dir
+        AgrpoRolloutLoop, loop_arguments(args, dataset, build_reward_funcs(cfg.reward.funcs), None, None)
+    )
+    worker = AgrpoRolloutWorker(loop, queue_maxsize=args.queue_maxsize)
+    worker.bind(
         model_name=cfg.model.name_or_path,
         lora_name=lora_name,
-        dataset=dataset,
-        reward_funcs=build_reward_funcs(cfg.reward.funcs),
         processing_class=tokenizer,
         eos_token_ids=[tokenizer.eos_token_id],
-        num_generations=args.num_generations,
-        max_inflight_tasks=args.max_inflight_tasks,
-        queue_maxsize=args.queue_maxsize,
-        vllm_server_url=vllm_url,
-        max_tokens=args.max_completion_length,
-        temperature=args.temperature,
-        top_p=args.top_p,
     )
-    worker.model_version = 1
+    worker.update_model_version(1)
     worker.start()
     try:
         for _ in range(warmup):
