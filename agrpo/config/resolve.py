@@ -131,6 +131,8 @@ def derived_values(
         derived["trainer.bf16"] = device == "cuda" and bf16_supported
     if trainer.attention == "auto" and not cuda_available:
         derived["trainer.attention"] = "sdpa"  # FA3 needs CUDA (agrpo/config/attention_choice.py)
+    if trainer.inflight_slots is None:
+        derived["trainer.inflight_slots"] = inflight_slots(trainer)
     if trainer.queue_maxsize == -1:  # max_inflight_tasks=auto stays: the controller decides it at run time
         derived["trainer.queue_maxsize"] = queue_size(trainer)
     if trainer.token_budget is None:

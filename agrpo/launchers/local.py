@@ -18,7 +18,6 @@ from pathlib import Path
 from dataclasses import asdict, replace
 from typing import Any
 
-from agrpo.config.resolve import inflight_slots
 from agrpo.config.schema import FleetConfig, RunConfig
 from agrpo.config.spec import spec_yaml
 from agrpo.config.schema.trainer import is_auto
@@ -141,7 +140,7 @@ def replica_name(index: int) -> str:
 def fleet_plan(cfg: RunConfig, slots: list[ProcessSpec], fewest: int) -> FleetPlan:
     """inference.replicas=auto: the slots beyond the first `fewest` are started on demand by the fleet controller;
     with inference.fleet.standby, through agrpo's standby module (it imports the server's, then waits)."""
-    ceiling = inflight_slots(cfg.trainer) if is_auto(cfg.trainer.max_inflight_tasks) else None
+    ceiling = cfg.trainer.inflight_slots if is_auto(cfg.trainer.max_inflight_tasks) else None
     spares = slots[fewest:]
     if cfg.inference.fleet.standby:
         spares = [replace(spec, argv=standby_argv(spec.argv)) for spec in spares]

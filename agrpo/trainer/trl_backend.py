@@ -19,7 +19,6 @@ from typing import Any
 
 from transformers import TrainerCallback
 
-from agrpo.config.resolve import inflight_slots
 from agrpo.config.schema import LoraConfig, ModelConfig, RunConfig
 from agrpo.errors import ConfigError
 from agrpo.models.chat_template import resolve_chat_template
@@ -88,7 +87,7 @@ def build_grpo_args(cfg: RunConfig, vllm_url: str, num_replicas: int, use_gpu: b
         top_p=trainer.top_p,
         max_staleness=trainer.max_staleness,
         weight_sync_steps=trainer.weight_sync_steps,
-        max_inflight_tasks=inflight_slots(trainer),  # with auto, a ceiling: agrpo/trainer/rollout_pacing.py paces
+        max_inflight_tasks=trainer.inflight_slots,  # with auto, a ceiling: agrpo/trainer/rollout_pacing.py paces
         queue_maxsize=trainer.queue_maxsize,
         token_budget=trainer.token_budget,
         gradient_checkpointing=trainer.gradient_checkpointing,

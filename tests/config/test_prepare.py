@@ -230,6 +230,7 @@ def test_no_derivation_is_copied_outside_resolve():
 
 
 RULE_FUNCTIONS = ("served_device", "served_dtype", "served_lora_rank", "served_max_loras", "uses_proxy", "queue_size")
+RULE_FUNCTIONS += ("inflight_slots",)
 
 
 def test_no_rule_is_applied_again_downstream():

@@ -46,6 +46,9 @@ def test_resolved_config_has_nothing_left_to_derive():
     assert resolved.eval.max_tokens == resolved.trainer.max_completion_length == 16
     assert resolved.trainer.max_inflight_tasks == "auto"
     assert resolved.trainer.queue_maxsize == 16 * 1 * 1  # the controller's ceiling: C x W x max(S, 1)
+    assert resolved.trainer.inflight_slots == 16  # the same ceiling: TRL's slots and the fleet's plan read it
+    fixed = resolve(composed(["+recipe=smoke", "trainer.max_inflight_tasks=7"]), cuda_available=False)
+    assert fixed.trainer.inflight_slots == 7 and fixed.trainer.queue_maxsize == 14
     assert type(resolved.trainer) is TrainerConfig  # the schema's own (frozen) class
 
 

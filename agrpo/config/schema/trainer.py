@@ -56,6 +56,11 @@ class TrainerConfig:
         "the trainer is kept fed (agrpo/trainer/inflight.py). A number: that many requests in flight, fixed (TRL's "
         "way).",
     )
+    inflight_slots: Optional[int] = knob(
+        None,
+        doc="Derived (None): requests the rollout worker may have in flight: max_inflight_tasks when it is a number; "
+        "with auto the most samples the controller may keep ahead of the trainer (its ceiling; the fleet's plan too).",
+    )
     queue_maxsize: int = knob(
         -1,
         doc="Rollout samples buffered ahead of the trainer; -1: derived (with auto, the most samples the controller "

@@ -84,12 +84,11 @@ class JobsFleet:
 
 def jobs_fleet(cfg: RunConfig, template: JobSpec, run_id: str, run_dir: str, run_dir_in_bucket: str) -> JobsFleet:
     """The fleet record of an auto run from its config and the replica Job template (planner.replica_job)."""
-    from agrpo.config.resolve import inflight_slots
     from agrpo.config.schema.trainer import is_auto
     from agrpo.launchers.local import fleet_policy_knobs
 
     inference = cfg.inference
-    ceiling = inflight_slots(cfg.trainer) if is_auto(cfg.trainer.max_inflight_tasks) else None
+    ceiling = cfg.trainer.inflight_slots if is_auto(cfg.trainer.max_inflight_tasks) else None
     return JobsFleet(
         min_replicas=int(inference.min_replicas),
         max_replicas=int(inference.max_replicas),
