@@ -1,8 +1,9 @@
 """agrpo's rollout loop: TRL's `_AsyncRolloutLoop` plus what keyed replicas and retired adapter versions need.
 
-TRL runs the loop in a spawned child and passes its class by reference, so the child imports this module and gets
-these overrides (a monkeypatch in the parent would not reach it). The default loop of AgrpoRolloutWorker
-(agrpo/trainer/seam/worker.py); a run picks a class further along the chain (agrpo/trainer/loop_install.py).
+agrpo's rollout worker runs the loop in a spawned child and passes its class by reference, so the child imports this
+module and gets these overrides (a monkeypatch in the parent would not reach it). The default loop of
+AgrpoRolloutWorker (agrpo/trainer/rollout_worker.py); a run picks a class further along the chain
+(agrpo/trainer/loop_install.py).
 
 - Every request carries `Authorization: Bearer <token>` (`trainer_bearer`): the replica's API key when the trainer
   talks to its one replica directly, the proxy's admin token otherwise (the proxy drops it before forwarding).
