@@ -93,7 +93,7 @@ def uncapped_loop(user_code, rollout_loop) -> Loop:
 
 def test_a_six_megabyte_answer_uncapped_ends_its_episode_before_any_request(user_code, rollout_loop, caplog):
     loop = uncapped_loop(user_code, rollout_loop)
-    result, seen, took = play(loop, [CALL, "Done.<|im_end|>"], max_model_len=2048)
+    result, seen, _ = play(loop, [CALL, "Done.<|im_end|>"], max_model_len=2048)
     assert len(seen) == 1  # the call's turn only: the turn holding the answer was never sent
     messages = result[0]
     assert [m["role"] for m in messages] == ["assistant", "tool", "assistant"] and messages[2]["content"] == ""
@@ -102,8 +102,6 @@ def test_a_six_megabyte_answer_uncapped_ends_its_episode_before_any_request(user
     counts = counted(loop)
     assert counts[CONTEXT_FULL_COUNTER] == 1 and counts[TRUNCATED] == 1
     assert any("not sent" in r.getMessage() for r in caplog.records)  # the console line says it was not sent
-    # ~0.1 s here (the 6 MB string is sliced, never rendered); the uncapped run of issue 46 took 4 s an episode
-    assert took < 30
 
 
 def test_a_first_turn_that_cannot_fit_stops_the_run_unsent(user_code, rollout_loop):
