@@ -19,8 +19,8 @@ are kept as they were, each measured in the agent e2e run, where a late filter w
 continuations off the replica holding their prefix (continuation affinity 1.0 -> 0.76; 0.86 with the first alone):
 replicas of one pace are not told apart (their answer times straddle a late request's deadline by chance, the second
 condition), and a multi-turn continuation stays on the replica holding its prefix unless it is overloaded (the router,
-agrpo/proxy/routing.py: elsewhere it would first be computed again, no sooner). An idle replica whose last answer is older than `PROBE_AFTER_S` is always in
-time, so a replica that recovers is measured again. Until two versions were retired nothing is known and every
+agrpo/proxy/routing.py: elsewhere it would first be computed again, no sooner). An idle replica whose last answer is
+older than `PROBE_AFTER_S` is always in time, so a replica that recovers is measured again. Until two versions were retired nothing is known and every
 replica is in time.
 """
 
@@ -29,7 +29,7 @@ from __future__ import annotations
 import re
 import statistics
 from collections import OrderedDict
-from collections.abc import Container, Mapping
+from collections.abc import Container, Iterable
 
 PROBE_AFTER_S = 5.0
 SLOWER_BY = 1.5  # a replica is left out only when its answers take this much longer than the quickest replica's
@@ -98,19 +98,20 @@ class Deadlines:
 _TRAILING_DIGITS = re.compile(r"\d+$")
 
 
-def in_time(loads: Mapping[int, float], replicas, left: float | None, now: float) -> Mapping[int, float]:
-    """The part of `loads` whose replicas would answer within `left` seconds or about as soon as the quickest one (all
-    of it when none would, or when `left` is unknown)."""
+def late_replicas(indices: Iterable[int], replicas, left: float | None, now: float) -> frozenset[int]:
+    """Those of `indices` whose replicas would answer after `left` seconds and later than the quickest one by more
+    than chance (none when every one would be late, or when `left` is unknown)."""
+    indices = list(indices)
     if left is None:
-        return loads
-    in_time_ones = set()
-    for index in loads:
+        return frozenset()
+    late = set()
+    for index in indices:
         pace = replicas[index].pace
         probe = pace.idle and (pace.answered_at is None or now - pace.answered_at > PROBE_AFTER_S)
-        if probe or pace.latency_s is None or pace.latency_s <= left:
-            in_time_ones.add(index)
-    if not in_time_ones:
-        return loads
-    known = [replicas[index].pace.latency_s for index in loads if replicas[index].pace.latency_s is not None]
+        if not (probe or pace.latency_s is None or pace.latency_s <= left):
+            late.add(index)
+    if len(late) == len(indices):
+        return frozenset()
+    known = [replicas[index].pace.latency_s for index in indices if replicas[index].pace.latency_s is not None]
     near = SLOWER_BY * min(known, default=0.0)  # as quick as the quickest, give or take chance
-    return {i: load for i, load in loads.items() if i in in_time_ones or replicas[i].pace.latency_s <= near}
+    return frozenset(index for index in late if replicas[index].pace.latency_s > near)

@@ -13,7 +13,7 @@ from time import perf_counter
 
 from aiohttp import web
 
-from agrpo.proxy.deadline import Deadlines, in_time
+from agrpo.proxy.deadline import Deadlines, late_replicas
 from agrpo.proxy.pool import Exchange
 from agrpo.proxy.replicas import Replica
 from agrpo.proxy.request_fields import BadRequest, parse_routing_fields
@@ -151,7 +151,7 @@ class RoutedPath:
             loads = self.replicas.loads(tried, fields.model)
             if not loads:
                 break
-            late = loads.keys() - in_time(loads, self.replicas, left, perf_counter()).keys()  # would answer too late
+            late = late_replicas(loads, self.replicas, left, perf_counter())  # would answer too late
             decision = self.router.route(fields, loads, self.replicas.paces(loads), late)
             if state["kind"] is None:
                 state["kind"] = decision.kind

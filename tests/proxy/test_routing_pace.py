@@ -163,7 +163,7 @@ def test_an_answer_has_until_the_next_version_is_collected():
 
 
 def test_a_replica_that_would_answer_too_late_is_left_out_unless_every_one_would():
-    from agrpo.proxy.deadline import PROBE_AFTER_S, in_time
+    from agrpo.proxy.deadline import PROBE_AFTER_S, late_replicas
 
     fast, slow = Replica(index=0, url="http://fast"), Replica(index=1, url="http://slow")
     for replica, took in ((fast, 0.3), (slow, 1.5)):
@@ -172,15 +172,15 @@ def test_a_replica_that_would_answer_too_late_is_left_out_unless_every_one_would
         replica.begin(50, 12.0)  # busy: judged on its answers
     replicas = {0: fast, 1: slow}
     loads = {0: 100.0, 1: 10.0}
-    assert in_time(loads, replicas, 0.8, 12.0) == {0: 100.0}
-    assert in_time(loads, replicas, None, 12.0) == loads  # unknown deadline: everyone
-    assert in_time(loads, replicas, 0.1, 12.0) == loads  # nobody in time: routing as before
+    assert late_replicas(loads, replicas, 0.8, 12.0) == {1}
+    assert late_replicas(loads, replicas, None, 12.0) == set()  # unknown deadline: everyone
+    assert late_replicas(loads, replicas, 0.1, 12.0) == set()  # nobody in time: routing as before
     slow.end(50, 12.5, answered=False)  # idle now, its last answer long ago: probed again
-    assert in_time(loads, replicas, 0.8, 12.0 + PROBE_AFTER_S + 1.0) == loads
+    assert late_replicas(loads, replicas, 0.8, 12.0 + PROBE_AFTER_S + 1.0) == set()
 
 
 def test_replicas_of_one_pace_are_not_split_by_a_deadline_their_answer_times_straddle():
-    from agrpo.proxy.deadline import SLOWER_BY, in_time
+    from agrpo.proxy.deadline import SLOWER_BY, late_replicas
 
     first, second = Replica(index=0, url="http://a"), Replica(index=1, url="http://b")
     for replica, took in ((first, 1.0), (second, 1.0 * SLOWER_BY - 0.1)):
@@ -188,11 +188,11 @@ def test_replicas_of_one_pace_are_not_split_by_a_deadline_their_answer_times_str
         replica.end(50, 10.0 + took, took_s=took)
         replica.begin(50, 12.0)
     loads = {0: 10.0, 1: 10.0}
-    assert in_time(loads, {0: first, 1: second}, 1.2, 12.0) == loads  # 1.4 s is late, but no slower than its peer
+    assert late_replicas(loads, {0: first, 1: second}, 1.2, 12.0) == set()  # 1.4 s is late, no slower than its peer
     second.end(50, 12.0 + SLOWER_BY + 0.1, took_s=(SLOWER_BY + 0.1) / 0.25 - 3 * 1.4)  # its average: past 1.5 x 1.0
     second.begin(50, 14.0)
     assert second.pace.latency_s > SLOWER_BY * first.pace.latency_s
-    assert in_time(loads, {0: first, 1: second}, 1.2, 14.0) == {0: 10.0}
+    assert late_replicas(loads, {0: first, 1: second}, 1.2, 14.0) == {1}
 
 
 def test_a_late_replica_keeps_the_continuations_it_holds_but_no_cold_request_nor_pinned_group():
