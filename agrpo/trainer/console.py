@@ -19,7 +19,7 @@ from typing import Any, TextIO
 from transformers import TrainerCallback
 
 from agrpo.config.schema import RunConfig
-from agrpo.plot import CURVES_PNG
+from agrpo.plot import CALLS_PER_EPISODE, CURVES_PNG
 from agrpo.trainer.bottleneck import accounting_line, sample_accounting, stale_share
 from agrpo.trainer.console_events import RETIRED_DROPPED, WORKER_RESENT, ConsoleEvents, requests_figures, requests_line
 from agrpo.trainer.logs import CONSOLE_LOGGER, level_number, current_log_file
@@ -58,12 +58,23 @@ def step_line(logs: dict[str, Any], step: int, total: int) -> str:
         f"stale {'-' if share is None else format(share, '.0%')}",
         f"sync {_num(logs.get('perf/weight_sync_s'), '.2f')} s",
     ]
-    tools = tool_calls_part(logs)  # agent runs: tool calls per episode (agrpo/trainer/run_notices.py)
+    tools = tool_figure(logs)
     parts += [tools] if tools else []
     resent, dropped = logs.get(WORKER_RESENT), logs.get(RETIRED_DROPPED)
     if resent or dropped:  # each one is a line in trainer.log (agrpo/trainer/rollout_loop.py); totals: the summary
         parts.append(f"re-sent {int(resent or 0)}, groups dropped {int(dropped or 0)} (trainer.log)")
     return "  ".join(parts)
+
+
+def tool_figure(logs: dict[str, Any]) -> str | None:
+    """`tools 0.12/episode` for an agent run's step line: the logged `tools/call_frequency` itself (TRL's, over the
+    samples this step trained; agrpo logs it at 0 in a step without calls: agrpo/trainer/agent_loop.py), so the line
+    and TensorBoard say the same. Issue 46: the line counted the calls started in the logging window over its
+    episodes instead (0.10 where 0.125 was logged); that count remains only for logs without the metric."""
+    logged = logs.get(CALLS_PER_EPISODE)
+    if isinstance(logged, (int, float)):
+        return f"tools {float(logged):.2f}/episode"
+    return tool_calls_part(logs)
 
 
 def line_due(step: int, every: int, since_last_s: float, every_s: float) -> bool:

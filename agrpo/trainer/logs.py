@@ -1,7 +1,9 @@
 """Where the trainer's output goes: every library (TRL, transformers, vLLM's client code, urllib3, agrpo) logs at full
 detail to `<run_dir>/logs/trainer.log`; the terminal gets agrpo's own lines at `logger.level` and other libraries'
 warnings and errors, minus a short list of known-harmless ones, each silenced by logger name and message with its
-reason (`HARMLESS`). What agrpo's own console lines say is agrpo/trainer/console.py."""
+reason (`HARMLESS`). trainer.log keeps each of those once, with that reason beside it (`HarmlessOnce`): TRL warns
+about its vLLM range from two import lines, and a reader of the file met the raw warnings without a word (issue 46).
+What agrpo's own console lines say is agrpo/trainer/console.py."""
 
 from __future__ import annotations
 
@@ -32,8 +34,10 @@ HARMLESS: list[tuple[str, str, str]] = [
     ),
     (
         "transformers.trainer_callback",
-        "StepIntervalCallback",
-        "AsyncGRPOTrainer registers its own StepIntervalCallback a second time; transformers keeps both, no effect",
+        "You are adding a <class 'trl.experimental.async_grpo.async_grpo_trainer.StepIntervalCallback'>",
+        "AsyncGRPOTrainer adds two StepIntervalCallbacks on purpose, one syncing the weights every "
+        "trainer.weight_sync_steps and one logging each step's metrics; transformers warns on a second instance of "
+        "any callback class and keeps both, as both are needed: not a duplicate",
     ),
     (
         "trl.experimental.async_grpo.async_rollout_worker",
@@ -47,6 +51,11 @@ HARMLESS: list[tuple[str, str, str]] = [
         "the trainer imports vLLM only for TRL's helpers; no Triton kernel runs in the trainer on CPU",
     ),
 ]
+# Of those, the ones a run meets at its start (imports, the trainer's construction): trainer.log keeps the first of
+# each, followed by its reason, and drops its repeats. The others (TRL's retries) are each an event worth its line.
+ONCE_IN_FILE = frozenset(
+    text for name, text, _why in HARMLESS if name != "trl.experimental.async_grpo.async_rollout_worker"
+)
 # The spawned rollout child configures no logging of its own and reads only its environment: the same version
 # warning is silenced there through PYTHONWARNINGS (a message prefix, never a whole category).
 CHILD_WARNING_FILTERS = ["ignore:TRL currently supports vLLM versions:UserWarning"]
@@ -54,9 +63,45 @@ CHILD_WARNING_FILTERS = ["ignore:TRL currently supports vLLM versions:UserWarnin
 _OUR_HANDLER = "_agrpo_console_handler"
 
 
-def is_harmless(record: logging.LogRecord) -> bool:
+def harmless_entry(record: logging.LogRecord) -> tuple[str, str, str] | None:
+    """The HARMLESS entry a record matches (by logger name and message), if any."""
     message = record.getMessage()
-    return any(record.name == name and text in message for name, text, _why in HARMLESS)
+    return next((entry for entry in HARMLESS if record.name == entry[0] and entry[1] in message), None)
+
+
+def is_harmless(record: logging.LogRecord) -> bool:
+    return harmless_entry(record) is not None
+
+
+class HarmlessOnce(logging.Filter):
+    """trainer.log's filter: the first record of each ONCE_IN_FILE entry passes, its repeats do not (TRL's vLLM range
+    warning comes from two lines of one import: weight_transfer.py's two is_vllm_available calls)."""
+
+    def __init__(self):
+        super().__init__()
+        self.seen: set[str] = set()
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        entry = harmless_entry(record)
+        if entry is None or entry[1] not in ONCE_IN_FILE:
+            return True
+        if entry[1] in self.seen:
+            return False
+        self.seen.add(entry[1])
+        return True
+
+
+class FileFormatter(logging.Formatter):
+    """trainer.log's lines; a known-harmless one is followed by agrpo's reason."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        text = super().format(record)
+        entry = harmless_entry(record)
+        return (
+            text
+            if entry is None or entry[1] not in ONCE_IN_FILE
+            else f"{text.rstrip()}\n  agrpo: known harmless, kept once in this log: {entry[2]}"
+        )
 
 
 class ConsoleFilter(logging.Filter):
@@ -125,7 +170,8 @@ def setup_trainer_logging(run_dir: str | os.PathLike, level: str | int = "INFO",
         root.removeHandler(handler)
         handler.close()
     file_handler = QuietFileHandler(log_file, encoding="utf-8")  # a full disk: one line, not a stack per record
-    file_handler.setFormatter(logging.Formatter(FILE_FORMAT))
+    file_handler.setFormatter(FileFormatter(FILE_FORMAT))
+    file_handler.addFilter(HarmlessOnce())
     console = ConsoleHandler(stream if stream is not None else sys.stderr)
     console.addFilter(ConsoleFilter(console_level if rank in ("", "0") else max(console_level, logging.WARNING)))
     console.setFormatter(ConsoleFormatter())

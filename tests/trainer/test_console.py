@@ -18,6 +18,7 @@ import pytest
 from agrpo.config.schema import RunConfig
 from agrpo.config.spec import with_values
 from agrpo.trainer.console_events import ConsoleEvents
+from agrpo.trainer.run_notices import tool_calls_part
 from agrpo.trainer.console import (
     ConsoleCallback,
     banner_lines,
@@ -40,6 +41,21 @@ def by_step(step):
 def test_step_line_of_a_real_step():
     line = step_line(by_step(3), 3, 60)
     assert line == ("step  3/60  reward 0.121 ± 0.078  kl 0.2962  len 15.3  0.26 s/step  stale 89%  sync 0.06 s")
+
+
+def test_the_step_lines_tool_figure_is_the_logged_call_frequency():
+    """Issue 46: the line said 0.10/episode where TensorBoard had 0.125. On a real agent run's steps, the window's
+    started calls over its episodes (5 / 46 at step 1, 2 / 3 at step 2) differ from what TRL logged: the line shows
+    the logged value."""
+    agent = json.loads((Path(__file__).parent.parent / "report" / "data" / "agent_log_history.json").read_text())
+    steps = [e for e in agent if "reward" in e and "step" in e][:6]
+    assert any(f"{tool_calls_part(e).split()[1]}" != f"{e['tools/call_frequency']:.2f}/episode" for e in steps)
+    for entry in steps:
+        line = step_line(entry, entry["step"], 30)
+        assert line.endswith(f"  tools {entry['tools/call_frequency']:.2f}/episode"), line
+    assert step_line({"reward": 0.5, "tools/call_frequency": 0.125}, 1, 9).endswith("tools 0.12/episode")
+    assert step_line({"reward": 0.5, "tools/call_frequency": 0.0}, 1, 9).endswith("tools 0.00/episode")
+    assert "tools" not in step_line(by_step(3), 3, 60)  # not an agent run
 
 
 def test_step_line_with_missing_metrics_shows_dashes_and_no_stale_drop_is_zero():
@@ -290,7 +306,8 @@ CHILD = textwrap.dedent("""
     warnings.warn("TRL currently supports vLLM versions from 0.22.0 to 0.31.0.", UserWarning)
     from transformers.utils import logging as hf_logging
     hf_logging.get_logger("transformers.trainer_callback").warning(
-        "You are adding a <class 'StepIntervalCallback'> to the callbacks of this Trainer, but there is already one.")
+        "You are adding a <class 'trl.experimental.async_grpo.async_grpo_trainer.StepIntervalCallback'> to the "
+        "callbacks of this Trainer, but there is already one.")
     hf_logging.get_logger("transformers.trainer").warning("a real transformers warning")
     logging.getLogger("urllib3.connectionpool").warning("a real urllib3 warning")
     logging.getLogger("agrpo.console").info("agrpo console line")
