@@ -20,6 +20,14 @@ def compose_run_config(overrides: list[str], output_dir: str | None = None) -> D
         return compose(config_name="config", overrides=[*overrides, *extra])
 
 
+def estimate_run_dir() -> str:
+    """The run directory a config-only command (an estimate, a card) composes with: a name under this user's private
+    runtime base, never created, since nothing is written; not a fixed /tmp name another user could take first."""
+    from agrpo.processes.private_dir import runtime_base
+
+    return str(runtime_base() / "estimate")
+
+
 def compose_overrides(overrides: list[str], output_dir: str | None = None) -> DictConfig:
     """The composed config of command-line overrides, for entrypoints outside Hydra's main (`+recipe=` takes a
     YAML path too). Outside a Hydra run there is no run directory: `output_dir` stands in for it unless the overrides

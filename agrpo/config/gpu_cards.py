@@ -57,10 +57,10 @@ def card_lines(cfg: Any, model_config: dict[str, Any]) -> list[str]:
 def main(argv: list[str] | None = None) -> None:
     import sys
 
-    from agrpo.config.compose import compose_overrides
+    from agrpo.config.compose import compose_overrides, estimate_run_dir
     from agrpo.config.model_config_fetch import model_config_for_check
 
-    cfg = compose_overrides(list(sys.argv[1:] if argv is None else argv), output_dir="/tmp/agrpo-estimate")
+    cfg = compose_overrides(list(sys.argv[1:] if argv is None else argv), output_dir=estimate_run_dir())
     config, why = model_config_for_check(str(cfg.model.name_or_path))
     if config is None:
         raise SystemExit(f"no estimate: {why}")

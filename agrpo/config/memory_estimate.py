@@ -93,10 +93,10 @@ def main(argv: list[str] | None = None) -> None:
     model's config.json where this machine has it (a folder or the Hub cache; nothing is downloaded)."""
     import sys
 
-    from agrpo.config.compose import compose_overrides
+    from agrpo.config.compose import compose_overrides, estimate_run_dir
     from agrpo.config.vllm_checks import local_model_config
 
-    cfg = compose_overrides(list(sys.argv[1:] if argv is None else argv), output_dir="/tmp/agrpo-estimate")
+    cfg = compose_overrides(list(sys.argv[1:] if argv is None else argv), output_dir=estimate_run_dir())
     config = local_model_config(cfg.model.name_or_path)
     if config is None:
         raise SystemExit(f"no config.json for {cfg.model.name_or_path} on this machine (a folder or the Hub cache)")

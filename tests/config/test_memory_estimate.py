@@ -50,3 +50,17 @@ def test_the_estimate_prints_for_a_recipe(tmp_path, capsys):
     main(["+recipe=gsm8k", f"model.name_or_path={tmp_path}"])
     line = capsys.readouterr().out.strip()
     assert line.startswith("trainer memory estimate: ~") and "16,384 tokens" in line and "checkpointing off" in line
+
+
+def test_the_estimate_composes_with_this_users_runtime_dir_and_creates_nothing(tmp_path, monkeypatch, capsys):
+    """No fixed /tmp name (another user could take it first): the stand-in run dir is under this user's runtime base."""
+    from agrpo.config.compose import estimate_run_dir
+
+    monkeypatch.setenv("AGRPO_RUNTIME_DIR", str(tmp_path / "runtime"))
+    assert estimate_run_dir() == str(tmp_path / "runtime" / "estimate")
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_text(json.dumps(QWEN2_5_0_5B))
+    main(["+recipe=gsm8k", f"model.name_or_path={model}"])
+    assert capsys.readouterr().out.startswith("trainer memory estimate")
+    assert not (tmp_path / "runtime").exists()
