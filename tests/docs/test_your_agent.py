@@ -97,8 +97,15 @@ def test_the_printed_tool_environment_data_and_reward_work(folder):
     assert scores == [1.0, 0.0, 0.0]
 
 
+def train_commands() -> tuple[list[str], str]:
+    """Section 7's train commands, and section 8's: the run into a folder the reader names (hydra.run.dir)."""
+    lines = commands(TRAIN, AGENT_GUIDE)
+    [named] = [line for line in lines if "hydra.run.dir=" in line]
+    return [line for line in lines if line != named], named
+
+
 def test_the_train_commands_pass_the_dry_run(folder):
-    first, composed, *trains = commands(TRAIN, AGENT_GUIDE)
+    first, composed, *trains = train_commands()[0]
     assert first.startswith(f"{TRAIN} launcher.dry_run=true") and composed.startswith(f"{TRAIN} --cfg job")
     config = yaml.safe_load(shell(composed, folder).stdout)
     assert config["agent"]["tools"] == [{"_target_": "my_tools.py:search", "limit": 5}]
@@ -166,13 +173,13 @@ def scripted_serving(cfg, out_dir, lora, count, sampler):
     return [sampler(endpoint, lora or "base", i) for i in range(count)], lora or "base", "scripted"
 
 
-def finished_run(folder: Path, adapter: Path) -> Path:
+def finished_run(folder: Path, adapter: Path, name: str) -> Path:
     """A run folder as training leaves it: final_adapter/ (a random LoRA adapter) and the resolved config.yaml."""
     from omegaconf import OmegaConf
 
     from agrpo.config.prepare import compose_overrides
 
-    run = folder / "outputs" / "my_agent" / "2026-01-01_00-00-00_1-test"
+    run = folder / name
     shutil.copytree(adapter, run / "final_adapter")
     config = compose_overrides(["+recipe=my_agent.yaml"])
     config.sync.output_dir = str(run)
@@ -184,9 +191,15 @@ def test_eval_and_push_run_as_printed(folder, random_adapter_dir, monkeypatch):
     from agrpo.eval import cli, runner
 
     monkeypatch.setattr(runner, "sample_served", scripted_serving)
-    run = finished_run(folder, random_adapter_dir)
+    named_run = train_commands()[1]
+    run_dir = re.search(r"hydra\.run\.dir=(\S+)", named_run).group(1)
+    run = finished_run(folder, random_adapter_dir, run_dir)
+    later = finished_run(folder, random_adapter_dir, "outputs/my_agent/2099-01-01_00-00-00")  # a later run's folder
     [find_run] = commands("RUN=", AGENT_GUIDE)
-    assert shell(f"{find_run}\necho $RUN", folder).stdout.split()[-1] == "outputs/my_agent/2026-01-01_00-00-00_1-test"
+    assert shell(f"{find_run}\necho $RUN", folder).stdout.split()[-1] == run_dir != str(later.relative_to(folder))
+    # the folder holds this run's adapter: a second run into it is refused, so $RUN is the run that wrote it
+    refused = shell(with_args(named_run, "launcher.dry_run=true"), folder, expect=2)
+    assert f"{run_dir} already holds an earlier run's outputs (final_adapter)" in refused.stderr, refused.stderr
     base, adapter = commands("agrpo eval ", AGENT_GUIDE)
     for line in (base, adapter):
         expanded = shell(f"{find_run}\nprintf '%s\\n' {line.split('  #')[0]}", folder).stdout.split()
@@ -195,7 +208,7 @@ def test_eval_and_push_run_as_printed(folder, random_adapter_dir, monkeypatch):
     summary = json.loads((run / "eval" / "eval_summary.json").read_text())
     assert base_summary["adapter"] is None and base_summary["agent"]["tool_calls_per_episode"] == 0.0
     assert base_summary["term_means"] == {"answer_has_secret": 0.0, "SecretWordEnv": 0.0}
-    assert summary["adapter"].endswith("2026-01-01_00-00-00_1-test/final_adapter") and summary["problems"] == 16
+    assert summary["adapter"].endswith(f"{run_dir}/final_adapter") and summary["problems"] == 16
     assert summary["agent"]["tool_calls_per_episode"] == 1.0 and summary["agent"]["turns_per_episode"] == 2.0
     assert summary["term_means"] == {"answer_has_secret": 1.0, "SecretWordEnv": 1.0}
     first = json.loads((run / "eval" / "eval_results.jsonl").read_text().splitlines()[0])
@@ -207,3 +220,22 @@ def test_eval_and_push_run_as_printed(folder, random_adapter_dir, monkeypatch):
     card = shell(f"{find_run}\n{push}", folder).stdout
     assert "| base model | 16 | 4 | 0.0000 |" in card and "| this adapter | 16 | 4 | 1.0000 |" in card
     assert "agrpo push: dry run, nothing uploaded. Would create my-agent-lora" in card
+
+
+def test_the_cpu_recipe_names_the_test_rows_that_section_8_evaluates(folder):
+    """Issue 46: section 4's CPU recipe had no eval.path, so section 8's `agrpo eval` on it stopped with `set
+    eval.path to a test file`. The template as printed passes eval's own data check and names the test file that
+    section 2's data script writes; without its eval lines, the same check refuses it."""
+    from agrpo.config.eval_checks import eval_problems
+    from agrpo.config.prepare import compose_overrides
+
+    cpu = folder / "my_cpu_agent.yaml"
+    assert cpu.is_file()
+    cfg = compose_overrides(["+recipe=my_cpu_agent.yaml"])
+    assert eval_problems(cfg, check_environment=False) == []
+    assert (folder / cfg.eval.path).is_file() and cfg.eval.path != cfg.data.path
+    lines = cpu.read_text().splitlines()
+    at = lines.index("eval:")
+    (folder / "no_eval.yaml").write_text("\n".join(lines[:at] + lines[at + 2 :]) + "\n")
+    [problem] = eval_problems(compose_overrides(["+recipe=no_eval.yaml"]), check_environment=False)
+    assert "is the training file: set eval.path to a test file" in problem
