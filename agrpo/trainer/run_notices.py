@@ -131,11 +131,16 @@ class RunNotices:
         agrpo/trainer/rollout_loop.py)."""
         if not logs.get(TRUNCATED):
             return []
-        return [
-            self._once(
-                "cut",
+        if self.cap is None:  # the cap lifted: only the context guard cuts (agrpo/agents/context_guard.py)
+            line = (
+                f"agrpo: a tool answered more than inference.max_model_len={self.max_model_len} tokens could hold "
+                f"(agent.max_tool_output_chars=null); it was cut there with a marker ({TRUNCATED} counts them) and "
+                "its episode ended. Set agent.max_tool_output_chars to cut such answers to what the model can read."
+            )
+        else:
+            line = (
                 f"agrpo: a tool answered more than agent.max_tool_output_chars={self.cap} characters; the model saw "
                 f"the first {self.cap} and a marker ({TRUNCATED} counts them). Raise the cap if the model needs "
-                "whole answers (the episode must still fit inference.max_model_len).",
+                "whole answers (the episode must still fit inference.max_model_len)."
             )
-        ]
+        return [self._once("cut", line)]

@@ -48,6 +48,13 @@ def test_cut_answers_are_named_once_with_the_key():
     assert watch.observe({"reward": 1.0, "reward_std": 0.5, TRUNCATED: 1.0}) == []
 
 
+def test_with_the_cap_lifted_the_cut_line_names_the_context_not_a_none_cap():
+    watch = RunNotices(agent=True, max_model_len=384, max_tool_output_chars=None)
+    [line] = watch.observe({"reward": 1.0, "reward_std": 0.5, TRUNCATED: 1.0})
+    assert "inference.max_model_len=384 tokens" in line and "agent.max_tool_output_chars=null" in line
+    assert "None" not in line
+
+
 def test_the_step_line_shows_tool_calls_per_episode_in_agent_runs():
     logs = {"reward": 0.5, "reward_std": 0.1, EPISODES: 16.0, "tools/a/call_total": 6.0, "tools/b/call_total": 2.0}
     assert tool_calls_part(logs) == "tools 0.50/episode"
