@@ -137,6 +137,16 @@ def sample_indices(prompts: Sequence[Any]) -> list[int]:
     return sorted(set(range(min(FIRST_ROWS, len(prompts)))) | set(longest))
 
 
+def unreadable_model(name: str, error: BaseException) -> str:
+    """One paragraph for a model folder transformers refuses to read (a config.json field of the wrong type, say):
+    before any process starts, instead of the library's traceback."""
+    reason = " ".join(str(error).split())[:400]
+    return (
+        f"model.name_or_path={name!r}: transformers cannot read this model ({type(error).__name__}: {reason}). "
+        "Fix the folder's config.json (or tokenizer files), or name another model; nothing was started."
+    )
+
+
 def local_tokenizer(model_cfg: DictConfig) -> Any | None:
     """The model's tokenizer with `model.chat_template` applied, if it is on this machine (None otherwise: a model
     built on first use, or a Hub id not downloaded yet, is checked by the trainer)."""
@@ -151,6 +161,8 @@ def local_tokenizer(model_cfg: DictConfig) -> Any | None:
         )
     except (OSError, ValueError):
         return None
+    except Exception as error:  # transformers' own validation of the folder's config.json
+        raise ConfigError(unreadable_model(name, error)) from None
     if model_cfg.chat_template:
         from agrpo.models.chat_template import resolve_chat_template
 

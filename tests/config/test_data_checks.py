@@ -206,3 +206,20 @@ def test_the_dry_run_stops_on_a_data_mistake_with_exit_2(task, tiny_model_dir):
     assert result.returncode == 2, result.stderr
     assert result.stderr.startswith("agrpo: error: invalid config (1 problem): reward.funcs[0]")
     assert "[replica]" not in result.stdout
+
+
+def test_a_model_folder_transformers_refuses_is_one_paragraph_before_anything_starts(tmp_path):
+    """A config.json field of the wrong type made transformers raise its own validation error (a traceback) from the
+    data checks; it is now agrpo's ConfigError naming the folder and the field."""
+    from omegaconf import OmegaConf
+
+    from agrpo.config.data_checks import local_tokenizer
+    from agrpo.errors import ConfigError
+
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "qwen2", "hidden_size": "x"}))
+    model = OmegaConf.create({"name_or_path": str(tmp_path), "builder": None, "trust_remote_code": False})
+    with pytest.raises(ConfigError) as error:
+        local_tokenizer(model)
+    message = str(error.value)
+    assert message.startswith(f"model.name_or_path='{tmp_path}': transformers cannot read this model")
+    assert "hidden_size" in message and "\n" not in message
