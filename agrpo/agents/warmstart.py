@@ -2,10 +2,12 @@
 
 GRPO can only reinforce calls the model already writes, and the small CPU models (the tiny model, SmolLM2) never write
 one. With `agent.warmstart.enabled`, `plan_warmstart` (called by agrpo/config/prepare.py once the config is
-validated) takes a sample of the training rows and the run's tools, writes them with the settings and the base model
-as a spec (`<folder>.spec.json`), and points `model.name_or_path` at a folder named by the spec's hash, with this
-module's `build_warm_model` as `model.builder`. The builder (run before any process starts, like every model
-builder) calls the tool for real on each row, with the row's own argument values, and trains the base model for
+validated) takes a sample of the training rows and the run's tools, puts them with the settings and the base model
+into a spec, and points `model.name_or_path` at a folder named by the spec's hash, with this module's
+`build_warm_model` as `model.builder` and the spec as `model.builder_input` (JSON text: prepare writes nothing, the
+spec travels in the run's config). The builder (run before any process starts, like every model builder) writes the
+spec beside the folder (`<folder>.spec.json`, what the model card reads), calls the tool for real on each row, with
+the row's own argument values, and trains the base model for
 `agent.warmstart.steps` supervised steps on the episodes of agrpo/agents/warmstart_examples.py. The folder is reused
 while the base model, the tools (their schemas and source), the rows and the settings are the same.
 
@@ -126,22 +128,30 @@ def sample_rows(cfg: Any, count: int) -> list[dict[str, Any]]:
     return json.loads(json.dumps([{k: v for k, v in r.items() if k != ORIGIN_COLUMN} for r in rows], default=str))
 
 
+def spec_text(spec: dict[str, Any]) -> str:
+    """The spec as `model.builder_input`: JSON with every `$` escaped (`\\u0024`), so that no text of a row can read
+    as an OmegaConf interpolation when the run's config.yaml is loaded."""
+    return json.dumps(spec, sort_keys=True, default=str).replace("$", "\\u0024")
+
+
+def planned_spec(model_cfg: Any) -> dict[str, Any]:  # the spec `plan_warmstart` put into model.builder_input
+    return json.loads(model_cfg.builder_input)
+
+
 def plan_warmstart(cfg: Any) -> Any:
-    """`cfg` with the warm-started folder as its model (and its spec written beside it), or `cfg` unchanged when
-    the warm start is off or already planned (a Job's uploaded config)."""
+    """`cfg` with the warm-started folder as its model and the spec it is built from as the builder's input, or `cfg`
+    unchanged when the warm start is off or already planned (a Job's uploaded config). Writes nothing: the builder
+    does, when it builds (prepare stays pure)."""
     warm = cfg.agent.warmstart
     if not warm.enabled or warm.base_model:
         return cfg
     spec = spec_of(cfg, sample_rows(cfg, int(warm.rows)))
     folder = Path(str(cfg.cache_dir)).expanduser() / "models" / f"warmstart-{spec_hash(spec)}"
-    folder.parent.mkdir(parents=True, exist_ok=True)
-    spec_file = folder.with_name(folder.name + ".spec.json")
-    if not spec_file.is_file():
-        spec_file.write_text(json.dumps(spec, sort_keys=True, indent=1, default=str))
     cfg = copy.deepcopy(cfg)
     cfg.agent.warmstart.base_model = str(cfg.model.name_or_path)
     cfg.model.name_or_path = str(folder)
     cfg.model.builder = BUILDER
+    cfg.model.builder_input = spec_text(spec)
     return cfg
 
 
@@ -149,6 +159,7 @@ def plan_warmstart(cfg: Any) -> Any:
 
 
 def read_spec(folder: Path) -> dict[str, Any]:
+    """The spec written beside a folder built earlier (a config that names the folder without the builder's input)."""
     spec_file = folder.with_name(folder.name + ".spec.json")
     try:
         return json.loads(spec_file.read_text())
@@ -219,7 +230,8 @@ def base_model(spec: dict[str, Any]) -> tuple[Any, Any]:
     from agrpo.models.resolve import prepare_model
 
     base = spec["base"]
-    path = prepare_model(OmegaConf.create({"name_or_path": base["name_or_path"], "builder": base["builder"]}))
+    step = {"name_or_path": base["name_or_path"], "builder": base["builder"], "builder_input": None}
+    path = prepare_model(OmegaConf.create(step))
     remote = bool(base.get("trust_remote_code"))
     tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=remote)
     if base.get("chat_template"):
@@ -351,14 +363,18 @@ def train(model: Any, rows: list[tuple], settings: dict[str, Any], tokens: tuple
     supervised_steps(model, chunks, float(settings["learning_rate"]), 3 * steps)
 
 
-def build_warm_model(output_dir: str) -> str:
-    """model.builder of a warm-started run: the folder `plan_warmstart` named, built from its spec (or reused)."""
+def build_warm_model(output_dir: str, builder_input: str | None = None) -> str:
+    """model.builder of a warm-started run: the folder `plan_warmstart` named, built from its spec (the run's
+    `model.builder_input`, written beside the folder here; without it, the one written there before), or reused."""
     import torch
 
     from agrpo.models.folder import folder_matches, save_model_folder
 
     folder = Path(output_dir).expanduser().resolve()
-    spec = read_spec(folder)
+    spec = json.loads(builder_input) if builder_input else read_spec(folder)
+    if builder_input and not (written := folder.with_name(folder.name + ".spec.json")).is_file():
+        folder.parent.mkdir(parents=True, exist_ok=True)
+        written.write_text(json.dumps(spec, sort_keys=True, indent=1, default=str))
     marker = {"spec": spec_hash(spec)}
     if folder_matches(folder, MARKER, marker):
         return str(folder)

@@ -52,14 +52,6 @@ def machine_has_bf16(cfg: DictConfig, jobs_on_this_machine: bool = False) -> boo
     return facts.bf16 or not facts.cuda
 
 
-def trains_here(cfg: DictConfig) -> bool:
-    """Whether the trainer of this run starts from this machine's packages, so TRL's private names are checked here:
-    not with launcher=hf_jobs and role=all (the trainer Job checks its own TRL when it prepares the uploaded config),
-    nor for a replica node or `agrpo eval` (their callers pass check_environment=False / evaluating=True: no
-    trainer, and TRL may not even be installed there)."""
-    return not (cfg.launcher.name == "hf_jobs" and cfg.role == "all")
-
-
 def prepare(
     cfg: DictConfig,
     check_environment: bool = True,
@@ -67,8 +59,10 @@ def prepare(
     cuda_available: bool | None = None,
     jobs_on_this_machine: bool = False,
 ) -> RunConfig:
-    """Check the installed TRL where the trainer starts from here (TrlChanged, exit 2, before anything else), validate
-    the composed `cfg` (one ConfigError listing every problem) and return its typed run spec, resolved and frozen.
+    """Check the installed TRL wherever a run launches from (TrlChanged, exit 2, before anything else: a Jobs launch
+    too, before any Job is submitted; the trainer Job checks its own TRL again), validate the composed `cfg` (one
+    ConfigError listing every problem) and return its typed run spec, resolved and frozen. Writes nothing (the warm
+    start's spec travels in the spec, `model.builder_input`, and its builder writes it).
     `check_environment=False` skips the checks against this machine (a replica node needs no data, rewards or trainer
     packages); `evaluating`: `agrpo eval`, which opens its test problems itself instead of the training data, adds
     its own checks and serves eval.adapter (inference.max_lora_rank then holds its rank too: eval_checks.py);
@@ -79,7 +73,7 @@ def prepare(
     from agrpo.config.shared_fleet_checks import attached_spec
     from agrpo.config.validate import validate
 
-    if check_environment and not evaluating and trains_here(cfg):
+    if check_environment and not evaluating:  # not a replica node or `agrpo eval`: no trainer, TRL may be absent
         from agrpo.trl_compat import check_trl
 
         check_trl()  # TRL's private names agrpo relies on (agrpo/trl_compat.py): reads TRL's source, imports nothing

@@ -151,3 +151,13 @@ def resolve(
 
     spec = spec_of(cfg)
     return with_values(spec, derived_values(spec, cuda_available, bf16_supported, adapter_rank))
+
+
+def resolved_defaults(values: dict[str, Any], cuda_available: bool) -> RunConfig:
+    """The spec of the schema's defaults with `values` (dotted keys), every derived value filled by the rules above:
+    a spec for a part started without a run config (a replica a test or benchmark starts: inference/vllm_server.py),
+    resolved here once, like a run's."""
+    from agrpo.config.spec import with_values
+
+    spec = with_values(RunConfig(), values)
+    return with_values(spec, derived_values(spec, cuda_available))

@@ -211,28 +211,26 @@ def replica_spec(
     device: str | None,
     gpu_memory_utilization: float,
 ) -> RunConfig:
-    """The spec of a replica `start_replica` serves: the schema's defaults with these values, the rest derived by
-    resolve's rules (device None: cuda where torch sees a GPU)."""
-    from agrpo.config.resolve import derived_values
-    from agrpo.config.spec import with_values
+    """The spec of a replica `start_replica` serves: the schema's defaults with these values, the rest resolved by
+    agrpo/config/resolve.py (device None: cuda where torch sees a GPU)."""
+    from agrpo.config.resolve import resolved_defaults
 
-    cfg = with_values(
-        RunConfig(),
-        {
-            "model.name_or_path": str(model_path),
-            "inference.max_model_len": max_model_len,
-            "inference.max_lora_rank": lora_rank,
-            "inference.max_loras": max_loras,
-            "inference.extra_args": list(extra_args or []),
-            "inference.gpu_memory_utilization": gpu_memory_utilization,
-            "inference.device": device or "auto",
-        },
-    )
     if device is None:
         import torch
 
-        return with_values(cfg, derived_values(cfg, cuda_available=torch.cuda.is_available()))
-    return with_values(cfg, derived_values(cfg, cuda_available=device == "cuda"))
+        cuda = torch.cuda.is_available()
+    else:
+        cuda = device == "cuda"
+    values = {
+        "model.name_or_path": str(model_path),
+        "inference.max_model_len": max_model_len,
+        "inference.max_lora_rank": lora_rank,
+        "inference.max_loras": max_loras,
+        "inference.extra_args": list(extra_args or []),
+        "inference.gpu_memory_utilization": gpu_memory_utilization,
+        "inference.device": device or "auto",
+    }
+    return resolved_defaults(values, cuda_available=cuda)
 
 
 def unload_adapters(server_url: str, prefix: str = "trl-policy-") -> list[str]:

@@ -117,7 +117,7 @@ def build_local_plan(
         vllm_url=vllm_url,
         notes=[f"device={device}, {num_gpus} GPU(s)", *([idle_note] if idle_note else [])],
         resume=str(cfg.trainer.resume),
-        model=ModelStep(str(cfg.model.name_or_path), cfg.model.builder or None),
+        model=ModelStep(str(cfg.model.name_or_path), cfg.model.builder or None, cfg.model.builder_input),
         supervision=supervision(cfg, services, trainer_start(cfg, trainer_gpus, slots)),
         fleet=fleet,
         placeholders=local_placeholders(cfg, most),

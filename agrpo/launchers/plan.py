@@ -105,6 +105,7 @@ class ModelStep:
 
     name_or_path: str
     builder: str | None = None
+    builder_input: str | None = None  # model.builder_input: what the builder builds from (JSON text)
 
     def render(self) -> str:
         if self.builder:

@@ -16,14 +16,16 @@ def looks_like_path(name: str) -> bool:
 
 
 def prepare_model(model_cfg: Any) -> str:
-    """Build the model with `model.builder` when set; fail early and clearly when a local path is missing."""
+    """Build the model with `model.builder` when set (given `model.builder_input` too when agrpo set one: the warm
+    start's spec); fail early and clearly when a local path is missing."""
     name = str(model_cfg.name_or_path)
     if model_cfg.builder:
         try:
             builder = get_method(model_cfg.builder)
         except Exception as error:
             raise ConfigError(f"model.builder={model_cfg.builder!r} cannot be imported: {error}") from None
-        return str(builder(name))
+        given = model_cfg.builder_input
+        return str(builder(name, given) if given else builder(name))
     if looks_like_path(name) and not (Path(name).expanduser() / "config.json").is_file():
         raise ConfigError(
             f"model.name_or_path={name!r} is not a model folder (no config.json there). Point it at a folder with a "

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import random
+from pathlib import Path
 
 import pytest
 
@@ -163,7 +164,10 @@ def test_the_plan_points_the_run_at_a_folder_named_by_its_content(task, tiny_mod
     assert folder.startswith(str(task / "cache" / "models" / "warmstart-"))
     assert cfg.model.builder == "agrpo.agents.warmstart.build_warm_model"
     assert cfg.agent.warmstart.base_model == str(tiny_model_dir)
-    spec = json.loads((task / "cache" / "models" / (folder.rsplit("/", 1)[1] + ".spec.json")).read_text())
+    assert not (task / "cache").exists()  # planning writes nothing: the spec travels in the config
+    from agrpo.agents.warmstart import planned_spec
+
+    spec = planned_spec(cfg.model)
     assert len(spec["rows"]) == 6 and spec["rows"][0]["qty"] == 2 and spec["settings"]["tool"] == "convert"
     from agrpo.agents.warmstart import plan_warmstart
 
@@ -180,11 +184,11 @@ def test_the_build_calls_the_tool_for_real_and_is_reused(task, tiny_model_dir, m
     from agrpo.models.resolve import prepare_model
 
     cfg = planned(task, tiny_model_dir)
-    episodes, values, _ = warmstart.played(warmstart.read_spec(__import__("pathlib").Path(cfg.model.name_or_path)))
+    episodes, values, _ = warmstart.played(warmstart.planned_spec(cfg.model))
     assert episodes[0].call == {"name": "convert", "arguments": {"amount": 2, "unit": "florp"}}
     assert episodes[0].output == "14" and episodes[0].answer == "14" and "florp" in values
     path = prepare_model(cfg.model)
-    assert path == cfg.model.name_or_path and (task / "cache" / "models").is_dir()
+    assert path == cfg.model.name_or_path and warmstart.read_spec(Path(path)) == warmstart.planned_spec(cfg.model)
     from transformers import AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(path)
@@ -200,13 +204,12 @@ def test_the_build_calls_the_tool_for_real_and_is_reused(task, tiny_model_dir, m
 
 
 def test_a_tool_that_fails_on_the_rows_arguments_is_one_paragraph(task, tiny_model_dir):
-    from pathlib import Path
 
     from agrpo.agents import warmstart
 
     cfg = planned(task, tiny_model_dir, "+agent.warmstart.arguments.unit=answer")
     with pytest.raises(ConfigError, match=r"agent.warmstart: tool convert\(.*\) raised KeyError: .*on a data row"):
-        warmstart.played(warmstart.read_spec(Path(cfg.model.name_or_path)))
+        warmstart.played(warmstart.planned_spec(cfg.model))
     with pytest.raises(ConfigError, match=r"agent.warmstart.tool='search': the run's tools are \['convert'\]"):
         planned(task, tiny_model_dir, "agent.warmstart.tool=search")
 
@@ -234,7 +237,6 @@ def size(unit: str) -> str:
 
 
 def test_with_several_tools_the_examples_call_each_in_turn(task, tiny_model_dir):
-    from pathlib import Path
 
     from agrpo.agents import warmstart
 
@@ -242,7 +244,7 @@ def test_with_several_tools_the_examples_call_each_in_turn(task, tiny_model_dir)
 
     def calls(*overrides):
         cfg = planned(task, tiny_model_dir, "agent.tools=[units.py:convert,sizes.py:size]", *overrides)
-        spec = warmstart.read_spec(Path(cfg.model.name_or_path))
+        spec = warmstart.planned_spec(cfg.model)
         episodes, _, schemas = warmstart.played(spec)
         return spec, [e.call for e in episodes if e.call], [s["function"]["name"] for s in schemas]
 

@@ -4,7 +4,6 @@ instead of 103 and the build did not finish in 15 minutes)."""
 
 from __future__ import annotations
 
-from pathlib import Path
 
 from agrpo.agents import warmstart_examples as ex
 from tests.agents.test_warmstart import planned, task  # noqa: F401 (task: the own-tool task, a fixture)
@@ -25,7 +24,7 @@ def test_an_example_shows_the_head_of_a_long_answer_whatever_the_cap():
 
 def test_the_build_says_what_it_does_and_its_examples_ignore_the_cap(task, tiny_model_dir, capsys, monkeypatch):  # noqa: F811
     from agrpo.agents import warmstart
-    from agrpo.agents.warmstart import build_warm_model, played, read_spec
+    from agrpo.agents.warmstart import build_warm_model, planned_spec, played
 
     monkeypatch.setattr(warmstart, "PROGRESS_EVERY_S", 0.0)  # a line per batch: the 6 of 2 steps
     source = (task / "units.py").read_text()
@@ -33,9 +32,9 @@ def test_the_build_says_what_it_does_and_its_examples_ignore_the_cap(task, tiny_
     cfg = planned(task, tiny_model_dir)
     uncapped = planned(task, tiny_model_dir, "agent.max_tool_output_chars=null")
     assert cfg.model.name_or_path == uncapped.model.name_or_path  # the cap is no part of the warm model
-    episodes, _, _ = played(read_spec(Path(cfg.model.name_or_path)))
+    episodes, _, _ = played(planned_spec(cfg.model))
     assert {e.output for e in episodes if e.call} == {"z" * ex.WARM_ANSWER_CHARS + "..."}  # not the cap's 64 + marker
-    build_warm_model(str(cfg.model.name_or_path))
+    build_warm_model(str(cfg.model.name_or_path), cfg.model.builder_input)
     lines = [line for line in capsys.readouterr().err.splitlines() if line.startswith("agent.warmstart: ")]
     assert lines[0].startswith("agent.warmstart: building warmstart-") and "6 supervised batches" in lines[0]
     progress = lines[1:]

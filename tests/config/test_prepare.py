@@ -230,7 +230,7 @@ def test_no_derivation_is_copied_outside_resolve():
 
 
 RULE_FUNCTIONS = ("served_device", "served_dtype", "served_lora_rank", "served_max_loras", "uses_proxy", "queue_size")
-RULE_FUNCTIONS += ("inflight_slots",)
+RULE_FUNCTIONS += ("inflight_slots", "derived_values")  # a spec without a run config: resolve.resolved_defaults
 
 
 def test_no_rule_is_applied_again_downstream():

@@ -69,7 +69,7 @@ def warm_run(task, tiny_model_dir):  # noqa: F811
     from agrpo.agents.warmstart import build_warm_model
 
     cfg = planned(task, tiny_model_dir)
-    warm = build_warm_model(str(cfg.model.name_or_path))
+    warm = build_warm_model(str(cfg.model.name_or_path), cfg.model.builder_input)
     run = task / "run"
     adapter_on(warm, run / "final_adapter")
     (run / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))

@@ -14,20 +14,17 @@ private names that TRL happens to define too are listed in AGRPO_OWN with where 
 from __future__ import annotations
 
 import ast
-import os
-import shutil
-import subprocess
-import sys
 from functools import cache
 from pathlib import Path
 
 import pytest
 
 from agrpo import trl_compat
+from agrpo.config.compose import compose_overrides
 from agrpo.trl_compat import TRL_NAMES, TrlChanged, require, trl_problems, trl_root
+from tests.trl_copy import EDITS, copy_trl, edit, run_agrpo
 
-REPO = Path(__file__).resolve().parents[2]
-AGRPO = REPO / "agrpo"
+AGRPO = Path(__file__).resolve().parents[2] / "agrpo"
 
 # agrpo's own private names that TRL also defines somewhere: (file under agrpo/, name) -> whose it is.
 AGRPO_OWN = {
@@ -146,43 +143,7 @@ def test_the_source_reader_agrees_with_the_imported_modules():
 @pytest.fixture()
 def trl_copy(tmp_path) -> Path:
     """A copy of the installed trl package, first on a PYTHONPATH (the tests edit it)."""
-    target = tmp_path / "site" / "trl"
-    shutil.copytree(trl_root(), target, ignore=shutil.ignore_patterns("__pycache__"))
-    return target
-
-
-def edit(root: Path, relative: str, old: str, new: str) -> None:
-    path = root / relative
-    text = path.read_text()
-    assert old in text, f"{relative} no longer holds {old!r}: pick another edit"
-    path.write_text(text.replace(old, new))
-
-
-WORKER = "experimental/async_grpo/async_rollout_worker.py"
-TRAINER = "experimental/async_grpo/async_grpo_trainer.py"
-EDITS = {  # id -> (file, old, new, what the error must name)
-    "sync_weight_lora": (TRAINER, "_sync_weight_lora", "_sync_adapter", "AsyncGRPOTrainer._sync_weight_lora is gone"),
-    "rollout_hook": (
-        TRAINER,
-        "        rollout_worker: RolloutWorkerProtocol | None = None,",
-        "        rollout_backend: RolloutWorkerProtocol | None = None,",
-        "AsyncGRPOTrainer.__init__ no longer takes rollout_worker",
-    ),
-    "checkpoint_hook": (
-        TRAINER,
-        "def _save_checkpoint(self, model, trial)",
-        "def _save_checkpoint(self, model)",
-        "_save_checkpoint now takes (model)",
-    ),
-    "flash_attn": ("experimental/async_grpo/packing.py", "_flash_attn", "_load_fa3", "packing._flash_attn is gone"),
-    "retry_signature": (
-        WORKER,
-        "max_attempts: int = 1):",
-        "attempts: int = 1):",
-        "_AsyncRolloutLoop._retry now takes (coro_factory, label, attempts)",
-    ),
-    "lora_dir_attribute": (TRAINER, "self._lora_dir =", "self._adapter_dir =", "AsyncGRPOTrainer._lora_dir is gone"),
-}
+    return copy_trl(tmp_path / "site")
 
 
 @pytest.mark.parametrize("name", sorted(EDITS))
@@ -206,16 +167,7 @@ def test_a_run_on_a_changed_trl_stops_before_anything_starts(trl_copy, tmp_path,
     relative, old, new, expected = EDITS[name]
     edit(trl_copy, relative, old, new)
     run_dir = tmp_path / "run"
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(trl_copy.parent), str(REPO)]), "HF_HUB_OFFLINE": "1"}
-    env.pop("AGRPO_DEBUG", None)
-    result = subprocess.run(
-        [sys.executable, "-m", "agrpo", "+recipe=smoke", f"hydra.run.dir={run_dir}"],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    result, _ = run_agrpo(["+recipe=smoke", f"hydra.run.dir={run_dir}"], trl_copy, cwd=tmp_path)
     output = result.stdout + result.stderr
     assert result.returncode == 2, output[-3000:]
     assert expected in result.stderr and f"the installed TRL {trl_compat.trl_version()} ({trl_copy})" in result.stderr
@@ -234,14 +186,38 @@ def test_check_trl_raises_one_paragraph_with_exit_code_2(monkeypatch):
     assert "\n" not in message
 
 
-@pytest.mark.parametrize(
-    ("launcher", "role", "checked"),
-    [("local", "all", True), ("accelerate", "all", True), ("hf_jobs", "trainer", True), ("hf_jobs", "all", False)],
-)
-def test_trl_is_checked_where_the_trainer_starts_from_this_machine(launcher, role, checked):
-    """A Jobs launch from here leaves it to the trainer Job (role=trainer there), which prepares its config again."""
-    from omegaconf import OmegaConf
+def test_trl_is_checked_wherever_a_run_launches_from(monkeypatch):
+    """A Jobs launch (role=all) checks this machine's TRL too, before any Job is submitted (the trainer Job checks its
+    own again); a replica node (check_environment=False) and `agrpo eval` do not: no trainer there."""
+    from agrpo.config import prepare as preparing
 
-    from agrpo.config.prepare import trains_here
+    checked = []
 
-    assert trains_here(OmegaConf.create({"launcher": {"name": launcher}, "role": role})) is checked
+    def refuse():
+        checked.append(True)
+        raise TrlChanged("a name is gone")
+
+    monkeypatch.setattr(trl_compat, "check_trl", refuse)
+    cfg = compose_overrides(["+recipe=gsm8k", "launcher=hf_jobs", "sync=bucket"])
+    with pytest.raises(TrlChanged):
+        preparing.prepare(cfg)
+    preparing.prepare(cfg, check_environment=False)
+    assert checked == [True]
+
+
+def private_entries() -> list:
+    """Entries whose path names something private of TRL's (a `_name`, or any member of a private class)."""
+    return [e for e in TRL_NAMES if any(part.startswith("_") and part != "__init__" for part in e.path.split("."))]
+
+
+def test_the_architecture_doc_states_the_lists_counts():
+    """docs/architecture.md's counts of TRL_NAMES are today's (issue 44: a doc said "1 left" where none was)."""
+    import re
+
+    text = " ".join((AGRPO.parent / "docs" / "architecture.md").read_text().split())
+    stated = re.search(
+        r"lists every such name \((\d+) entries.*?; (\d+) of them private.*?: (\d+) are the rollout", text
+    )
+    assert stated, "docs/architecture.md no longer states TRL_NAMES' counts in the form this test reads"
+    loop = [e for e in TRL_NAMES if e.path.startswith("_AsyncRolloutLoop")]
+    assert tuple(map(int, stated.groups())) == (len(TRL_NAMES), len(private_entries()), len(loop))

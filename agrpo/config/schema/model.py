@@ -28,6 +28,12 @@ class ModelConfig:
         "there (the smoke recipe builds a tiny model offline). None: the model must already exist or come from the "
         "Hub.",
     )
+    builder_input: Optional[str] = knob(
+        None,
+        doc="Set by agrpo: what model.builder builds from, as JSON text, passed to it beside the path (the warm "
+        "start's spec: prepare computes it and writes nothing; the builder writes it beside the folder it builds). "
+        "Leave unset.",
+    )
     chat_template: Optional[str] = knob(
         None,
         doc="Chat template for the trainer's tokenizer, by TRL's name (e.g. \"qwen2_5\": "

@@ -10,6 +10,7 @@ starts. Inputs already under `sync.mount_path`, and Hub ids, stay as they are.
 from __future__ import annotations
 
 import os
+from dataclasses import replace
 from pathlib import Path
 
 from agrpo.config.hf_jobs_checks import under_mount
@@ -24,14 +25,15 @@ from agrpo.models.resolve import looks_like_path
 INPUTS_DIR = "inputs"  # under the run's folder on the bucket
 
 
-def local_model(cfg: RunConfig) -> tuple[str, str | None] | None:
-    """(folder here, builder) when the model lives or is built on this machine; None for a Hub id or the bucket."""
+def local_model(cfg: RunConfig) -> tuple[str, str | None, str | None] | None:
+    """(folder here, builder, its input) when the model lives or is built on this machine; None for a Hub id or the
+    bucket."""
     name, builder = str(cfg.model.name_or_path), cfg.model.builder or None
     path = os.path.expanduser(name)
     if under_mount(path, cfg.sync.mount_path) and not builder:
         return None
     if builder or os.path.isdir(path):
-        return os.path.abspath(path), builder
+        return os.path.abspath(path), builder, cfg.model.builder_input if builder else None
     if looks_like_path(name):
         raise ConfigError(
             f"model.name_or_path={name!r} is not a folder on this machine, so it cannot be uploaded for the Jobs: "
@@ -69,7 +71,7 @@ def local_inputs(cfg: RunConfig, run_dir: str, run_dir_in_bucket: str) -> list[L
     inputs = []
     model = local_model(cfg)
     if model:
-        inputs.append(placed("model.name_or_path", model[0], "model", model[1]))
+        inputs.append(replace(placed("model.name_or_path", model[0], "model", model[1]), builder_input=model[2]))
     for key, folder in (("data.path", "data"), ("model.chat_template", "chat_template")):
         source = local_file(cfg, key)
         if source:
@@ -81,7 +83,7 @@ def config_for_jobs(cfg: RunConfig, inputs: list[LocalInput]) -> RunConfig:
     """`cfg` with every local input replaced by its copy on the bucket mount (and no builder: it is built)."""
     moved = {item.key: item.job_path for item in inputs}
     if any(item.builder for item in inputs):
-        moved["model.builder"] = None
+        moved["model.builder"] = moved["model.builder_input"] = None
     return with_values(cfg, moved)
 
 
@@ -91,7 +93,7 @@ def upload_pairs(item: LocalInput) -> list[tuple[str, str]]:
     if item.builder:
         from agrpo.models.resolve import prepare_model
 
-        prepare_model(ModelStep(item.source, item.builder))
+        prepare_model(ModelStep(item.source, item.builder, item.builder_input))
     source = Path(item.source)
     if source.is_file():
         return [(str(source), item.path_in_bucket)]

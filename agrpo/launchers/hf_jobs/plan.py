@@ -129,7 +129,8 @@ class LocalInput:
     source: str  # here
     path_in_bucket: str  # a folder's files go under it, a file is it
     job_path: str  # the same thing through the bucket mount, as the Jobs see it
-    builder: str | None = None  # model.builder: run here (into source) before the upload
+    builder: str | None = None  # model.builder: run here (into source) before the upload ...
+    builder_input: str | None = None  # ... from model.builder_input
 
     def render(self, bucket: str) -> str:
         built = f"build {self.source} with {self.builder}; " if self.builder else ""
