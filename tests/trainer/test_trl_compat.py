@@ -163,17 +163,19 @@ def test_require_refuses_a_name_the_list_does_not_hold():
 @pytest.mark.parametrize("name", ["sync_weight_lora", "rollout_hook", "flash_attn", "retry_signature"])
 def test_a_run_on_a_changed_trl_stops_before_anything_starts(trl_copy, tmp_path, name):
     """`python -m agrpo +recipe=smoke` as a user runs it, with one name of a copy of the installed TRL (first on the
-    path) renamed or changed: exit 2 and one paragraph naming it, no traceback, no replica started."""
+    path) renamed or changed (a trainer method, TRL's public hook, a module attribute, a rollout loop's signature):
+    exit 2 and one paragraph naming it, no traceback, no replica started, no process of it left (its group)."""
     relative, old, new, expected = EDITS[name]
     edit(trl_copy, relative, old, new)
     run_dir = tmp_path / "run"
-    result, _ = run_agrpo(["+recipe=smoke", f"hydra.run.dir={run_dir}"], trl_copy, cwd=tmp_path)
+    result, left = run_agrpo(["+recipe=smoke", f"hydra.run.dir={run_dir}"], trl_copy, cwd=tmp_path)
     output = result.stdout + result.stderr
     assert result.returncode == 2, output[-3000:]
     assert expected in result.stderr and f"the installed TRL {trl_compat.trl_version()} ({trl_copy})" in result.stderr
     assert "Traceback" not in output
     assert [line for line in result.stderr.splitlines() if line.strip()] == [result.stderr.strip()]  # one paragraph
     assert not run_dir.exists() or not any(run_dir.rglob("*.log")), sorted(run_dir.rglob("*"))  # nothing started
+    assert left == [], f"processes of the run still alive: {left}"
 
 
 def test_check_trl_raises_one_paragraph_with_exit_code_2(monkeypatch):
