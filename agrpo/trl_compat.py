@@ -60,48 +60,58 @@ class TrlName:
     used_by: str  # the agrpo module that relies on it (agrpo/trainer/...)
     params: tuple[str, ...] | None = None  # a function's parameters, exactly (self left out)
     takes: tuple[str, ...] = ()  # keywords it must still take
+    why: str = ""  # for a private name: why no public hook of TRL serves (tests/trainer/test_trl_compat.py)
 
     @property
     def dotted(self) -> str:
         return f"{self.module}.{self.path}"
 
 
-def _loop_member(member: str, used_by: str, *params: str) -> TrlName:
-    return TrlName(W, f"_AsyncRolloutLoop.{member}", used_by, params if params else None)
+NO_SYNC_HOOK = "no public hook: `weight_transfer=` streams merged weights, agrpo publishes adapter folders"
+NO_STATE_HOOK = "TRL keeps the rollout position for its own worker only (an isinstance check)"
+LOOP = "the child still runs TRL's private loop (docs/architecture.md: its replacement plan); "
+
+
+def _loop_member(member: str, used_by: str, why: str, *params: str) -> TrlName:
+    return TrlName(W, f"_AsyncRolloutLoop.{member}", used_by, params if params else None, why=LOOP + why)
 
 
 TRL_NAMES: tuple[TrlName, ...] = (
     # The rollout loop agrpo's loop classes derive from (rollout_loop, guarded_loop, rollout_child, agent_loop).
-    TrlName(W, "_AsyncRolloutLoop", "rollout_loop"),
+    TrlName(W, "_AsyncRolloutLoop", "rollout_loop", why=LOOP + "`rollout_worker=` replaces the worker, not its loop"),
     # Its arguments (rollout_worker builds them; rollout_entry adds the channels); it asks for `f"{lora_name}-v{N}"`:
     # the worker hands it the served name (`<tenant>/trl-policy`).
-    TrlName(W, "_AsyncRolloutLoop.__init__", "guarded_loop, rollout_entry", takes=LOOP_ARGS + LOOP_RUN_ARGS),
-    _loop_member("_generate_loop", "rollout_loop, guarded_loop", "stop_event"),
-    _loop_member("_score_loop", "guarded_loop", "stop_event"),
-    _loop_member("_run_loops", "guarded_loop", "stop_event"),
+    TrlName(
+        W,
+        "_AsyncRolloutLoop.__init__",
+        "guarded_loop, rollout_entry",
+        takes=LOOP_ARGS + LOOP_RUN_ARGS,
+        why=LOOP + "agrpo builds it in its own child with its own channels",
+    ),
+    _loop_member(
+        "_generate_loop", "rollout_loop, guarded_loop", "the bearer token, a failure cancels its sibling", "stop_event"
+    ),
+    _loop_member("_score_loop", "guarded_loop", "a failure cancels its sibling", "stop_event"),
+    _loop_member("_run_loops", "guarded_loop", "pending work cancelled before the event loop closes", "stop_event"),
     _loop_member(
         "_generate_one",
         "rollout_loop, guarded_loop, rollout_child, agent_loop",
+        "pacing, open versions, the failing row named",
         "prompt",
         "tool_dict",
         "tools",
         "group_id",
     ),
-    _loop_member("_generate_one_turn", "rollout_loop", "prompt_ids"),
-    _loop_member("_execute_tool_calls", "rollout_loop, agent_loop", "tool_calls", "tool_dict"),
-    _loop_member("_retry", "rollout_loop, agent_loop", "coro_factory", "label", "max_attempts"),
-    _loop_member("_score_group", "rollout_loop, guarded_loop, rollout_child", "group"),
-    _loop_member("_post", "agent_loop", "path", "payload", "timeout", "max_retries"),
-    _loop_member("_push_metrics", "rollout_child", "values"),
-    _loop_member("_push_rollout_metrics", "agent_loop"),
-    _loop_member("_request_model", "rollout_loop, rollout_child"),
-    _loop_member("_counters", "rollout_loop, agent_loop"),
-    _loop_member("_rates", "agent_loop"),
-    _loop_member("_loop", "guarded_loop"),
-    _loop_member("_stop_event", "guarded_loop, rollout_child"),  # the polling stop watcher sets it
-    _loop_member("_exception_info_queue", "guarded_loop"),
-    _loop_member("_metrics_queue", "guarded_loop"),
-    _loop_member("session", "rollout_loop, agent_loop"),
+    _loop_member("_generate_one_turn", "rollout_loop", "a refused later turn ends the episode", "prompt_ids"),
+    _loop_member("_execute_tool_calls", "rollout_loop, agent_loop", "tool counts", "tool_calls", "tool_dict"),
+    _loop_member("_retry", "rollout_loop, agent_loop", "refusals not retried", "coro_factory", "label", "max_attempts"),
+    _loop_member("_score_group", "rollout_loop, guarded_loop, rollout_child", "versions, unscored", "group"),
+    _loop_member("_post", "agent_loop", "the replica per turn", "path", "payload", "timeout", "max_retries"),
+    _loop_member("_push_rollout_metrics", "agent_loop", "per-episode tool figures"),
+    _loop_member("_request_model", "rollout_loop, rollout_child", "the version a rollout asks for"),
+    _loop_member("_counters", "rollout_loop, agent_loop", "counts pushed with TRL's own"),
+    _loop_member("_rates", "agent_loop", "rates pushed with TRL's own"),
+    _loop_member("session", "rollout_loop, agent_loop", "the HTTP session TRL's loop opens"),
     TrlName(W, "RolloutGroup.group_id", "rollout_loop"),
     TrlName(W, "RolloutGroup.completions_sequences", "rollout_child"),
     TrlName(W, "TrainingSequence.rollout_id", "rollout_child"),
@@ -109,16 +119,16 @@ TRL_NAMES: tuple[TrlName, ...] = (
     # The trainer, subclassed (seam/trainer): the adapter sync (no public hook: TRL's `weight_transfer=` streams merged
     # weights, agrpo publishes adapter folders), read only there; its metrics; its worker and client
     # (read with getattr(..., None) for ranks that have none: a rename would silently turn the feature off).
-    TrlName(T, "AsyncGRPOTrainer._sync_weight_lora", "seam/trainer", ("t0",)),
-    TrlName(T, "AsyncGRPOTrainer._lora_dir", "seam/trainer"),
-    TrlName(T, "AsyncGRPOTrainer._lora_name", "seam/trainer"),
-    TrlName(T, "AsyncGRPOTrainer._adapter_name", "seam/trainer"),
-    TrlName(T, "AsyncGRPOTrainer._lora_sync", "seam/trainer"),  # adapters synced: requests name `<lora>-vN`
-    TrlName(T, "AsyncGRPOTrainer._metrics", "seam/trainer"),  # no public sink for a step's own figures
+    TrlName(T, "AsyncGRPOTrainer._sync_weight_lora", "seam/trainer", ("t0",), why=NO_SYNC_HOOK),
+    TrlName(T, "AsyncGRPOTrainer._lora_dir", "seam/trainer", why="where TRL publishes; " + NO_SYNC_HOOK),
+    TrlName(T, "AsyncGRPOTrainer._lora_name", "seam/trainer", why="what TRL names versions; " + NO_SYNC_HOOK),
+    TrlName(T, "AsyncGRPOTrainer._adapter_name", "seam/trainer", why="the adapter TRL ships; " + NO_SYNC_HOOK),
+    TrlName(T, "AsyncGRPOTrainer._lora_sync", "seam/trainer", why="whether requests name `<lora>-vN`; no public flag"),
+    TrlName(T, "AsyncGRPOTrainer._metrics", "seam/trainer", why="no public sink for a step's own figures"),
     # The rollout position in checkpoints: TRL saves and restores it for its own worker only (an isinstance check).
-    TrlName(T, "AsyncGRPOTrainer._save_checkpoint", "seam/trainer", ("model", "trial")),
-    TrlName(T, "AsyncGRPOTrainer._trained_groups", "seam/trainer"),
-    TrlName(T, "AsyncGRPOTrainer._groups_before_resume", "seam/trainer"),
+    TrlName(T, "AsyncGRPOTrainer._save_checkpoint", "seam/trainer", ("model", "trial"), why=NO_STATE_HOOK),
+    TrlName(T, "AsyncGRPOTrainer._trained_groups", "seam/trainer", why=NO_STATE_HOOK),
+    TrlName(T, "AsyncGRPOTrainer._groups_before_resume", "seam/trainer", why=NO_STATE_HOOK),
     # Public names agrpo's worker is built from (TRL's public hook and what it derives in __init__).
     TrlName(T, "AsyncGRPOTrainer.__init__", "seam/trainer", takes=("rollout_worker",)),
     TrlName(T, "AsyncGRPOTrainer.eos_token_ids", "seam/trainer"),
@@ -141,7 +151,7 @@ TRL_NAMES: tuple[TrlName, ...] = (
     TrlName(C, "VLLMClient.unload_lora_adapter", "seam/client", ("lora_name", "timeout")),
     TrlName(C, "VLLMClient.server_url", "seam/client, sync_mode"),
     # Packed attention's kernel loader (seam/module_patches).
-    TrlName(P, "_flash_attn", "seam/module_patches", ()),
+    TrlName(P, "_flash_attn", "seam/module_patches", (), why="TRL's packed attention takes no kernel argument"),
 )
 
 

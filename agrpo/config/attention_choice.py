@@ -25,7 +25,6 @@ from omegaconf import DictConfig
 from agrpo.config.schema import Attention, RunConfig
 
 FA3_REPO, FA3_VERSION = "kernels-community/flash-attn3", 1  # what TRL 1.16's packing._flash_attn loads
-FA3_REPO, FA3_VERSION = "kernels-community/flash-attn3", 1  # what TRL 1.16's packing._flash_attn loads
 ROCM_REPO, ROCM_VERSION = "kernels-community/aiter-flash-attn", 2  # ... and what it loads on ROCm instead
 # The kernel's builds (its build.toml): sm_80 code, which every 8.x GPU runs, and sm_90a, which only 9.0 runs.
 FA3_CAPABILITY_MAJORS, FA3_EXACT_CAPABILITIES = (8,), ((9, 0),)
@@ -161,13 +160,15 @@ def gather_facts(cfg: DictConfig | RunConfig, probe_hub: Callable[[], bool] = hu
     return AttentionFacts(**{**facts.__dict__, "hub_reachable": probe_hub()})
 
 
-def load_trl_kernel() -> Any:
-    """TRL's own FA3 loader (its packing module calls it at every forward), called once now; TRL caches what it
-    loaded (`functools.cache`), so that kernel is what TRL's later calls return: no later step downloads or fails."""
-    import importlib
+def load_fa3_kernel() -> Any:
+    """The kernel TRL's packed attention loads (`packing._flash_attn`: the `kernels` package's public `get_kernel`,
+    same repo and version; tests/trainer/test_attention.py checks TRL still names them), loaded once now through the
+    public call rather than TRL's private loader: fetched into the Hub cache, so no later step downloads or fails."""
+    import torch
+    from kernels import get_kernel
 
-    packing = importlib.import_module("trl.experimental.async_grpo.packing")
-    kernel = packing._flash_attn()  # TRL 1.16's loader (a missing name is an AttributeError: SDPA under auto)
+    repo, version = (ROCM_REPO, ROCM_VERSION) if torch.version.hip else (FA3_REPO, FA3_VERSION)
+    kernel = get_kernel(repo, version=version)
     if not callable(getattr(kernel, "flash_attn_varlen_func", None)):
         raise RuntimeError("the loaded kernel has no flash_attn_varlen_func")
     return kernel

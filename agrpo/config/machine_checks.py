@@ -35,10 +35,10 @@ def attention_problems(cfg: DictConfig) -> list[str]:
         return [choice.problem]
     if str(cfg.trainer.attention) == "fa3" and choice.kind == "fa3":  # forced: load it now, before anything starts
         from agrpo.errors import ConfigError
-        from agrpo.config.attention_choice import load_trl_kernel, loaded_choice
+        from agrpo.config.attention_choice import load_fa3_kernel, loaded_choice
 
         try:
-            loaded_choice(choice, "fa3", load_trl_kernel)
+            loaded_choice(choice, "fa3", load_fa3_kernel)
         except ConfigError as error:
             return [str(error)]
     return []

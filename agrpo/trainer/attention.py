@@ -17,7 +17,7 @@ from agrpo.config.attention_choice import (
     AttentionChoice,
     choose_attention,
     gather_facts,
-    load_trl_kernel,
+    load_fa3_kernel,
     loaded_choice,
 )
 
@@ -75,5 +75,5 @@ def trainer_attention(cfg: RunConfig) -> AttentionChoice:
     if choice.problem:
         raise ConfigError(choice.problem)
     if choice.kind == "fa3":
-        choice = loaded_choice(choice, str(cfg.trainer.attention), load_trl_kernel)
+        choice = loaded_choice(choice, str(cfg.trainer.attention), load_fa3_kernel)
     return choice

@@ -12,6 +12,7 @@ import asyncio
 import collections
 import logging
 import os
+import queue
 import sys
 import threading
 import time
@@ -53,15 +54,10 @@ def poll_stop_event(rollout_loop: GuardedRolloutLoop, stop_event: Any) -> None:
     """TRL's stop watcher, polling the event instead of sleeping in its Condition: a child that exits while
     registered as a sleeper makes the trainer's `set()` wait forever (CPython #75158)."""
 
-    stop = getattr(rollout_loop, "stop_now", rollout_loop._stop_event.set)  # TRL's own loop: what TRL's watcher does
-
     def watch() -> None:
         while not stop_event.is_set():
             time.sleep(STOP_POLL_S)
-        try:
-            rollout_loop._loop.call_soon_threadsafe(stop)
-        except RuntimeError:  # the loop already closed: nothing left to stop
-            pass
+        rollout_loop.request_stop()
 
     threading.Thread(target=watch, daemon=True, name="grpo-mp-stop-watcher").start()
 
@@ -114,6 +110,11 @@ class GuardedRolloutLoop(AgrpoRolloutLoop):
         """TRL's loop on the shared values without their locks (the heartbeat held back while a reward runs); a
         loop TRL cannot build (a chat template it does not know) reports why and exits, where TRL's raised."""
         self._progress = ProgressHeartbeat(heartbeat_value.get_obj())
+        # agrpo's own references to the channels it passes (TRL keeps them in private attributes)
+        self.failure_queue, self.figures_queue = kwargs["exception_info_queue"], kwargs["metrics_queue"]
+        self.event_loop: asyncio.AbstractEventLoop | None = None  # the running loop and TRL's stop event, once
+        self.stop_event: asyncio.Event | None = None  # `_run_loops` starts (TRL passes the event to it)
+        self.stop_requested = False
         try:
             super().__init__(
                 heartbeat_value=self._progress,
@@ -125,11 +126,28 @@ class GuardedRolloutLoop(AgrpoRolloutLoop):
             report(kwargs["exception_info_queue"], kwargs["failed_event"], error)
             exit_now(kwargs["exception_info_queue"], [kwargs["rollout_buffer"], kwargs["metrics_queue"]])
 
+    def push_figures(self, figures: dict[str, float]) -> None:
+        """agrpo's own figures for the trainer's log, on the metrics queue in the shape TRL's public
+        `RolloutWorkerProtocol` documents (`{key: float}`); never blocks generation."""
+        try:
+            self.figures_queue.put_nowait(dict(figures))
+        except queue.Full:
+            pass
+
+    def request_stop(self) -> None:
+        """From the stop watcher's thread: stop on the event loop, now if it runs, else as soon as it starts."""
+        self.stop_requested = True
+        if self.event_loop is not None:
+            try:
+                self.event_loop.call_soon_threadsafe(self.stop_now)
+            except RuntimeError:  # the loop already closed: nothing left to stop
+                pass
+
     def stop_now(self) -> None:
         """The trainer stopped (training ended): TRL's loops would wait for every request in flight, which took a
         slow model (SmolLM2 on a CPU) past TRL's 15 s before it terminated the process; nobody trains on those
         samples any more, so the loops are cancelled."""
-        self._stop_event.set()
+        self.stop_event.set()
         self._stopping = True
         for task in getattr(self, "_loop_tasks", []):
             task.cancel()
@@ -139,6 +157,9 @@ class GuardedRolloutLoop(AgrpoRolloutLoop):
         task left before TRL closes the event loop."""
         self._loop_tasks: list[asyncio.Task] = []
         self._stopping = False
+        self.stop_event, self.event_loop = stop_event, asyncio.get_running_loop()
+        if self.stop_requested:  # the trainer stopped before the loop ran
+            self.stop_now()
         try:
             await super()._run_loops(stop_event)
         except asyncio.CancelledError:
@@ -181,7 +202,7 @@ class GuardedRolloutLoop(AgrpoRolloutLoop):
             self._progress.scoring_since = None
             self._progress.value = time.time()
         self._count_unscored(group, samples)
-        self._push_metrics({OPEN_VERSION_METRIC: float(self.open_version_floor())})
+        self.push_figures({OPEN_VERSION_METRIC: float(self.open_version_floor())})
         return samples
 
     def open_version_floor(self) -> int:
@@ -207,7 +228,7 @@ class GuardedRolloutLoop(AgrpoRolloutLoop):
             log.warning("%s", warning)
         left_out = sum(1 for r in rewards if r != r)  # NaN: every term returned None
         if left_out:
-            self._push_metrics({UNSCORED_METRIC: float(left_out)})
+            self.push_figures({UNSCORED_METRIC: float(left_out)})
 
     async def _generate_one(self, prompt: Any, *args: Any, **kwargs: Any) -> Any:
         """TRL's episode; agrpo counts the adapter versions open rollouts use and names the row of a failure
@@ -227,4 +248,4 @@ class GuardedRolloutLoop(AgrpoRolloutLoop):
         try:
             super().run()  # on failure TRL reports it (queue + event) and logs the traceback (trainer.log only)
         except BaseException:
-            exit_now(self._exception_info_queue, [self.rollout_buffer, self._metrics_queue])
+            exit_now(self.failure_queue, [self.rollout_buffer, self.figures_queue])

@@ -95,7 +95,7 @@ class PacingMixin:
         if self._control is not None:
             figures["rollout/samples_ahead"] = float(samples_ahead(self._snapshot()))
             figures["rollout/requests_in_flight"] = float(self._counts["admitted"] - self._counts["finished"])
-        self._push_metrics(figures)
+        self.push_figures(figures)
         return samples
 
     # ---- pacing
@@ -125,7 +125,8 @@ class PacingMixin:
 
     async def _admit_in_order(self) -> None:
         while self._waiting:
-            stopping = self._stop_event.is_set()  # let the waiting rollouts end so TRL's loop can finish
+            # stopping: let the waiting rollouts end so TRL's loop can finish
+            stopping = self.stop_event is not None and self.stop_event.is_set()
             while self._waiting and (stopping or self._room()):
                 ticket = self._waiting.popleft()
                 if not ticket.done():  # a cancelled rollout takes no room

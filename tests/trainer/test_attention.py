@@ -168,3 +168,18 @@ def test_the_banner_names_the_choice():
         attention=choice.banner,
     )  # fmt: skip
     assert lines[2] == "  attention    SDPA packed attention (agrpo's; FA3 not usable: no CUDA GPU)"
+
+
+def test_the_kernel_is_loaded_through_kernels_public_call_as_trl_names_it(monkeypatch):
+    """agrpo loads FA3 with `kernels.get_kernel` (the repo and version TRL's private loader names: the test above),
+    not through TRL's `packing._flash_attn`."""
+    import sys
+    import types
+
+    asked = []
+    kernel = types.SimpleNamespace(flash_attn_varlen_func=lambda *a: None)
+    fake = types.ModuleType("kernels")
+    fake.get_kernel = lambda repo, version: asked.append((repo, version)) or kernel
+    monkeypatch.setitem(sys.modules, "kernels", fake)
+    assert attention_choice.load_fa3_kernel() is kernel
+    assert asked == [(attention_choice.FA3_REPO, attention_choice.FA3_VERSION)]

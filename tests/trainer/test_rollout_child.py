@@ -42,7 +42,7 @@ class TrlLikeLoop:
         self.release = asyncio.Event()
         self.asked: list[str] = []
         self.pushed: list[dict] = []
-        self._stop_event = asyncio.Event()
+        self.stop_event = asyncio.Event()
 
     @property
     def model_version(self) -> int:
@@ -57,7 +57,7 @@ class TrlLikeLoop:
     async def _score_group(self, group):
         return [Sample(group.model_version) for _ in itertools.chain.from_iterable(group.completions_sequences)]
 
-    def _push_metrics(self, values):
+    def push_figures(self, values):
         self.pushed.append(values)
 
 
@@ -144,7 +144,7 @@ def test_rollouts_start_only_while_the_samples_ahead_are_under_the_budget(block)
         assert len(loop.asked) == 5
         assert loop.pushed[-1]["rollout/samples_ahead"] == 3.0  # when the group was scored
         assert samples_ahead(block.snapshot()) == 3  # (5 started - 2 scored) + (2 produced - 2 taken): the budget
-        loop._stop_event.set()  # stopping: the last one is let go so TRL's loop can finish
+        loop.stop_event.set()  # stopping: the last one is let go so TRL's loop can finish
         await asyncio.wait_for(asyncio.gather(*tasks), 2)
         assert len(loop.asked) == 6
 

@@ -90,6 +90,23 @@ def test_no_attribute_of_a_trl_object_is_replaced_outside_the_seam():
     assert {(rel, name) for rel, name, _ in outside} == set(KNOWN_OUTSIDE), "a known replacement is gone: drop its line"
 
 
+def test_no_module_outside_the_seam_reads_a_private_trl_name():
+    """TRL's private names (agrpo/trl_compat.py's list) are read, overridden or patched only in agrpo/trainer/seam/
+    and the rollout child's loop classes (issue 44: 19 reads in 6 files outside it; the FA3 kernel check in
+    agrpo/config now loads the kernel through the `kernels` package's public call)."""
+    from tests.trainer.test_trl_compat import files_working_with_trl, names_used, private_entries
+
+    private = {entry.path.rpartition(".")[2] for entry in private_entries()} - {"__init__"}
+    outside = [
+        f"agrpo/{rel}:{line} uses {name}"
+        for rel, tree in files_working_with_trl()
+        if rel.rpartition("/")[0] not in SEAM and rel not in SEAM_FILES
+        for name, line in names_used(tree)
+        if name in private
+    ]
+    assert not outside, "private TRL names used outside agrpo/trainer/seam/: " + "; ".join(outside)
+
+
 def test_the_rule_finds_a_replaced_method():
     source = (
         "client.load_lora_adapter = f\nsetattr(trainer, '_sync_weight_lora', f)\nself.log = f\ncfg.trainer.resume = 1\n"

@@ -223,3 +223,9 @@ def test_the_architecture_doc_states_the_lists_counts():
     assert stated, "docs/architecture.md no longer states TRL_NAMES' counts in the form this test reads"
     loop = [e for e in TRL_NAMES if e.path.startswith("_AsyncRolloutLoop")]
     assert tuple(map(int, stated.groups())) == (len(TRL_NAMES), len(private_entries()), len(loop))
+
+
+def test_every_private_name_says_why_no_public_hook_serves():
+    """Each private entry carries one line of why (issue 44: the list shrinks to what has no public hook)."""
+    assert [e.dotted for e in private_entries() if not e.why.strip()] == []
+    assert [e.dotted for e in TRL_NAMES if e.why and e not in private_entries()] == []  # public names need none

@@ -40,7 +40,7 @@ def scoring_loop(*funcs) -> GuardedRolloutLoop:
     loop.__dict__.update(_env_reward_types=[], _retired_groups=set(), pushed=[])
     loop._model_version_value = SimpleNamespace(value=0)
     loop._progress = ProgressHeartbeat(SimpleNamespace(value=0.0))
-    loop._push_metrics = loop.pushed.append
+    loop.push_figures = loop.pushed.append
     return loop
 
 
