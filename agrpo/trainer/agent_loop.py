@@ -47,7 +47,8 @@ class AgentTurnsMixin:
     """Per-turn routing counters; kept apart from the concrete class, as the pacing is (rollout_child.py)."""
 
     async def _generate_one(self, *args: Any, **kwargs: Any):
-        """TRL's episode, with a fresh list of the turns' (adapter, replica) notes for its routing counters."""
+        """TRL's episode; agrpo starts a fresh list of the turns' (adapter, replica) notes for its routing counters
+        (TRL does not say which replica served a turn)."""
         token = _TURNS.set([])
         try:
             return await super()._generate_one(*args, **kwargs)
@@ -76,7 +77,7 @@ class AgentTurnsMixin:
         )
 
     def _push_rollout_metrics(self, **kwargs: Any) -> None:
-        """TRL's per-episode figures, plus the episode's continuation-routing counters."""
+        """TRL's per-episode figures; agrpo adds the episode's continuation-routing counters (TRL has none)."""
         turns = _TURNS.get()
         if turns is not None:
             counts = continuation_counts(turns)
@@ -108,7 +109,7 @@ class AgentCountsMixin:
     """What TRL's agent loop leaves uncounted or missing (module docstring)."""
 
     async def _generate_one_turn(self, prompt_ids: list[int]):
-        """TRL's turn, plus a count of replies that open a tool call TRL cannot parse: TRL's `parse_response` then
+        """TRL's turn; agrpo also counts replies that open a tool call TRL cannot parse: TRL's `parse_response` then
         falls back to plain text silently, and the episode ends as if the model had answered."""
         from trl.chat_template_utils import parse_response
 
@@ -165,7 +166,8 @@ class AgentCountsMixin:
         super()._push_rollout_metrics(**kwargs)
 
     async def _score_group(self, group: Any) -> Any:
-        """TRL leaves `tools/call_frequency` and `tools/failure_frequency` out of a group that called no tool: 0."""
+        """TRL leaves `tools/call_frequency` and `tools/failure_frequency` out of a group that called no tool; agrpo
+        sets them to 0, so a run that never calls a tool says so."""
         samples = await super()._score_group(group)
         for sample in samples:
             sample.metrics.setdefault("tools/call_frequency", 0.0)

@@ -107,8 +107,9 @@ class GuardedRolloutLoop(AgrpoRolloutLoop):
     """agrpo's loop (token, retired versions: rollout_loop.py) that also ends the run on a failing reward."""
 
     def __init__(self, *, heartbeat_value: Any, model_version_value: Any, **kwargs: Any):
-        """TRL's loop on the shared values without their locks (the heartbeat held back while a reward runs); a
-        loop TRL cannot build (a chat template it does not know) reports why and exits, where TRL's raised."""
+        """TRL's loop; agrpo gives it the shared values without their locks (the heartbeat held back while a reward
+        runs), and a loop TRL cannot build (a chat template it does not know) reports why and exits, where TRL's
+        raised."""
         self._progress = ProgressHeartbeat(heartbeat_value.get_obj())
         # agrpo's own references to the channels it passes (TRL keeps them in private attributes)
         self.failure_queue, self.figures_queue = kwargs["exception_info_queue"], kwargs["metrics_queue"]

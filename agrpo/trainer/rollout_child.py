@@ -45,7 +45,8 @@ class PacingMixin:
     """The overrides; kept apart from the concrete class so another mixin can be combined with it."""
 
     def __init__(self, *, agrpo_control: str | None = None, agrpo_max_staleness: int = 0, **kwargs: Any):
-        """TRL's loop plus the control block the trainer paces it with (None: no pacing)."""
+        """TRL's loop; agrpo attaches the control block the trainer paces it with (None: no pacing), since TRL starts
+        every rollout at once."""
         super().__init__(**kwargs)
         self._control = ControlBlock.attach(agrpo_control) if agrpo_control else None
         self._max_staleness = agrpo_max_staleness

@@ -140,7 +140,7 @@ class AgrpoRolloutLoop(_AsyncRolloutLoop):
         """TRL's `_post` is one POST retried by `_retry` on any aiohttp error, `raise_for_status` included: a 400
         (a prompt over max_model_len) was retried 3 x 30 times, and its body, where vLLM says why, was dropped. Here
         the same POST (`_post_once`), except that an answer in REFUSED_STATUSES raises RequestRefused with vLLM's
-        words, which `_retry` lets through at once; every other error keeps TRL's retries."""
+        words, which `_retry` lets through at once (agrpo's change); every other error keeps TRL's retries."""
         return await self._retry(
             lambda: self._post_once(path, payload, timeout), label=f"POST {path}", max_attempts=max_retries
         )
@@ -159,10 +159,10 @@ class AgrpoRolloutLoop(_AsyncRolloutLoop):
             return content if content else {}
 
     async def _generate_one_turn(self, prompt_ids):
-        """TRL's turn, which ends the episode when vLLM refuses a later turn. TRL's `_generate_one` has no way to end
-        an episode early, so the refused turn returns a lone end-of-turn token, which TRL reads as an empty reply
-        without a tool call (no tokens at all would break TRL's parser); `_generate_one` then takes that token out of
-        training. The episode is scored as it stands. A refused first turn is re-raised: the row's prompt itself does
+        """TRL's turn; with agrpo a turn vLLM refuses (a later one) ends the episode. TRL's `_generate_one` has no
+        way to end an episode early, so the refused turn returns a lone end-of-turn token, which TRL reads as an
+        empty reply without a tool call (no tokens at all would break TRL's parser); `_generate_one` then takes that
+        token out of training. The episode is scored as it stands. A refused first turn is re-raised: the row's prompt itself does
         not fit, and the run stops naming it (guarded_loop.py)."""
         _requested_model.set(self._request_model)  # what this task's payload names (read in _retry)
         turn = _turn_number.get()

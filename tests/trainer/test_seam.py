@@ -215,7 +215,7 @@ def trl_classes_in(cls: type) -> list[type]:
 
 def test_every_override_of_a_trl_method_says_what_trl_does_and_why_agrpo_differs():
     """Each method an agrpo class defines that a TRL class in its MRO defines too has a docstring naming TRL's
-    behaviour and agrpo's (the word "TRL" and "agrpo", or a "TRL's ..." sentence)."""
+    behaviour and agrpo's (the words "TRL" and "agrpo"; issue 44: 16 of 22 had none)."""
     from agrpo.trainer.agent_loop import AgentRolloutLoop
     from agrpo.trainer.seam.client import AgrpoVLLMClient
     from agrpo.trainer.seam.trainer import AgrpoAsyncGRPOTrainer
@@ -231,7 +231,7 @@ def test_every_override_of_a_trl_method_says_what_trl_does_and_why_agrpo_differs
                 if name not in trl_members or not callable(function) or name in ("__dict__", "__doc__", "__module__"):
                     continue
                 doc = function.__doc__ or ""
-                if "TRL" not in doc:
+                if "TRL" not in doc or "agrpo" not in doc:  # what TRL does, and what agrpo does instead
                     missing.append(f"{cls.__module__}.{cls.__qualname__}.{name}")
     assert not missing, "overrides of TRL methods without a docstring saying what TRL does: " + ", ".join(missing)
 

@@ -47,7 +47,8 @@ class AgrpoVLLMClient(VLLMClient):
     """TRL's vLLM client whose adapter loads wait for the store, can be served-first, and feed the retention policy."""
 
     def __init__(self, server_url: str, server_timeout: float = 240.0):
-        """TRL's client, plus how later loads go (`load_through`) and the retention policy they feed."""
+        """TRL's client; agrpo adds how later loads go (`load_through`: the store's visibility, the proxy's
+        serve-first answer) and the retention policy they feed, which TRL's loads know nothing of."""
         super().__init__(server_url, server_timeout)
         self.visibility: Visibility | None = None
         self.serve_first = False
