@@ -263,3 +263,15 @@ def test_with_several_tools_the_examples_call_each_in_turn(task, tiny_model_dir)
         calls("agent.warmstart.tool=size")  # `amount: qty` is for convert, which is no longer called
     with pytest.raises(ConfigError, match=r"arguments names \['size.amount'\], which no tool the examples call"):
         calls("+agent.warmstart.arguments.size={amount: qty}")
+
+
+def test_the_planned_spec_survives_the_runs_config_yaml_whatever_its_rows_hold(tmp_path):
+    """model.builder_input travels in config.yaml: a row's `${x}` or `$5` must not read as an interpolation."""
+    from agrpo.agents.warmstart import planned_spec, spec_text
+    from agrpo.config.prepare import prepare_overrides
+    from agrpo.config.spec import load_spec, spec_yaml, with_values
+
+    spec = {"rows": [{"prompt": 'costs ${x} or $5, "quoted" \\ slash', "n": [1, 2]}], "seed": 3}
+    run = prepare_overrides(["+recipe=smoke"], output_dir=str(tmp_path / "run"), check_environment=False)
+    (tmp_path / "config.yaml").write_text(spec_yaml(with_values(run, {"model.builder_input": spec_text(spec)})))
+    assert planned_spec(load_spec(tmp_path / "config.yaml").model) == spec
