@@ -2,8 +2,10 @@
 answer and its episode ends, and issue 46's runs had 25-27 such replies each with nothing saying why.
 
 Each is counted under one reason (`tools/malformed_<reason>_total`, summed per step like every `_total` key):
-- `cut`: the call never closes, its reply stopped mid-call (at `trainer.max_completion_length`, or at an end-of-turn
-  token inside the call);
+- `cut`: the call never closes: the model ended its turn inside it (its end-of-turn token, `<|im_end|>`, came before
+  `</tool_call>`), which the tiny model does after skipping or garbling a piece of the call;
+- `length`: the call never closes and the reply has no end-of-turn token: it stopped at
+  `trainer.max_completion_length` mid-call;
 - `json`: the text between the tags is not JSON;
 - `shape`: JSON, but not `{"name": <str>, "arguments": {...}}`;
 - `other`: it reads as a call here, and TRL's parser still refused it (another template's format).
@@ -14,7 +16,10 @@ from __future__ import annotations
 import json
 import re
 
-REASONS = ("cut", "json", "shape", "other")
+REASONS = ("cut", "length", "json", "shape", "other")
+# the end-of-turn tokens of the chat templates agrpo knows (ChatML/Qwen/SmolLM2, Llama 3, Gemma, Mistral), as a reply
+# decoded with its special tokens ends when the model ended it; a reply stopped at the length limit ends otherwise
+END_OF_TURN = re.compile(r"(<\|im_end\|>|<\|eot_id\|>|<\|endoftext\|>|<\|end\|>|<end_of_turn>|</s>)\s*$")
 
 
 def reason_key(reason: str) -> str:
@@ -30,7 +35,7 @@ def malformed_reason(text: str, opener: re.Pattern) -> str:
     body = text[start.end() :] if start else text
     closed = re.search(r"</tool_call>", body)
     if closed is None:
-        return "cut"
+        return "cut" if END_OF_TURN.search(body) else "length"
     inner = body[: closed.start()].strip()
     try:
         call = json.loads(inner)
