@@ -102,8 +102,8 @@ class RunNotices:
         if self.calls or self.steps_with_episodes < NO_SIGNAL_STEPS:
             return None
         unparsed = (
-            f" ({int(self.malformed)} replies opened a tool call TRL could not parse: the format is off, or the call "
-            "was cut at trainer.max_completion_length)"
+            f" ({int(self.malformed)} replies opened a tool call TRL could not parse, each reason counted apart as "
+            "tools/malformed_<reason>_total: cut, length, json, shape, other; docs/your_agent.md)"
             if self.malformed
             else ""
         )

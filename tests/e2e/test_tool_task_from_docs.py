@@ -8,10 +8,10 @@ the page's CPU recipe ("On a CPU: a recipe that learns") with only its three `# 
 the tool and the reward. Nothing else the page does not say: if the page's settings stop being enough, this fails.
 
 The checks: tool calls per episode rise by at least 0.5 and the reward by at least 0.3, the last 10 steps against
-the first 5 (measured 2026-12-06 in two runs: calls 0.08 -> 0.90 and 0.26 -> 0.88, the reward 0.12 -> 0.78 and
-0.28 -> 0.76), the calls answered, and nothing of the run left running. The timeout is the acceptance's 20 minutes;
-the run took 3.5 minutes with its warm start built (2 min), the replica's start (32 s) and 40 steps (30 s); 74 s
-with the warm start cached (calls 0.15 -> 0.91, reward 0.17 -> 0.76).
+the first 5 (measured 2026-12-06 in two runs of the page's recipe of then, 40 steps and a 300-step warm start:
+calls 0.08 -> 0.90 and 0.26 -> 0.88, the reward 0.12 -> 0.78 and 0.28 -> 0.76), the calls answered, and nothing of
+the run left running. The timeout is the acceptance's 20 minutes; with the page's recipe of 2026-12-07 (60 steps, a
+450-step warm start) the run took 5 min 40 s with its warm start built, on a machine shared with other runs.
 """
 
 from __future__ import annotations
