@@ -318,12 +318,19 @@ CHILD = textwrap.dedent("""
 """)
 
 
-def test_logging_routes_library_chatter_to_the_file_and_real_warnings_to_the_terminal(tmp_path):
+def run_logging_child(source: str, run_dir: Path, timeout: float) -> subprocess.CompletedProcess:
+    """`python -c source run_dir` in a fresh interpreter (logging set up from nothing, as in the trainer process),
+    with this checkout importable and no inherited PYTHONWARNINGS."""
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2]), "HF_HUB_OFFLINE": "1"}
     env.pop("PYTHONWARNINGS", None)
-    result = subprocess.run(
-        [sys.executable, "-c", CHILD, str(tmp_path)], check=False, capture_output=True, text=True, env=env, timeout=120
-    )
+    return subprocess.run(
+        [sys.executable, "-c", source, str(run_dir)], check=False, capture_output=True, text=True, env=env,
+        timeout=timeout,
+    )  # fmt: skip
+
+
+def test_logging_routes_library_chatter_to_the_file_and_real_warnings_to_the_terminal(tmp_path):
+    result = run_logging_child(CHILD, tmp_path, timeout=120)
     assert result.returncode == 0, result.stderr
     terminal = result.stdout.splitlines()
     assert terminal == [

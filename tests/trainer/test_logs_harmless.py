@@ -7,13 +7,10 @@ warning raw; the terminal held neither."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 import textwrap
-from pathlib import Path
 
 from agrpo.trainer.logs import HARMLESS, ONCE_IN_FILE
+from tests.trainer.test_console import run_logging_child
 
 CHILD = textwrap.dedent("""
     import logging, sys
@@ -33,11 +30,7 @@ CHILD = textwrap.dedent("""
 
 
 def test_known_harmless_warnings_are_kept_once_in_trainer_log_with_the_reason(tmp_path):
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2]), "HF_HUB_OFFLINE": "1"}
-    env.pop("PYTHONWARNINGS", None)
-    result = subprocess.run(
-        [sys.executable, "-c", CHILD, str(tmp_path)], check=False, capture_output=True, text=True, env=env, timeout=300
-    )
+    result = run_logging_child(CHILD, tmp_path, timeout=300)
     assert result.returncode == 0, result.stderr
     assert result.stdout.splitlines() == [
         "WARNING transformers.trainer: a real transformers warning",
