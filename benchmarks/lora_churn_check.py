@@ -27,7 +27,6 @@ import argparse
 import concurrent.futures as futures
 import sys
 import tempfile
-import threading
 from pathlib import Path
 
 import requests
@@ -186,11 +185,9 @@ def main(argv: list[str] | None = None) -> int:
         tokenizer = AutoTokenizer.from_pretrained(model_dir)
         prompts = [tokenizer(text)["input_ids"] for text in PROMPTS]
         folders = build_versions(model_dir, work / "adapters", args.tenants, args.versions, args.max_rank)
-        lock, records = threading.Lock(), []
-        with futures.ThreadPoolExecutor(args.tenants) as pool:
-            for future in [pool.submit(play_tenant, url, t, folders[t], prompts, args) for t in folders]:
-                with lock:
-                    records += future.result()
+        with futures.ThreadPoolExecutor(args.tenants) as pool:  # the tenants at once; results read in this thread
+            played = [pool.submit(play_tenant, url, t, folders[t], prompts, args) for t in folders]
+            records = [record for future in played for record in future.result()]
     finally:
         if replica is not None:
             replica.stop()
