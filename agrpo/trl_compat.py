@@ -1,6 +1,6 @@
 """Every part of TRL that agrpo relies on beyond its public API, checked when a run is prepared.
 
-agrpo's rollout worker goes through TRL 1.16's public `rollout_worker=` hook (agrpo/trainer/rollout_worker.py). Beyond
+agrpo's rollout worker goes through TRL 1.16's public `rollout_worker=` hook (agrpo/trainer/rollout/worker.py). Beyond
 that, agrpo subclasses TRL's trainer, vLLM client and rollout loop and overrides their (some private) methods, replaces
 a few names of its modules, and reads private attributes of its trainer (agrpo/trainer/seam/ and the rollout loops of
 agrpo/trainer/). TRL may rename any of them in a minor release, and a rename is silent: an override of a method TRL no

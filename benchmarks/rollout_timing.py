@@ -1,4 +1,4 @@
-"""TRL's own rollout worker timed alone: the generation side of the pipeline, for benchmarks/pipeline_bench.py's
+"""agrpo's rollout worker timed alone: the generation side of the pipeline, for benchmarks/pipeline_bench.py's
 "gen-only" mode (kept out of agrpo.trainer.trl_backend, which holds the trainer integration only)."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from agrpo.trainer.trl_backend import build_grpo_args, cuda_available, load_toke
 
 
 def time_rollouts(cfg: RunConfig, vllm_url: str, lora_name: str, samples: int, warmup: int) -> tuple[float, int]:
-    """(seconds, completion tokens) of TRL's own rollout worker (the generation side of the pipeline: chat template,
+    """(seconds, completion tokens) of agrpo's rollout worker (the generation side of the pipeline: chat template,
     /v1/completions, response parsing, rewards) delivering `samples` scored samples, with no trainer running. It
     requests the adapter `<lora_name>-v1`, which the caller has loaded. benchmarks/pipeline_bench.py: "gen-only"."""
     import queue
@@ -22,18 +22,15 @@ def time_rollouts(cfg: RunConfig, vllm_url: str, lora_name: str, samples: int, w
     apply_trl_patches()
     from transformers import AutoTokenizer
 
-    from agrpo.trainer.rollout_loop import AgrpoRolloutLoop
-    from agrpo.trainer.rollout_worker import AgrpoRolloutWorker, RolloutLoopSpec, loop_arguments
+    from agrpo.trainer.rollout.worker import AgrpoRolloutWorker, loop_arguments
 
     args = build_grpo_args(cfg, vllm_url, 1, cuda_available())
     tokenizer = load_tokenizer(cfg.model) or AutoTokenizer.from_pretrained(
         cfg.model.name_or_path, trust_remote_code=cfg.model.trust_remote_code
     )
     dataset = load_train_dataset(cfg.data, seed=cfg.trainer.seed)
-    loop = RolloutLoopSpec(  # agrpo's worker and its plain loop (the token); no trainer, so no guard's run dir
-        AgrpoRolloutLoop, loop_arguments(args, dataset, build_reward_funcs(cfg.reward.funcs), None, None)
-    )
-    worker = AgrpoRolloutWorker(loop, queue_maxsize=args.queue_maxsize)
+    settings = loop_arguments(args, dataset, build_reward_funcs(cfg.reward.funcs), None, None)
+    worker = AgrpoRolloutWorker(settings, queue_maxsize=args.queue_maxsize)  # no trainer: no guard's run dir
     worker.bind(
         model_name=cfg.model.name_or_path,
         lora_name=lora_name,

@@ -19,7 +19,7 @@ DROPPED_STALE, TRAINED = "sample/dropped_stale_total", "batch/samples_per_step"
 INFLIGHT_TARGET = "rollout/inflight_target"  # logged while trainer.max_inflight_tasks=auto sizes the budget
 STEP_KEYS = (STEP_S, WAIT_S, DROPPED_STALE, TRAINED, INFLIGHT_TARGET)  # what the trainer writes per step
 # Steps within which a budget that can still grow does grow: its controller decides every max_staleness x
-# weight_sync_steps + 2 steps while the trainer waits (agrpo/trainer/inflight.py), so about three chances
+# weight_sync_steps + 2 steps while the trainer waits (agrpo/trainer/rollout/inflight.py), so about three chances
 BUDGET_LOOKBACK = 12
 
 WAITING, RUNNING = "vllm:num_requests_waiting", "vllm:num_requests_running"
@@ -118,7 +118,7 @@ def budget_rising(targets: Sequence[float]) -> bool:
 
 def budget_cut(targets: Sequence[float]) -> bool:
     """Whether the in-flight budget was lowered within its last BUDGET_LOOKBACK steps: its controller is answering
-    stale drops (agrpo/trainer/inflight.py), and after a cut it climbs back only one sample at a time."""
+    stale drops (agrpo/trainer/rollout/inflight.py), and after a cut it climbs back only one sample at a time."""
     recent = targets[-BUDGET_LOOKBACK - 1 :]
     return any(later < earlier for earlier, later in zip(recent, recent[1:]))
 

@@ -8,7 +8,7 @@ other. `completion_text(c)` (agrpo.rewards) reads the text of either a message l
 
 `call_reward` calls one term and checks its answer (one float or None per completion); anything else, or any
 exception, becomes a `RewardError`: one paragraph naming the term, the error, where in the user's code it was raised
-and the row being scored. The rollout guard (agrpo/trainer/rollout_guard.py) raises it in TRL's scoring process and
+and the row being scored. The rollout guard (agrpo/trainer/rollout/guard.py) raises it in TRL's scoring process and
 the trainer ends the run with it; `agrpo eval` prints it the same way.
 """
 

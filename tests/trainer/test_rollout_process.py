@@ -1,4 +1,4 @@
-"""The rollout child's lifecycle (agrpo/trainer/rollout_process.py) with real processes: a stopped child that queued
+"""The rollout child's lifecycle (agrpo/trainer/rollout/process.py) with real processes: a stopped child that queued
 samples nobody reads exits by itself (the queues are drained while it is waited for), a child that dies before it is
 ready is reported at once, and the child's environment is single-process and GPU-free (rollout_entry.py)."""
 
@@ -8,8 +8,8 @@ import multiprocessing as mp
 
 import pytest
 
-from agrpo.trainer.rollout_entry import child_environment
-from agrpo.trainer.rollout_process import ChildChannels, ChildProcess
+from agrpo.trainer.rollout.entry import child_environment
+from agrpo.trainer.rollout.process import ChildChannels, ChildProcess
 
 
 def _fill_queue_then_wait(samples, stop_event):

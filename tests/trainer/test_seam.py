@@ -4,7 +4,7 @@
   `setattr` whose attribute is one TRL's trainer, worker, client or loop defines).
 - `AgrpoVLLMClient`'s load is one call chain in a fixed order (the store's visibility, the load, the retention policy,
   the timing), against a real HTTP server on loopback standing in for vLLM (it records what it was asked).
-- `AgrpoRolloutWorker` (agrpo/trainer/rollout_worker.py) is TRL's public `RolloutWorkerProtocol`, subclassing nothing
+- `AgrpoRolloutWorker` (agrpo/trainer/rollout/worker.py) is TRL's public `RolloutWorkerProtocol`, subclassing nothing
   of TRL's; what TRL derives in its constructor reaches the loop's arguments through `bind`.
 - Every override of a TRL method in agrpo's subclasses has a docstring saying what TRL does and what agrpo does.
 - `AgrpoAsyncGRPOTrainer`'s overrides dispatch as documented. Its constructor needs a vLLM server (TRL probes it), so
@@ -187,7 +187,7 @@ def test_the_worker_is_trls_public_protocol_and_nothing_of_trls():
     from trl.experimental.async_grpo.async_grpo_trainer import RolloutWorkerProtocol
 
     from agrpo.trainer.rollout_loop import AgrpoRolloutLoop
-    from agrpo.trainer.rollout_worker import AgrpoRolloutWorker, RolloutLoopSpec
+    from agrpo.trainer.rollout.worker import AgrpoRolloutWorker, RolloutLoopSpec
 
     worker = AgrpoRolloutWorker(RolloutLoopSpec(AgrpoRolloutLoop, {"max_tokens": 9}), queue_maxsize=5)
     protocol = {name for name in vars(RolloutWorkerProtocol) if not name.startswith("_")}

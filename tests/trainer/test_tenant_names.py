@@ -128,7 +128,7 @@ def test_the_rollout_worker_asks_for_the_served_name(tenant, lora_sync):
     from trl.experimental.async_grpo.async_rollout_worker import _AsyncRolloutLoop
 
     from agrpo.trainer.rollout_loop import AgrpoRolloutLoop
-    from agrpo.trainer.rollout_worker import AgrpoRolloutWorker, RolloutLoopSpec
+    from agrpo.trainer.rollout.worker import AgrpoRolloutWorker, RolloutLoopSpec
     from agrpo.trainer.seam.trainer import AgrpoAsyncGRPOTrainer
 
     trainer = AgrpoAsyncGRPOTrainer.__new__(AgrpoAsyncGRPOTrainer)  # what TRL's constructor leaves, without a server

@@ -12,7 +12,7 @@ AUTO = "auto"  # trainer.max_inflight_tasks's one word besides a number
 
 
 def is_auto(value: Any) -> bool:
-    """Whether trainer.max_inflight_tasks asks for the run-time controller (agrpo/trainer/inflight.py)."""
+    """Whether trainer.max_inflight_tasks asks for the run-time controller (agrpo/trainer/rollout/inflight.py)."""
     return str(value).strip().lower() == AUTO
 
 
@@ -53,7 +53,7 @@ class TrainerConfig:
     max_inflight_tasks: str = knob(
         AUTO,
         doc="auto: sized at run time from what the trainer consumes and waits for, so that few samples go stale while "
-        "the trainer is kept fed (agrpo/trainer/inflight.py). A number: that many requests in flight, fixed (TRL's "
+        "the trainer is kept fed (agrpo/trainer/rollout/inflight.py). A number: that many requests in flight, fixed (TRL's "
         "way).",
     )
     inflight_slots: Optional[int] = knob(

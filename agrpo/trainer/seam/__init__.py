@@ -3,7 +3,7 @@ agrpo's subclasses, each with a docstring saying what TRL does and why agrpo dif
 whole table):
 
 - trainer.py: `AgrpoAsyncGRPOTrainer(AsyncGRPOTrainer)`: agrpo's rollout worker through TRL's public
-  `rollout_worker=` hook (agrpo/trainer/rollout_worker.py, no TRL subclass), the client below, the background sync
+  `rollout_worker=` hook (agrpo/trainer/rollout/worker.py, no TRL subclass), the client below, the background sync
   with the logic it needs, the rollout position in checkpoints, log figures, pacing, adapter retention.
 - client.py: `AgrpoVLLMClient(VLLMClient)`: adapter loads that wait for the store, serve first and feed retention.
 - the rollout child's loops (TRL's `_AsyncRolloutLoop`, spawned by reference, so module-level classes the child

@@ -4,7 +4,7 @@ Applied only when it is needed; it touches named attributes of TRL, listed in ag
 FLOPs accounting: `trl.trainer.utils.get_peak_flops_per_device` calls `torch.cuda.get_device_name` unconditionally.
 On CPU there is no peak to compare against, so MFU is disabled (returns None), as TRL itself does for unknown devices.
 (TRL's own rollout worker also refused to start without an importable `vllm` package; agrpo's worker,
-agrpo/trainer/rollout_worker.py, speaks HTTP only and has no such guard to lift.)
+agrpo/trainer/rollout/worker.py, speaks HTTP only and has no such guard to lift.)
 Packed ("tree") attention, which TRL fetches as a FlashAttention-3 kernel from the Hub, is chosen per machine in
 agrpo/trainer/attention.py (SDPA on CPU).
 """

@@ -1,6 +1,6 @@
 """`AgrpoAsyncGRPOTrainer`: TRL's `AsyncGRPOTrainer` as agrpo runs it.
 
-- `rollout_worker=`: agrpo's own worker (agrpo/trainer/rollout_worker.py) through TRL's public hook; TRL builds none.
+- `rollout_worker=`: agrpo's own worker (agrpo/trainer/rollout/worker.py) through TRL's public hook; TRL builds none.
   TRL derives some of the loop's arguments while it builds itself: `__init__` then hands them to the worker (`bind`).
 - `VLLMClient`: TRL's trainer module builds its client by name; for the span of TRL's `__init__` that name is
   `AgrpoVLLMClient` (loads wait for the store, serve first, feed retention: seam/client.py), so no client is built to
@@ -40,7 +40,7 @@ from agrpo.trainer.adapter_snapshot import snapshot_adapter
 from agrpo.trainer.background_sync import version_needed
 from agrpo.trainer.disk_full import disk_full_cause
 from agrpo.trainer.disk_full_quiet import install_thread_hook, on_disk_full
-from agrpo.trainer.rollout_pacing import note_published
+from agrpo.trainer.rollout.pacing import note_published
 from agrpo.trainer.seam.client import AgrpoVLLMClient
 from agrpo.trainer.seam.module_patches import building_client, fix_loaded_model, retaining_shutil
 
@@ -198,7 +198,7 @@ class AgrpoAsyncGRPOTrainer(AsyncGRPOTrainer):
     def pace_with(self, block: Any) -> None:
         """Pace the rollout child with `block` (a ControlBlock; None when pacing ends): its paced loop gets the block
         and what the trainer takes off the rollout queue is counted into it."""
-        from agrpo.trainer.rollout_control import CountingQueue
+        from agrpo.trainer.rollout.control import CountingQueue
 
         if block is not None:
             self.rollout_worker.pace(block.path, self.args.max_staleness)

@@ -1,7 +1,6 @@
-"""The rollout child's entry point: agrpo's rollout worker (agrpo/trainer/rollout_worker.py) spawns `ChildEntry`, which
-sets the child's logging up before TRL is imported, builds the run's loop (agrpo/trainer/loop_install.py picks its
-class) on the shared channels (agrpo/trainer/rollout_process.py), signals ready, and runs it with a polling stop
-watcher.
+"""The rollout child's entry point: agrpo's rollout worker (worker.py) spawns `ChildEntry`, which sets the child's
+logging up before TRL is imported, builds agrpo's rollout loop (loop.py) on the shared channels (process.py), signals
+ready, and runs it with a polling stop watcher (child.py).
 
 This module does not import TRL at the top: the child unpickles a process's target before its arguments (which import
 TRL, and TRL imports vLLM), so unpickling `ChildEntry` sets up the child's logging first.
@@ -15,7 +14,6 @@ import os
 import signal
 from typing import Any
 
-TRL_WORKER_MODULE = "trl.experimental.async_grpo.async_rollout_worker"
 # What a spawned child inherits from a distributed launch and must not act on: accelerate would join the trainer's
 # process group. The child never touches a GPU either (a reward model runs on CPU there).
 DISTRIBUTED_ENV = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "GROUP_RANK")
@@ -33,8 +31,7 @@ def child_environment(environ: dict[str, str]) -> None:
 
 
 def _setup_child(run_dir: str | None, level: str) -> None:
-    """In the rollout child, before TRL is imported: log like the trainer (trainer.log + the console filter), keep
-    TRL's own "Worker process failed" traceback in the file (the trainer shows the failure as one paragraph), and
+    """In the rollout child, before TRL is imported: log like the trainer (trainer.log + the console filter), and
     dump every thread's stack into trainer.log on SIGUSR1 (the trainer asks before it kills a hung child)."""
     child_environment(os.environ)
     if run_dir is None:  # a worker outside a run (benchmarks/rollout_timing.py): logging as the process has it
@@ -42,18 +39,8 @@ def _setup_child(run_dir: str | None, level: str) -> None:
     from agrpo.trainer.logs import setup_trainer_logging
 
     log_file = setup_trainer_logging(run_dir, level)
-    for handler in logging.getLogger().handlers:
-        if not isinstance(handler, logging.FileHandler):
-            handler.addFilter(_FileOnly())
     dump = open(log_file, "a")  # kept open for the life of the process (faulthandler writes to it)
     faulthandler.register(signal.SIGUSR1, file=dump, all_threads=True)
-
-
-class _FileOnly(logging.Filter):
-    """Keeps TRL's traceback of a failed worker out of the terminal: the trainer reports it as one paragraph."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        return not (record.name == TRL_WORKER_MODULE and "Worker process failed" in record.getMessage())
 
 
 def _child_entry_in_child(run_dir: str | None, level: str) -> ChildEntry:
@@ -71,23 +58,18 @@ class ChildEntry:
     def __reduce__(self):
         return (_child_entry_in_child, (self.run_dir, self.level))
 
-    def __call__(self, loop_cls: type, loop_kwargs: dict[str, Any], channels: Any) -> None:
-        """Build the loop on the channels, say ready, watch the stop event (polling: a child that exits while
-        asleep in a cross-process Condition makes the trainer's `set()` wait forever, CPython #75158), run."""
-        from accelerate.state import PartialState
+    def __call__(self, settings: dict[str, Any], channels: Any) -> None:
+        """Build the loop on the channels (a loop that cannot be built - a chat template TRL's parser does not know,
+        say - is reported like any failure), say ready, watch the stop event, run."""
+        from agrpo.trainer.rollout.child import exit_now, poll_stop_event, report
+        from agrpo.trainer.rollout.loop import RolloutLoop
 
-        from agrpo.trainer.guarded_loop import poll_stop_event
-
-        PartialState()  # TRL's loop logs through accelerate's logger, which wants it
-        rollout_loop = loop_cls(
-            **loop_kwargs,
-            rollout_buffer=channels.samples,
-            model_version_value=channels.model_version,
-            heartbeat_value=channels.heartbeat,
-            failed_event=channels.failed,
-            exception_info_queue=channels.failure,
-            metrics_queue=channels.metrics,
-        )
+        try:
+            rollout_loop = RolloutLoop(channels, **settings)
+        except Exception as error:
+            logging.getLogger(__name__).debug("the rollout loop could not be built", exc_info=True)
+            report(channels.failure, channels.failed, error)
+            exit_now(channels.failure, [channels.samples, channels.metrics])
         channels.ready.set()
-        poll_stop_event(rollout_loop, channels.stop)
+        poll_stop_event(rollout_loop.request_stop, channels.stop)
         rollout_loop.run()

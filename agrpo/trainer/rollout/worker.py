@@ -3,12 +3,11 @@
 documented by TRL for plugging in a rollout backend. It subclasses nothing of TRL's and is composed of parts with one
 concern each:
 
-- the child-process lifecycle: `ChildChannels` and `ChildProcess` (rollout_process.py), the child's entry
-  (rollout_entry.py);
-- the guard: failures, deaths and hangs become one paragraph and end the run (rollout_guard.py);
-- the loop the child runs and its arguments: `RolloutLoopSpec` here, its class chosen by loop_install.py;
-- request pacing and the in-flight budget: `pace(control, max_staleness)` hands the paced loop its control block
-  (rollout_pacing.py, rollout_control.py).
+- the child-process lifecycle: `ChildChannels` and `ChildProcess` (process.py), the child's entry (entry.py);
+- the guard: failures, deaths and hangs become one paragraph and end the run (guard.py);
+- the loop the child runs (loop.py, agrpo's own: no TRL class) and its settings, `loop_arguments` here;
+- request pacing and the in-flight budget: `pace(control, max_staleness)` hands the loop its control block
+  (pacing.py, control.py; the loop's side is admission.py).
 
 TRL derives a few of the loop's arguments inside its own `__init__` (the model id, whether adapters are synced, the
 tokenizer it loaded, its EOS ids); `AgrpoAsyncGRPOTrainer` (agrpo/trainer/seam/trainer.py) hands them over with
@@ -20,12 +19,11 @@ from __future__ import annotations
 import logging
 import pickle
 import threading
-from dataclasses import dataclass, field
 from typing import Any
 
-from agrpo.trainer.rollout_entry import ChildEntry
-from agrpo.trainer.rollout_guard import RolloutGuard
-from agrpo.trainer.rollout_process import ChildChannels, ChildProcess
+from agrpo.trainer.rollout.entry import ChildEntry
+from agrpo.trainer.rollout.guard import RolloutGuard
+from agrpo.trainer.rollout.process import ChildChannels, ChildProcess
 
 log = logging.getLogger(__name__)
 
@@ -33,18 +31,9 @@ READY_TIMEOUT_S = 300.0  # the spawned child imports torch, transformers and TRL
 STOP_SIGNAL_WAIT_S = 5.0
 
 
-@dataclass
-class RolloutLoopSpec:
-    """The loop class the child runs (module-level: the child imports it by name) and its keyword arguments (TRL's
-    loop's: every value picklable, since the child is spawned)."""
-
-    loop_cls: type
-    kwargs: dict[str, Any] = field(default_factory=dict)
-
-
 def loop_arguments(args: Any, dataset: Any, reward_funcs: list[Any], tools: Any, environment_factory: Any) -> dict:
-    """The loop's keyword arguments that come from the run: TRL's config (`AsyncGRPOConfig`) and the trainer's inputs.
-    The ones TRL derives while it builds itself come later (`AgrpoRolloutWorker.bind`)."""
+    """The loop's settings that come from the run (loop.py's `LoopSettings`): TRL's config (`AsyncGRPOConfig`) and the
+    trainer's inputs. The ones TRL derives while it builds itself come later (`AgrpoRolloutWorker.bind`)."""
     return dict(
         dataset=dataset,
         reward_funcs=list(reward_funcs or []),
@@ -72,9 +61,8 @@ def loop_arguments(args: Any, dataset: Any, reward_funcs: list[Any], tools: Any,
 class AgrpoRolloutWorker:
     """TRL's `RolloutWorkerProtocol`, agrpo's way (the module docstring has its parts)."""
 
-    def __init__(self, loop: RolloutLoopSpec, queue_maxsize: int = 0, ready_timeout_s: float = READY_TIMEOUT_S):
-        self.loop = loop
-        self.loop.kwargs.setdefault("queue_maxsize", queue_maxsize)  # the loop names it in its "buffer full" lines
+    def __init__(self, settings: dict[str, Any], queue_maxsize: int = 0, ready_timeout_s: float = READY_TIMEOUT_S):
+        self.settings = settings  # the loop's (loop.py's LoopSettings, by name); every value picklable
         self.child = ChildProcess()
         self.channels = ChildChannels.create(self.child.context, queue_maxsize)
         self.ready_timeout_s = ready_timeout_s
@@ -96,20 +84,18 @@ class AgrpoRolloutWorker:
 
     def start(self) -> None:
         """Spawn the child and wait until its loop is built; a child that fails first is its own paragraph (a chat
-        template TRL does not recognise, say: rollout_guard.py)."""
+        template TRL does not recognise, say: guard.py)."""
         if self.child.process is not None:
             log.warning("the rollout worker is already running; start() ignored")
             return
-        kwargs = {**self.loop.kwargs, "dataset_start_index": self.start_index}
-        _check_picklable(kwargs)
+        settings = {**self.settings, "dataset_start_index": self.start_index}
+        _check_picklable(settings)
         entry = ChildEntry(self.guard.run_dir, self.guard.level)
-        self.child.spawn(
-            entry, (self.loop.loop_cls, kwargs, self.channels), self.channels, self.ready_timeout_s, self.guard.exited
-        )
+        self.child.spawn(entry, (settings, self.channels), self.channels, self.ready_timeout_s, self.guard.exited)
 
     def check_health(self, stale_after_s: float) -> None:
         """A failure, a death or a heartbeat older than `stale_after_s` is `RolloutFailed`, one paragraph with the
-        step (rollout_guard.py)."""
+        step (guard.py)."""
         self.guard.check(stale_after_s)
 
     def stop(self) -> None:
@@ -130,28 +116,21 @@ class AgrpoRolloutWorker:
     def bind(self, *, model_name: str, lora_name: str | None, processing_class: Any, eos_token_ids: list[int]) -> None:
         """The loop's arguments TRL derives while it builds itself; `lora_name` None: requests name the base model
         (full-weight sync), else `<lora_name>-vN` (`<tenant>/trl-policy` on a shared fleet: adapter_names.py)."""
-        self.loop.kwargs.update(
+        self.settings.update(
             model_name=model_name, lora_name=lora_name, processing_class=processing_class, eos_token_ids=eos_token_ids
         )
 
     def watch(self, guard: RolloutGuard) -> None:
-        """Guard the run (rollout_guard.py): its progress for the paragraphs, its run dir for the child's log."""
+        """Guard the run (guard.py): its progress for the paragraphs, its run dir for the child's log."""
         self.guard = guard
 
     def pace(self, control_path: str, max_staleness: int) -> None:
-        """Hand the paced loop (rollout_child.py) the control block it reads, among its keyword arguments."""
-        from agrpo.trainer.rollout_child import PacingMixin
-
-        if not issubclass(self.loop.loop_cls, PacingMixin):  # its keyword arguments would fail any other loop
-            raise RuntimeError(
-                f"the rollout worker runs {self.loop.loop_cls.__qualname__}, which cannot be paced: install the paced "
-                "loop first (agrpo/trainer/loop_install.py)"
-            )
-        self.loop.kwargs.update(agrpo_control=control_path, agrpo_max_staleness=max_staleness)
+        """Hand the loop the control block it is paced with (admission.py reads it)."""
+        self.settings.update(agrpo_control=control_path, agrpo_max_staleness=max_staleness)
 
     def unpace(self) -> None:
         for key in ("agrpo_control", "agrpo_max_staleness"):
-            self.loop.kwargs.pop(key, None)
+            self.settings.pop(key, None)
 
 
 def _check_picklable(kwargs: dict[str, Any]) -> None:

@@ -4,7 +4,7 @@
 chosen by loop_install.py) its control block and counts what the trainer takes off the rollout queue
 (`AgrpoAsyncGRPOTrainer.pace_with`, agrpo/trainer/seam/trainer.py), and with
 `trainer.max_inflight_tasks=auto` adds `PacingCallback`, which feeds each step's logged figures to the pure
-controller (agrpo/trainer/inflight.py) and writes its budget where the child reads it. TensorBoard gets `rollout/inflight_target` (the budget in force during
+controller (agrpo/trainer/rollout/inflight.py) and writes its budget where the child reads it. TensorBoard gets `rollout/inflight_target` (the budget in force during
 the step) and the child's `rollout/samples_ahead`, `rollout/requests_in_flight`, `rollout/samples_generated_total`.
 """
 
@@ -17,8 +17,8 @@ from typing import Any
 
 from transformers import TrainerCallback
 
-from agrpo.trainer.inflight import MAX_WAIT_SHARE, InflightController, Limits, StepFigures
-from agrpo.trainer.rollout_control import ControlBlock
+from agrpo.trainer.rollout.inflight import MAX_WAIT_SHARE, InflightController, Limits, StepFigures
+from agrpo.trainer.rollout.control import ControlBlock
 
 log = logging.getLogger(__name__)
 

@@ -11,7 +11,7 @@ v(N-1+max_staleness+1), i.e. within the next `samples_per_step x weight_sync_ste
 more samples ahead than that are thrown away (the ceiling below). And the trainer never waits for rollouts when
 `ahead >= consumption rate x time a rollout takes`: the estimate used when it grows.
 
-The controller is pure (figures in, budget out) and table-tested; agrpo/trainer/rollout_pacing.py measures and
+The controller is pure (figures in, budget out) and table-tested; agrpo/trainer/rollout/pacing.py measures and
 applies it. Hysteresis: a decision needs `settle_steps` steps of figures taken after the last change (samples started
 under the old budget are trained or dropped by then), a dead band between the drop and wait thresholds holds the
 budget, and a budget that dropped too much is not reached again until `relax_steps` quiet steps have passed.

@@ -11,7 +11,7 @@ changes (each piece names the failure it removes):
 - the child never sleeps on a cross-process Condition: its stop watcher polls the event instead, and it reads and
   writes the shared version and heartbeat values without their locks (a process that dies holding one of those locks
   would block the other side just the same) - agrpo/trainer/guarded_loop.py (chosen by loop_install.py), its watcher
-  installed by agrpo/trainer/rollout_entry.py;
+  installed by agrpo/trainer/rollout/entry.py;
 - the trainer sets the stop event only while the child lives, from a helper thread it waits on for a bounded time,
   and kills a child that failed, died or hung instead of waiting 15 s for it;
 - a failure is reported as one paragraph (`RewardError` names the term, the error and the row; a row that cannot be
@@ -23,8 +23,8 @@ changes (each piece names the failure it removes):
   to dump every thread's stack into trainer.log.
 
 `guard_rollout_worker(trainer)` guards one built AgrpoAsyncGRPOTrainer's worker: `AgrpoRolloutWorker`'s `start`,
-`check_health` and `stop` (agrpo/trainer/rollout_worker.py, TRL's public rollout-worker protocol) call the
-`RolloutGuard` here; the child's side starts in agrpo/trainer/rollout_entry.py.
+`check_health` and `stop` (agrpo/trainer/rollout/worker.py, TRL's public rollout-worker protocol) call the
+`RolloutGuard` here; the child's side starts in agrpo/trainer/rollout/entry.py.
 """
 
 from __future__ import annotations
@@ -93,7 +93,7 @@ def with_progress(message: str, step: int, max_steps: int) -> str:
 class RolloutGuard:
     """The trainer's half of the guard for one AgrpoRolloutWorker (see the module docstring); `progress()` is the
     trainer's (step, max_steps) for the paragraph. It reads the worker's own channels and child
-    (agrpo/trainer/rollout_process.py), nothing of TRL's."""
+    (agrpo/trainer/rollout/process.py), nothing of TRL's."""
 
     def __init__(
         self,
