@@ -1,9 +1,11 @@
-"""User code as a user writes it (a tools file and an environment file in a folder of their own), and TRL's real
-rollout loop built around it without a server (its tool execution and environment probing need none)."""
+"""User code as a user writes it (a tools file and an environment file in a folder of their own), and agrpo's rollout
+loop (agrpo/trainer/rollout/loop.py) built around it on a child's channels without a server: its toolbox (tools,
+environments) and its episodes are the parts the tests drive; nothing is contacted until a test opens its client."""
 
 from __future__ import annotations
 
 import multiprocessing as mp
+import queue
 import textwrap
 from pathlib import Path
 
@@ -140,36 +142,33 @@ def reward_zero(completions, **columns):
 
 @pytest.fixture()
 def rollout_loop():
-    """TRL's own `_AsyncRolloutLoop` (or `cls`, a subclass), built with the given tools / environment_factory and other
-    keyword arguments (no server is contacted)."""
+    """agrpo's `RolloutLoop`, built as the rollout child builds it (on `ChildChannels`, with the tiny tokenizer), with
+    the given tools / environment_factory and other settings; its figures go to a plain queue the test reads
+    (`counted`). No server is contacted: a test opens `loop.client` itself around what it plays."""
     from datasets import Dataset
-    from trl.experimental.async_grpo.async_rollout_worker import _AsyncRolloutLoop
 
     from agrpo.models.tiny import build_tokenizer
+    from agrpo.trainer.rollout.loop import RolloutLoop
+    from agrpo.trainer.rollout.process import ChildChannels
 
     made = []
 
-    def build(cls=_AsyncRolloutLoop, **kwargs):
-        ctx = mp.get_context("spawn")
-        kwargs = {"max_inflight_tasks": 4, **kwargs}
-        loop = cls(
-            model_name="tiny",
-            dataset=Dataset.from_dict({"prompt": [[{"role": "user", "content": "hi"}]]}),
-            reward_funcs=[reward_zero],
-            processing_class=build_tokenizer(),
-            eos_token_ids=[0],
-            rollout_buffer=ctx.Queue(),
-            model_version_value=ctx.Value("i", 0),
-            heartbeat_value=ctx.Value("d", 0.0),
-            failed_event=ctx.Event(),
-            exception_info_queue=ctx.Queue(),
-            metrics_queue=ctx.Queue(),
-            **kwargs,
-        )
+    def build(**settings):
+        settings = {
+            "model_name": "tiny",
+            "dataset": Dataset.from_dict({"prompt": [[{"role": "user", "content": "hi"}]]}),
+            "reward_funcs": [reward_zero],
+            "processing_class": build_tokenizer(),
+            "eos_token_ids": [0],
+            "vllm_server_url": "http://127.0.0.1:9",
+            "max_inflight_tasks": 4,
+            **settings,
+        }
+        loop = RolloutLoop(ChildChannels.create(mp.get_context("spawn"), queue_maxsize=0), **settings)
+        loop.figures.sink = queue.Queue()  # read in this process: no pipe to wait on
         made.append(loop)
         return loop
 
     yield build
     for loop in made:
-        loop._tool_pool.shutdown(wait=False, cancel_futures=True)
-        loop._loop.close()
+        loop.pool.shutdown(wait=False, cancel_futures=True)

@@ -1,7 +1,11 @@
-"""Helpers of the tests that play episodes of agrpo's rollout loop (test_refused_turns.py against a stand-in for
-vLLM, test_refused_turns_vllm.py against the real replica): a tool that answers 6 MB, and the loop's counters."""
+"""Helpers of the tests that play episodes of agrpo's rollout loop (test_refused_turns.py and test_context_guard.py
+against a stand-in for vLLM, test_refused_turns_vllm.py against the real replica): a tool that answers 6 MB, and the
+loop's counters."""
 
 from __future__ import annotations
+
+import queue
+from collections import Counter
 
 HUGE = '''
 
@@ -15,17 +19,14 @@ def huge(query: str) -> str:
 '''
 
 
-def counted(loop) -> dict[str, float]:
-    """The counters' totals since the last call: what the loop pushed to the trainer's metrics queue at each
-    episode's end, and what is left."""
-    import queue
-    from collections import Counter
-
-    totals = Counter(loop._counters)
-    loop._counters.clear()
+def counted(loop) -> Counter:
+    """The counters' totals since the last call: what the loop's figures pushed to the trainer's metrics queue (at
+    each episode's end), and what they still hold."""
+    totals = Counter(loop.figures.counters)
+    loop.figures.counters.clear()
     while True:
         try:
-            pushed = loop._metrics_queue.get(timeout=0.5)
+            pushed = loop.figures.sink.get_nowait()
         except queue.Empty:
             return totals
         totals.update({key: value for key, value in pushed.items() if isinstance(value, float)})

@@ -1,5 +1,5 @@
-"""Environments from config as TRL takes them (agrpo/agents/environments.py): what TRL's own rollout loop finds in
-them, the pickle trip into a spawned process, guarded tool methods, and a reset or get_reward that raises."""
+"""Environments from config as TRL takes them (agrpo/agents/environments.py): what agrpo's rollout loop finds in
+them (agrpo/trainer/rollout/toolbox.py, under TRL's contract), the pickle trip into a spawned process, guarded tool methods, and a reset or get_reward that raises."""
 
 from __future__ import annotations
 
@@ -37,15 +37,16 @@ def test_a_factory_survives_a_spawned_process(user_code):
         assert pool.apply(play, (factory,)) == ("Counter", 5, 5.0)
 
 
-def test_trls_rollout_loop_finds_the_tools_and_the_reward(user_code, rollout_loop):
-    """TRL probes one instance per environment: its public methods are the tools, get_reward a reward column."""
+def test_the_rollout_loop_finds_the_tools_and_the_reward(user_code, rollout_loop):
+    """The loop probes one instance per environment (as TRL does): its public methods are the tools, get_reward a
+    reward column."""
     factories = build_environment({"a": "my_env.py:Counter", "b": {"_target_": "my_env.py:Counter", "start": 3}}, 5)
     loop = rollout_loop(environment_factory=factories)
-    assert {name: [t.__name__ for t in tools] for name, tools in loop._env_tools.items()} == {
+    assert {name: [t.__name__ for t in tools] for name, tools in loop.toolbox.offered.items()} == {
         "a": ["increment", "wait"],
         "b": ["increment", "wait"],
     }
-    assert loop.reward_func_names == ["reward_zero", "Counter"]
+    assert loop.scorer.names == ["reward_zero", "Counter"]
 
 
 def test_a_tool_method_that_hangs_times_out(user_code):

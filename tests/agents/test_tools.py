@@ -1,8 +1,10 @@
 """Tools from config as TRL takes them (agrpo/agents/tools.py): the schema the model sees, the pickle trip into a
-spawned process, and bad tools (raising, hanging, unserialisable, unknown) run through TRL's own tool execution."""
+spawned process, and bad tools (raising, hanging, unserialisable, unknown) run through the rollout loop's tool
+execution (agrpo/trainer/rollout/toolbox.py)."""
 
 from __future__ import annotations
 
+import asyncio
 import multiprocessing as mp
 import pickle
 
@@ -53,7 +55,7 @@ def test_a_tool_that_does_not_load_names_its_entry(user_code):
 
 
 def test_bad_tools_end_their_turn_with_an_error_the_model_sees_and_are_counted(user_code, rollout_loop):
-    """TRL's `_execute_tool_calls` on one turn calling a good tool, a raising one, a hung one, one returning an
+    """The loop's `Toolbox.call` on one turn calling a good tool, a raising one, a hung one, one returning an
     object, and a name that does not exist: every call answers, the run goes on, each failure is counted."""
     tools = build_tools(["my_tools.py:" + n for n in ("search", "broken", "stuck", "opaque")], timeout_s=0.5)
     methods = [tool.method for tool in tools]
@@ -62,9 +64,7 @@ def test_bad_tools_end_their_turn_with_an_error_the_model_sees_and_are_counted(u
         {"function": {"name": name, "arguments": {"query": "q"}}}
         for name in ("search", "broken", "stuck", "opaque", "missing")
     ]
-    messages, n_calls, n_failures = loop._loop.run_until_complete(
-        loop._execute_tool_calls(calls, {m.__name__: m for m in methods})
-    )
+    messages, n_calls, n_failures = asyncio.run(loop.toolbox.call(calls, loop.toolbox.callable_tools(None)))
     answers = {m["name"]: m["content"] for m in messages}
     assert (n_calls, n_failures) == (5, 4)
     assert answers["search"] == "3 notes about q"
@@ -72,9 +72,13 @@ def test_bad_tools_end_their_turn_with_an_error_the_model_sees_and_are_counted(u
     assert "did not return within 0.5 s (agent.tool_timeout_s)" in answers["stuck"]
     assert "returned a dict, which a tool message cannot carry" in answers["opaque"]
     assert "unknown tool missing" in answers["missing"]
+    assert [m["role"] for m in messages] == ["tool"] * 5  # in the calls' order
+    assert [m["name"] for m in messages] == ["search", "broken", "stuck", "opaque", "missing"]
+    counters = loop.figures.counters
     for name in ("broken", "stuck", "opaque", "missing"):
-        assert loop._counters[f"tools/{name}/failure_total"] == 1
-    assert loop._counters["tools/search/failure_total"] == 0
+        assert counters[f"tools/{name}/failure_total"] == 1 and counters[f"tools/{name}/call_total"] == 1
+    assert counters["tools/search/failure_total"] == 0 and counters["tools/search/call_total"] == 1
+    assert counters["tools/unknown_name_total"] == 1  # the hallucinated name, apart from the tools that failed
 
 
 def test_the_schema_has_no_return_key_as_vllm_chat_api_serves_none(user_code):
