@@ -1,5 +1,5 @@
 """A turn that cannot fit ends its episode in the rollout process before any request (agrpo/agents/context_guard.py,
-agrpo/trainer/agent_loop.py; issue 46): a 6 MB tool answer with the cap lifted is cut at what the context could ever
+agrpo/trainer/rollout/episode.py; issue 46): a 6 MB tool answer with the cap lifted is cut at what the context could ever
 hold, and the turn it would overflow is not sent. Against a stand-in for vLLM on loopback (it answers /v1/models
 with a max_model_len as vLLM does, and scripted completions): a real replica cannot be made to call a tool on cue;
 tests/agents/test_refused_turns_vllm.py plays the 6 MB answer against the session's real replica."""
@@ -10,21 +10,16 @@ import asyncio
 import json
 import time
 
-import aiohttp
 from aiohttp import web
 
 from agrpo.agents.context_guard import answer_cap, cut_to_fit, max_chars_per_token, overflow_detail, served_context
 from agrpo.agents.metrics import CONTEXT_FULL_COUNTER, TRUNCATED
 from agrpo.agents.tools import build_tools
-from agrpo.trainer.agent_loop import AgentCountsMixin, AgentTurnsMixin
-from agrpo.trainer.rollout_loop import AgrpoRolloutLoop, RequestRefused
+from agrpo.trainer.rollout.client import RequestRefused
+from agrpo.trainer.rollout.episode import EpisodeEnd, EpisodeResult
 from tests.agents.loop_episodes import HUGE, counted
 
 CALL = '<tool_call>\n{"name": "huge", "arguments": {"query": "all"}}\n</tool_call><|im_end|>'
-
-
-class Loop(AgentTurnsMixin, AgentCountsMixin, AgrpoRolloutLoop):
-    """agrpo's request path, the agent's routing notes and counts over TRL's loop (no pacing, no guard)."""
 
 
 def test_the_pure_parts():
@@ -49,14 +44,14 @@ def test_the_longest_token_bounds_the_characters_per_token(tiny_model_dir):
     assert max_chars_per_token(tokenizer) == 44
 
 
-def play(loop: Loop, replies: list[str], max_model_len: int) -> tuple[object, list[int], float]:
+def play(loop, replies: list[str], max_model_len: int) -> tuple[EpisodeResult | Exception, list[int], float]:
     """One episode against a stand-in answering `replies` in order and /v1/models with `max_model_len`: (the
     episode or what it raised, each completion request's prompt length, the seconds it took)."""
     seen: list[int] = []
 
     async def complete(request):
         seen.append(len(json.loads(await request.read())["prompt"]))
-        ids = loop.tokenizer.encode(replies[min(len(seen), len(replies)) - 1], add_special_tokens=False)
+        ids = loop.episodes.rules.tokenizer.encode(replies[min(len(seen), len(replies)) - 1], add_special_tokens=False)
         return web.json_response({"choices": [{"token_ids": ids, "logprobs": {"token_logprobs": [-0.5] * len(ids)}}]})
 
     async def models(request):
@@ -70,38 +65,44 @@ def play(loop: Loop, replies: list[str], max_model_len: int) -> tuple[object, li
         await runner.setup()
         site = web.TCPSite(runner, "127.0.0.1", 0)
         await site.start()
-        loop.vllm_server_url = f"http://127.0.0.1:{runner.addresses[0][1]}"
+        loop.client.base_url = f"http://127.0.0.1:{runner.addresses[0][1]}"
+        await loop.client.open()
         try:
-            async with aiohttp.ClientSession() as loop.session:
-                prompt = [{"role": "user", "content": "Give me everything."}]
-                tools = loop.tools
-                return await loop._generate_one(prompt, tool_dict={t.__name__: t for t in tools}, tools=tools)
+            prompt = [{"role": "user", "content": "Give me everything."}]
+            toolbox = loop.toolbox
+            return await loop.episodes.play(prompt, toolbox.schema_tools(None), toolbox.callable_tools(None))
         except Exception as error:  # the caller asserts on it
             return error
         finally:
+            await loop.client.close()
             await runner.cleanup()
 
     started = time.monotonic()
-    return loop._loop.run_until_complete(asyncio.wait_for(scenario(), 60)), seen, time.monotonic() - started
+    return asyncio.run(asyncio.wait_for(scenario(), 60)), seen, time.monotonic() - started
 
 
-def uncapped_loop(user_code, rollout_loop) -> Loop:
+def uncapped_loop(user_code, rollout_loop):
     (user_code / "huge.py").write_text(HUGE)
     tools = build_tools(["huge.py:huge"], timeout_s=30, max_chars=None)  # agent.max_tool_output_chars=null
-    return rollout_loop(cls=Loop, max_inflight_tasks=2, tools=[t.method for t in tools], max_tool_calling_iterations=3)
+    return rollout_loop(max_inflight_tasks=2, tools=[t.method for t in tools], max_tool_calling_iterations=3)
 
 
 def test_a_six_megabyte_answer_uncapped_ends_its_episode_before_any_request(user_code, rollout_loop, caplog):
     loop = uncapped_loop(user_code, rollout_loop)
     result, seen, _ = play(loop, [CALL, "Done.<|im_end|>"], max_model_len=2048)
     assert len(seen) == 1  # the call's turn only: the turn holding the answer was never sent
-    messages = result[0]
-    assert [m["role"] for m in messages] == ["assistant", "tool", "assistant"] and messages[2]["content"] == ""
-    cap = 2048 * max_chars_per_token(loop.tokenizer)
+    assert isinstance(result, EpisodeResult) and result.end is EpisodeEnd.REFUSED, result
+    messages = result.completion
+    assert [m["role"] for m in messages] == ["assistant", "tool"]  # the refused turn adds nothing
+    assert len(result.sequences) == 1 and sum(result.sequences[0].completion_mask) == len(result.completion_ids)
+    cap = 2048 * max_chars_per_token(loop.episodes.rules.tokenizer)
     assert len(messages[1]["content"]) < cap + 100 and "more characters cut by agrpo" in messages[1]["content"]
     counts = counted(loop)
     assert counts[CONTEXT_FULL_COUNTER] == 1 and counts[TRUNCATED] == 1
-    assert any("not sent" in r.getMessage() for r in caplog.records)  # the console line says it was not sent
+    said = [r for r in caplog.records if "refused turn" in r.getMessage()]
+    assert len(said) == 1 and said[0].levelname == "WARNING"  # one console line, which says it was not sent
+    assert said[0].getMessage().startswith("vLLM refused turn 2 of an episode (HTTP 400: ")
+    assert "not sent" in said[0].getMessage() and "max_model_len=2048" in said[0].getMessage()
 
 
 def test_a_first_turn_that_cannot_fit_stops_the_run_unsent(user_code, rollout_loop):
