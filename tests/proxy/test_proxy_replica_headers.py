@@ -1,8 +1,9 @@
 """A replica's own X-Agrpo-* response headers never reach a client (issue 42, item 5): the proxy's X-Agrpo-Replica is
 the only one, on buffered and streamed completions through both servers and on what is passed through as it is.
-Before, a replica's `X-Agrpo-Replica: 7` came first and agrpo/trainer/agent_loop.py, which reads the first, counted
-turns against a replica that does not exist. The real proxy on loopback in front of fake replicas that add headers
-of their own (tests/proxy/proxy_fakes.py; no vLLM needed to see what the proxy relays)."""
+Before, a replica's `X-Agrpo-Replica: 7` came first and the rollout loop's client (agrpo/trainer/rollout/client.py),
+which reads the first, counted turns against a replica that does not exist. The real proxy on loopback in front of
+fake replicas that add headers of their own (tests/proxy/proxy_fakes.py; no vLLM needed to see what the proxy
+relays)."""
 
 import asyncio
 
