@@ -155,38 +155,25 @@ def test_the_callback_hands_the_logged_floor_to_the_policy(policy):
 
 
 def test_the_worker_reports_the_oldest_version_an_open_rollout_started_on():
-    import asyncio
+    """The loop counts each open rollout under the version it started on (agrpo/trainer/rollout/loop.py `_rollout`;
+    tests/trainer/rollout/test_rollout_loop.py runs it); the floor is the oldest open one, else the current one."""
+    import collections
     from types import SimpleNamespace
 
-    from trl.experimental.async_grpo.async_rollout_worker import _AsyncRolloutLoop
+    from agrpo.trainer.rollout.loop import RolloutLoop
 
-    from agrpo.trainer.guarded_loop import GuardedRolloutLoop
-
-    loop = GuardedRolloutLoop.__new__(GuardedRolloutLoop)
-    loop._model_version_value = SimpleNamespace(value=3)
-    release = asyncio.Event()
-
-    async def generate(self, prompt, *args, **kwargs):
-        await release.wait()
-        return "done"
-
-    async def scenario():
-        original = _AsyncRolloutLoop._generate_one
-        _AsyncRolloutLoop._generate_one = generate
-        try:
-            first = asyncio.create_task(loop._generate_one("p"))
-            await asyncio.sleep(0)
-            loop._model_version_value.value = 5  # v5 loaded while the first rollout is open
-            second = asyncio.create_task(loop._generate_one("p"))
-            await asyncio.sleep(0)
-            assert loop.open_version_floor() == 3
-            release.set()
-            await asyncio.gather(first, second)
-            assert loop.open_version_floor() == 5  # none open: every older version is free
-        finally:
-            _AsyncRolloutLoop._generate_one = original
-
-    asyncio.run(scenario())
+    loop = RolloutLoop.__new__(RolloutLoop)
+    loop.open_versions, loop.version_value = collections.Counter(), SimpleNamespace(value=3)
+    assert loop.open_version_floor() == 3
+    loop.open_versions[3] += 1  # a rollout opened on v3
+    loop.version_value.value = 5  # v5 loaded while it is open
+    loop.open_versions[5] += 1
+    assert loop.open_version_floor() == 3
+    loop.open_versions[3] -= 1
+    assert loop.open_version_floor() == 5
+    loop.open_versions[5] -= 1
+    loop.version_value.value = 6
+    assert loop.open_version_floor() == 6  # none open: every older version is free
 
 
 def test_the_sync_thread_and_the_log_step_collecting_at_once_take_each_folder_once(tmp_path):

@@ -21,7 +21,7 @@ from agrpo.trainer.console_events import (
     requests_figures,
     requests_line,
 )
-from agrpo.trainer.rollout_loop import VersionRetired
+from agrpo.trainer.rollout.client import VersionRetired
 from agrpo.trainer.serving_metrics import proxy_figures, summary_line
 from tests.trainer.test_console import HISTORY, config, drive
 from tests.trainer.test_rollout_loop import loop_at_version

@@ -186,17 +186,16 @@ def test_without_the_gate_or_retention_a_load_is_trls(server_url):
 def test_the_worker_is_trls_public_protocol_and_nothing_of_trls():
     from trl.experimental.async_grpo.async_grpo_trainer import RolloutWorkerProtocol
 
-    from agrpo.trainer.rollout_loop import AgrpoRolloutLoop
-    from agrpo.trainer.rollout.worker import AgrpoRolloutWorker, RolloutLoopSpec
+    from agrpo.trainer.rollout.worker import AgrpoRolloutWorker
 
-    worker = AgrpoRolloutWorker(RolloutLoopSpec(AgrpoRolloutLoop, {"max_tokens": 9}), queue_maxsize=5)
+    worker = AgrpoRolloutWorker({"max_tokens": 9, "queue_maxsize": 5}, queue_maxsize=5)
     protocol = {name for name in vars(RolloutWorkerProtocol) if not name.startswith("_")}
     protocol |= set(RolloutWorkerProtocol.__annotations__)
     assert protocol == {"rollout_buffer", "metrics_queue", "start", "stop", "update_model_version", "check_health"}
     assert all(hasattr(worker, name) for name in protocol)
     assert [c for c in AgrpoRolloutWorker.__mro__ if c.__module__.startswith("trl")] == []
     worker.bind(model_name="m", lora_name="tenant-a/trl-policy", processing_class=None, eos_token_ids=[2])
-    assert worker.loop.kwargs == {
+    assert worker.settings == {
         "max_tokens": 9,
         "queue_maxsize": 5,
         "model_name": "m",
@@ -209,6 +208,26 @@ def test_the_worker_is_trls_public_protocol_and_nothing_of_trls():
     worker.stop()  # never started: nothing to stop
 
 
+def test_only_the_seams_two_classes_derive_from_trl():
+    """issue 44: the rollout loop was four classes on TRL's private `_AsyncRolloutLoop`; now agrpo subclasses two TRL
+    classes, both in the seam (the trainer and its vLLM client), and nothing of TRL's rollout worker."""
+    import importlib
+    import inspect
+    import pkgutil
+
+    import agrpo.trainer
+
+    derived = set()
+    for info in pkgutil.walk_packages(agrpo.trainer.__path__, "agrpo.trainer."):
+        if info.name.endswith("__main__"):
+            continue
+        module = importlib.import_module(info.name)
+        for name, cls in inspect.getmembers(module, inspect.isclass):
+            if cls.__module__ == info.name and trl_classes_in(cls):
+                derived.add(f"{info.name}.{name}")
+    assert derived == {"agrpo.trainer.seam.trainer.AgrpoAsyncGRPOTrainer", "agrpo.trainer.seam.client.AgrpoVLLMClient"}
+
+
 def trl_classes_in(cls: type) -> list[type]:
     return [c for c in cls.__mro__ if c.__module__.startswith("trl.")]
 
@@ -216,12 +235,11 @@ def trl_classes_in(cls: type) -> list[type]:
 def test_every_override_of_a_trl_method_says_what_trl_does_and_why_agrpo_differs():
     """Each method an agrpo class defines that a TRL class in its MRO defines too has a docstring naming TRL's
     behaviour and agrpo's (the words "TRL" and "agrpo"; issue 44: 16 of 22 had none)."""
-    from agrpo.trainer.agent_loop import AgentRolloutLoop
     from agrpo.trainer.seam.client import AgrpoVLLMClient
     from agrpo.trainer.seam.trainer import AgrpoAsyncGRPOTrainer
 
     missing = []
-    for concrete in (AgrpoAsyncGRPOTrainer, AgrpoVLLMClient, AgentRolloutLoop):
+    for concrete in (AgrpoAsyncGRPOTrainer, AgrpoVLLMClient):
         trl_members = {name for c in trl_classes_in(concrete) for name in vars(c)}
         for cls in concrete.__mro__:
             if not cls.__module__.startswith("agrpo."):

@@ -125,26 +125,24 @@ def test_the_clients_load_and_unload_of_a_served_name_reach_the_retention_policy
 def test_the_rollout_worker_asks_for_the_served_name(tenant, lora_sync):
     from types import SimpleNamespace
 
-    from trl.experimental.async_grpo.async_rollout_worker import _AsyncRolloutLoop
-
-    from agrpo.trainer.rollout_loop import AgrpoRolloutLoop
-    from agrpo.trainer.rollout.worker import AgrpoRolloutWorker, RolloutLoopSpec
+    from agrpo.trainer.rollout.loop import RolloutLoop
+    from agrpo.trainer.rollout.worker import AgrpoRolloutWorker
     from agrpo.trainer.seam.trainer import AgrpoAsyncGRPOTrainer
 
     trainer = AgrpoAsyncGRPOTrainer.__new__(AgrpoAsyncGRPOTrainer)  # what TRL's constructor leaves, without a server
     trainer.tenant, trainer._lora_name, trainer._lora_sync = tenant, "trl-policy", lora_sync
-    trainer.rollout_worker = worker = AgrpoRolloutWorker(RolloutLoopSpec(AgrpoRolloutLoop))
+    trainer.rollout_worker = worker = AgrpoRolloutWorker({})
     trainer.model = SimpleNamespace(config=SimpleNamespace(_name_or_path="m"))
     trainer.processing_class, trainer.eos_token_ids = None, [2]
     trainer.bind_worker()
     names = AdapterNames(tenant=tenant)
     expected = names.served_base if lora_sync else None  # no adapter sync: requests name the base model
-    assert worker.loop.kwargs["lora_name"] == expected and worker.loop.kwargs["model_name"] == "m"
-    # TRL's loop builds each request's `model` from it: the loop's own property, on the worker's arguments
-    loop = _AsyncRolloutLoop.__new__(_AsyncRolloutLoop)
-    loop.lora_name, loop.model_name = worker.loop.kwargs["lora_name"], "m"
-    loop._model_version_value = type("V", (), {"value": 5})()
-    assert _AsyncRolloutLoop._request_model.fget(loop) == (names.served(5) if lora_sync else "m")
+    assert worker.settings["lora_name"] == expected and worker.settings["model_name"] == "m"
+    # the loop builds each request's `model` from it, on the worker's settings
+    loop = RolloutLoop.__new__(RolloutLoop)
+    loop.settings = SimpleNamespace(lora_name=worker.settings["lora_name"], model_name="m")
+    loop.version_value = SimpleNamespace(value=5)
+    assert loop.model_now() == ((names.served(5) if lora_sync else "m"), 5)
     assert (expected == f"{TENANT}/trl-policy") is (lora_sync and tenant == TENANT)
 
 

@@ -29,10 +29,9 @@ BOUNDED_S = 60  # a bound on waits that must end, never a timing assertion
 
 @pytest.fixture()
 def worker():
-    from agrpo.trainer.rollout_loop import AgrpoRolloutLoop
-    from agrpo.trainer.rollout.worker import AgrpoRolloutWorker, RolloutLoopSpec
+    from agrpo.trainer.rollout.worker import AgrpoRolloutWorker
 
-    return AgrpoRolloutWorker(RolloutLoopSpec(AgrpoRolloutLoop), queue_maxsize=4)  # arguments: used when it starts
+    return AgrpoRolloutWorker({}, queue_maxsize=4)  # settings: used when it starts
 
 
 def guard_for(worker, step: int = 3, max_steps: int = 10) -> RolloutGuard:
@@ -141,7 +140,7 @@ def test_messages():
 
 
 def test_row_failures_name_the_row_and_the_key_for_a_refused_prompt():
-    from agrpo.trainer.guarded_loop import row_failure
+    from agrpo.trainer.rollout.child import row_failure
 
     class Refused(Exception):
         status = 400
@@ -152,9 +151,8 @@ def test_row_failures_name_the_row_and_the_key_for_a_refused_prompt():
 
 
 def test_the_heartbeat_stops_at_the_start_of_a_scoring_that_has_not_returned():
-    """TRL beats from its generation loop too; with paced generation that loop keeps turning while a reward hangs, so
-    the beat is held at the start of the unfinished scoring and the trainer's staleness check sees the hang."""
-    from agrpo.trainer.guarded_loop import ProgressHeartbeat
+    """The generation loop beats too; paced, it keeps turning while a reward hangs, so the beat is held at the start of the unfinished scoring and the trainer's staleness check sees the hang."""
+    from agrpo.trainer.rollout.child import ProgressHeartbeat
 
     raw = SimpleNamespace(value=0.0)
     beat = ProgressHeartbeat(raw)
