@@ -253,7 +253,7 @@ class ConsoleCallback(TrainerCallback):
         attention: str | None = None,
     ):
         self.cfg = cfg
-        self.attention = attention  # the packed-attention choice (agrpo/trainer/attention.py), for the banner
+        self.attention = attention  # the packed-attention choice (agrpo/trainer/seam/attention.py), for the banner
         self.num_replicas = num_replicas
         self.vllm_url = vllm_url
         self.log_file = log_file if log_file is not None else current_log_file()

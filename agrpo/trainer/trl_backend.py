@@ -214,7 +214,7 @@ def build_trainer(cfg: RunConfig, args: Any, tenant: str | None = None) -> Any:
     from agrpo.config.data_checks import reward_problems
     from agrpo.data import load_train_dataset
     from agrpo.rewards.registry import build_reward_funcs
-    from agrpo.trainer.fsdp_compat import running_under_fsdp, untie_embeddings
+    from agrpo.trainer.seam.fsdp_compat import running_under_fsdp, untie_embeddings
     from agrpo.trainer.loop_install import loop_class
     from agrpo.trainer.rollout_worker import AgrpoRolloutWorker, RolloutLoopSpec, loop_arguments
     from agrpo.trainer.seam.trainer import AgrpoAsyncGRPOTrainer  # imports TRL: here, not at the top
@@ -347,7 +347,7 @@ def run_training(cfg: RunConfig, vllm_url: str, num_replicas: int) -> dict[str, 
 
 def train_run(cfg: RunConfig, vllm_url: str, num_replicas: int, tenancy: Tenancy | None) -> dict[str, Any]:
     started = time.monotonic()
-    from agrpo.trainer.attention import trainer_attention
+    from agrpo.trainer.seam.attention import trainer_attention
     from agrpo.trainer.seam.module_patches import apply_trl_patches
 
     use_gpu = cuda_available()

@@ -14,7 +14,7 @@
 - `rollout_queue`: `pace_with(block)` counts what the trainer consumes, for the paced child (rollout_pacing.py).
 - TRL's module `shutil.rmtree` of old versions: `retaining(retention)` defers it while a request may still need the
   folder (adapter_retention.py).
-- TRL's module `create_model_from_path`: `fix_model=` (the FSDP untie, fsdp_compat.py).
+- TRL's module `create_model_from_path`: `fix_model=` (the FSDP untie, seam/fsdp_compat.py).
 (docs/architecture.md has the whole table.)
 
 Every TRL private name read here is listed in agrpo/trl_compat.py; no module outside agrpo/trainer/seam reads one.
