@@ -132,8 +132,8 @@ TRL_NAMES: tuple[TrlName, ...] = (
     # Public names agrpo's worker is built from (TRL's public hook and what it derives in __init__).
     TrlName(T, "AsyncGRPOTrainer.__init__", "seam/trainer", takes=("rollout_worker",)),
     TrlName(T, "AsyncGRPOTrainer.eos_token_ids", "seam/trainer"),
-    TrlName(T, "AsyncGRPOTrainer.vllm_client", "seam/trainer, trl_backend, sync_mode, adapter_retention"),
-    TrlName(T, "AsyncGRPOTrainer.rollout_worker", "seam/trainer, rollout_guard, rollout_pacing, sync_mode"),
+    TrlName(T, "AsyncGRPOTrainer.vllm_client", "seam/trainer, trl_backend, sync/mode, sync/retention"),
+    TrlName(T, "AsyncGRPOTrainer.rollout_worker", "seam/trainer, rollout_guard, rollout_pacing, sync/mode"),
     TrlName(T, "AsyncGRPOTrainer.rollout_queue", "seam/trainer"),
     TrlName(T, "AsyncGRPOTrainer.model_version", "seam/trainer"),
     TrlName(T, "AsyncGRPOTrainer.log", "seam/trainer", ("logs", "start_time")),
@@ -149,7 +149,7 @@ TRL_NAMES: tuple[TrlName, ...] = (
     TrlName(C, "VLLMClient.__init__", "seam/client", ("server_url", "server_timeout")),
     TrlName(C, "VLLMClient.load_lora_adapter", "seam/client", ("lora_name", "lora_path", "timeout")),
     TrlName(C, "VLLMClient.unload_lora_adapter", "seam/client", ("lora_name", "timeout")),
-    TrlName(C, "VLLMClient.server_url", "seam/client, sync_mode"),
+    TrlName(C, "VLLMClient.server_url", "seam/client, sync/mode"),
     # Packed attention's kernel loader (seam/module_patches).
     TrlName(P, "_flash_attn", "seam/module_patches", (), why="TRL's packed attention takes no kernel argument"),
 )

@@ -23,7 +23,7 @@ from typing import Any
 from agrpo.errors import AgrpoError
 from agrpo.rewards.contract import describe_row, raised_at
 from agrpo.rewards.unscored import UNSCORED_METRIC, UnscoredTally
-from agrpo.trainer.adapter_retention import OPEN_VERSION_METRIC
+from agrpo.trainer.sync.retention import OPEN_VERSION_METRIC
 from agrpo.trainer.rollout_loop import AgrpoRolloutLoop
 
 log = logging.getLogger(__name__)

@@ -24,8 +24,8 @@ from agrpo.errors import ConfigError
 from agrpo.models.chat_template import resolve_chat_template
 from agrpo.plot import LOG_HISTORY_FILE
 from agrpo.sync.resume import checkpoint_to_resume
-from agrpo.trainer.adapter_retention import default_retain_s, retain_adapter_files
-from agrpo.trainer.background_sync import BACKGROUND
+from agrpo.trainer.sync.retention import default_retain_s, retain_adapter_files
+from agrpo.trainer.sync.background import BACKGROUND
 from agrpo.trainer.bottleneck import Verdict, diagnose, sample_accounting, without_signal
 from agrpo.config.schema.trainer import is_auto
 from agrpo.trainer.rollout_pacing import attach_pacing
@@ -34,9 +34,9 @@ from agrpo.fleet.files import fleet_figures
 from agrpo.trainer.fleet_signals import FleetSignals
 from agrpo.trainer.serving_metrics import ServingCollector, log_serving_figures, summary_line
 from agrpo.trainer.summary import final_metrics
-from agrpo.trainer.sync_mode import BackgroundSyncRun
+from agrpo.trainer.sync.mode import BackgroundSyncRun
 from agrpo.trainer.logs import CONSOLE_LOGGER
-from agrpo.trainer.tenant_lease import Tenancy, leased, read_share, share_line, tenancy_from_env
+from agrpo.trainer.sync.tenant_lease import Tenancy, leased, read_share, share_line, tenancy_from_env
 
 log = logging.getLogger(__name__)
 
@@ -178,7 +178,7 @@ def gate_loads(trainer: Any, store: Any, timeout_s: float, gate: bool = True) ->
 
 
 def choose_sync(trainer: Any, cfg: RunConfig, store: Any, via_proxy: bool) -> Any:
-    """`sync.mode`: background (agrpo/trainer/sync_mode.py) or TRL's blocking sync with agrpo's loads. Returns the
+    """`sync.mode`: background (agrpo/trainer/sync/mode.py) or TRL's blocking sync with agrpo's loads. Returns the
     context to train in."""
     timeout_s, gate = cfg.inference.startup_timeout_s, cfg.sync.visibility_gate
     if cfg.sync.mode == BACKGROUND:
@@ -339,7 +339,7 @@ def write_run_files(trainer: Any, summary: dict[str, Any], final_dir: Path, cons
 
 def run_training(cfg: RunConfig, vllm_url: str, num_replicas: int) -> dict[str, Any]:
     """Train with TRL's AsyncGRPOTrainer against `vllm_url`; return the summary written to metrics.json. On a shared
-    fleet (the launcher set AGRPO_TENANT) the lease is renewed from the start (agrpo/trainer/tenant_lease.py)."""
+    fleet (the launcher set AGRPO_TENANT) the lease is renewed from the start (agrpo/trainer/sync/tenant_lease.py)."""
     tenancy = tenancy_from_env(os.environ, vllm_url)
     with leased(tenancy, cfg.inference.shared_fleet):
         return train_run(cfg, vllm_url, num_replicas, tenancy)

@@ -28,7 +28,7 @@ AGRPO = Path(__file__).resolve().parents[2] / "agrpo"
 
 # agrpo's own private names that TRL also defines somewhere: (file under agrpo/, name) -> whose it is.
 AGRPO_OWN = {
-    ("trainer/background_sync.py", "_run"): "BackgroundSync's own thread body (TRL's `_run` is harbor's)",
+    ("trainer/sync/background.py", "_run"): "BackgroundSync's own thread body (TRL's `_run` is harbor's)",
 }
 
 

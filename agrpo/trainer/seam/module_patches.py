@@ -18,7 +18,7 @@ For a span (context managers, restored after):
 - `fix_loaded_model`: TRL's trainer loads its model through its module's `create_model_from_path`, then wraps it in
   PEFT at once; the FSDP untie of tied embeddings (seam/fsdp_compat.py) must come in between.
 - `retaining_shutil`: TRL's blocking LoRA sync deletes an old version's folder with its module's `shutil.rmtree`;
-  the retention policy (adapter_retention.py) defers that deletion.
+  the retention policy (sync/retention.py) defers that deletion.
 - `building_client`: TRL's trainer builds its `VLLMClient` by its module's name inside `__init__`, with no argument
   to pass one; for that span the name is agrpo's subclass (seam/client.py), so TRL's is never built and replaced.
 """

@@ -5,7 +5,7 @@ import time
 
 import pytest
 
-from agrpo.trainer.background_sync import BackgroundSync, Pending, newest, version_needed, versions_to_unload
+from agrpo.trainer.sync.background import BackgroundSync, Pending, newest, version_needed, versions_to_unload
 from agrpo.trainer.rollout_child import worth_starting
 from agrpo.trainer.rollout_control import ControlBlock, CountingQueue, samples_ahead
 
