@@ -37,7 +37,7 @@ from trl.experimental.async_grpo.async_rollout_worker import _AsyncRolloutLoop
 from agrpo.agents.metrics import CONTEXT_FULL_COUNTER, REFUSED_COUNTER
 from agrpo.agents.prompt_budget import BUDGET_KEYS
 from agrpo.inference.replica_guard import trainer_bearer
-from agrpo.trainer.child_logging import log_to_trainer_log
+from agrpo.trainer.console.child_logging import log_to_trainer_log
 from agrpo.proxy.retired import RETIRED_STATUS
 
 ROLLOUT_LOG_ENV = "AGRPO_ROLLOUT_LOG"  # the trainer's log file, for the spawned child's records

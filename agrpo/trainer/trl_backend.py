@@ -26,16 +26,16 @@ from agrpo.plot import LOG_HISTORY_FILE
 from agrpo.sync.resume import checkpoint_to_resume
 from agrpo.trainer.sync.retention import default_retain_s, retain_adapter_files
 from agrpo.trainer.sync.background import BACKGROUND
-from agrpo.trainer.bottleneck import Verdict, diagnose, sample_accounting, without_signal
+from agrpo.trainer.console.bottleneck import Verdict, diagnose, sample_accounting, without_signal
 from agrpo.config.schema.trainer import is_auto
 from agrpo.trainer.rollout_pacing import attach_pacing
 from agrpo.config.schema.inference import is_auto_fleet
 from agrpo.fleet.files import fleet_figures
 from agrpo.trainer.fleet_signals import FleetSignals
-from agrpo.trainer.serving_metrics import ServingCollector, log_serving_figures, summary_line
-from agrpo.trainer.summary import final_metrics
+from agrpo.trainer.console.serving_metrics import ServingCollector, log_serving_figures, summary_line
+from agrpo.trainer.console.final_metrics import final_metrics
 from agrpo.trainer.sync.mode import BackgroundSyncRun
-from agrpo.trainer.logs import CONSOLE_LOGGER
+from agrpo.trainer.console.logs import CONSOLE_LOGGER
 from agrpo.trainer.sync.tenant_lease import Tenancy, leased, read_share, share_line, tenancy_from_env
 
 log = logging.getLogger(__name__)
@@ -122,7 +122,8 @@ def broadcast_from_main(accelerator: Any, value: Any) -> Any:
 
 
 class BottleneckCallback(TrainerCallback):
-    """Every `every` steps and at the end, log which side of the pipeline is slow (agrpo/trainer/bottleneck.py)."""
+    """Every `every` steps and at the end, log which side of the pipeline is slow
+    (agrpo/trainer/console/bottleneck.py)."""
 
     def __init__(self, every: int):
         self.every = every
@@ -255,7 +256,7 @@ def watch_run(trainer: Any, cfg: RunConfig, vllm_url: str, num_replicas: int, ba
     """(the sync context to train in, the watchers): the adapter sync, the rollout guard, the serving figures, the
     console and the bottleneck verdicts, installed on a built trainer."""
     from agrpo.sync import get_store
-    from agrpo.trainer.console import ConsoleCallback, quiet_trainer
+    from agrpo.trainer.console.callback import ConsoleCallback, quiet_trainer
     from agrpo.trainer.rollout_guard import guard_rollout_worker  # a failing reward or a hung child ends the run
 
     via_proxy = cfg.inference.use_proxy  # resolved: the plan put a proxy in front exactly then

@@ -160,7 +160,7 @@ def test_trl_still_loads_the_kernel_the_choice_checks_for():
 
 
 def test_the_banner_names_the_choice():
-    from agrpo.trainer.console import banner_lines
+    from agrpo.trainer.console.callback import banner_lines
 
     choice = choose_attention("auto", AttentionFacts(cuda=False))
     lines = banner_lines(

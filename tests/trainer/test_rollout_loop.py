@@ -131,7 +131,7 @@ def test_the_childs_log_lines_go_to_the_trainer_log_not_the_terminal(tmp_path):
     log_file = tmp_path / "trainer.log"
     code = (
         "import logging, warnings\n"
-        "from agrpo.trainer.child_logging import log_to_trainer_log\n"
+        "from agrpo.trainer.console.child_logging import log_to_trainer_log\n"
         f"log_to_trainer_log({str(log_file)!r})\n"
         "logging.getLogger('trl.experimental.async_grpo.async_rollout_worker').warning('POST failed; retry 1/3')\n"
         "warnings.warn('a warning from a library')\n"
@@ -148,7 +148,7 @@ def test_trls_retry_warnings_stay_off_the_console_whoever_set_up_the_childs_logg
     import inspect
     import logging
 
-    from agrpo.trainer.logs import ConsoleFilter
+    from agrpo.trainer.console.logs import ConsoleFilter
 
     assert "; retry {attempt + 1}/{max_attempts}" in inspect.getsource(_AsyncRolloutLoop._retry)  # TRL's wording
     record = logging.LogRecord(

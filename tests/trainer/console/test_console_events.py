@@ -1,4 +1,4 @@
-"""One console line per event (agrpo/trainer/console_events.py): a frozen replica's dropped groups fold into its
+"""One console line per event (agrpo/trainer/console/events.py): a frozen replica's dropped groups fold into its
 lines, drops outside a hang get one line, the summary's `retried` is the proxy's figure, and the rollout loop writes
 each dropped group to trainer.log only. The steps are the real 60-step smoke run's (tests/report/data) with the
 serving figures a frozen replica gave in the multi-replica e2e run (8 groups dropped, proxy retried 0)."""
@@ -11,8 +11,8 @@ import logging
 from trl.experimental.async_grpo.async_rollout_worker import _AsyncRolloutLoop
 
 from agrpo.proxy.metrics import Metrics
-from agrpo.trainer.console import ConsoleCallback, summary_lines
-from agrpo.trainer.console_events import (
+from agrpo.trainer.console.callback import ConsoleCallback, summary_lines
+from agrpo.trainer.console.events import (
     DROPPED_LINE,
     PROXY_RETRIED,
     RETIRED_DROPPED,
@@ -22,8 +22,8 @@ from agrpo.trainer.console_events import (
     requests_line,
 )
 from agrpo.trainer.rollout_loop import VersionRetired
-from agrpo.trainer.serving_metrics import proxy_figures, summary_line
-from tests.trainer.test_console import HISTORY, config, drive
+from agrpo.trainer.console.serving_metrics import proxy_figures, summary_line
+from tests.trainer.console.test_console import HISTORY, config, drive
 from tests.trainer.test_rollout_loop import loop_at_version
 
 HUNG_FROM, HUNG_UNTIL = 20, 30  # replica 1 SIGSTOPped at step 20, answering again at step 30
@@ -43,7 +43,7 @@ def frozen_replica(entry: dict, drops: dict[int, int]) -> dict:
 
 
 def console_lines(caplog) -> list[str]:
-    """What the console shows of agrpo's lines (its filter: INFO and above, agrpo/trainer/logs.py)."""
+    """What the console shows of agrpo's lines (its filter: INFO and above, agrpo/trainer/console/logs.py)."""
     return [r.getMessage() for r in caplog.records if r.name.startswith("agrpo") and r.levelno >= logging.INFO]
 
 

@@ -3,7 +3,7 @@ detail to `<run_dir>/logs/trainer.log`; the terminal gets agrpo's own lines at `
 warnings and errors, minus a short list of known-harmless ones, each silenced by logger name and message with its
 reason (`HARMLESS`). trainer.log keeps each of those once, with that reason beside it (`HarmlessOnce`): TRL warns
 about its vLLM range from two import lines, and a reader of the file met the raw warnings without a word (issue 46).
-What agrpo's own console lines say is agrpo/trainer/console.py."""
+What agrpo's own console lines say is agrpo/trainer/console/callback.py."""
 
 from __future__ import annotations
 
@@ -43,7 +43,7 @@ HARMLESS: list[tuple[str, str, str]] = [
         "trl.experimental.async_grpo.async_rollout_worker",
         "; retry ",
         "TRL's warning for each retried request (hundreds when a replica dies): the step line counts them "
-        "(`requests retried N`, agrpo/trainer/console.py)",
+        "(`requests retried N`, agrpo/trainer/console/callback.py)",
     ),
     (
         "vllm.triton_utils.importing",
