@@ -82,7 +82,7 @@ def read_point(job_dir: Path) -> PointRow:
 
 
 def fleet_figure(metrics: dict[str, Any], key: str) -> float | None:
-    """A number from metrics.json's `shared_fleet` section (agrpo/trainer/tenant_lease.py: `share_of_fleet`, the
+    """A number from metrics.json's `shared_fleet` section (agrpo/trainer/sync/tenant_lease.py: `share_of_fleet`, the
     fraction; `replica_seconds_share`, the run's replica-seconds), or None."""
     section = metrics.get("shared_fleet")
     value = section.get(key) if isinstance(section, dict) else None

@@ -1,9 +1,9 @@
 """Every part of TRL that agrpo relies on beyond its public API, checked when a run is prepared.
 
 agrpo's rollout worker goes through TRL 1.16's public `rollout_worker=` hook (agrpo/trainer/rollout/worker.py). Beyond
-that, agrpo subclasses TRL's trainer, vLLM client and rollout loop and overrides their (some private) methods, replaces
-a few names of its modules, and reads private attributes of its trainer (agrpo/trainer/seam/ and the rollout loops of
-agrpo/trainer/). TRL may rename any of them in a minor release, and a rename is silent: an override of a method TRL no
+that, agrpo subclasses TRL's trainer and vLLM client and overrides their (some private) methods, replaces a few names
+of its modules, and reads private attributes of its trainer (agrpo/trainer/seam/); its rollout loop is agrpo's own,
+built from public pieces of TRL (agrpo/trainer/rollout/, listed here too: a rename breaks it as loudly). TRL may rename any of them in a minor release, and a rename is silent: an override of a method TRL no
 longer calls never runs (the run trains on, with TRL's behaviour).
 `TRL_NAMES` lists each such name: its module, its path in that module (`name` or `Class.member`; a member may be a
 method, a class attribute or an instance attribute TRL assigns in one of the class's methods), for a function the
@@ -38,13 +38,7 @@ T = "trl.experimental.async_grpo.async_grpo_trainer"
 C = "trl.experimental.async_grpo.vllm_client"
 P = "trl.experimental.async_grpo.packing"
 U = "trl.trainer.utils"
-LOOP_ARGS = ("rollout_buffer", "model_version_value", "heartbeat_value", "failed_event")
-LOOP_ARGS += ("exception_info_queue", "metrics_queue")
-LOOP_RUN_ARGS = ("lora_name", "model_name", "dataset", "reward_funcs", "processing_class", "eos_token_ids", "tools")
-LOOP_RUN_ARGS += ("environment_factory", "num_generations", "max_inflight_tasks", "queue_maxsize", "vllm_server_url")
-LOOP_RUN_ARGS += ("max_tokens", "temperature", "top_p", "top_k", "min_p", "repetition_penalty", "request_timeout")
-LOOP_RUN_ARGS += ("chat_template_kwargs", "max_tool_calling_iterations", "log_completions", "num_completions_to_print")
-LOOP_RUN_ARGS += ("fork_threshold_tokens", "dataset_start_index")
+CT = "trl.chat_template_utils"
 
 
 class TrlChanged(AgrpoError):
@@ -69,53 +63,26 @@ class TrlName:
 
 NO_SYNC_HOOK = "no public hook: `weight_transfer=` streams merged weights, agrpo publishes adapter folders"
 NO_STATE_HOOK = "TRL keeps the rollout position for its own worker only (an isinstance check)"
-LOOP = "the child still runs TRL's private loop (docs/architecture.md: its replacement plan); "
-
-
-def _loop_member(member: str, used_by: str, why: str, *params: str) -> TrlName:
-    return TrlName(W, f"_AsyncRolloutLoop.{member}", used_by, params if params else None, why=LOOP + why)
 
 
 TRL_NAMES: tuple[TrlName, ...] = (
-    # The rollout loop agrpo's loop classes derive from (rollout_loop, guarded_loop, rollout_child, agent_loop).
-    TrlName(W, "_AsyncRolloutLoop", "rollout_loop", why=LOOP + "`rollout_worker=` replaces the worker, not its loop"),
-    # Its arguments (rollout_worker builds them; rollout_entry adds the channels); it asks for `f"{lora_name}-v{N}"`:
-    # the worker hands it the served name (`<tenant>/trl-policy`).
+    # Public pieces agrpo's own rollout loop (agrpo/trainer/rollout/) is built from: TRL's sample and row types (what
+    # TRL's trainer drains), its chat-template and response parsing, its reward calling helpers.
+    TrlName(W, "RolloutSample.model_version", "rollout/scorer"),
+    TrlName(W, "RolloutSample.enqueued_at", "rollout/loop"),
+    TrlName(W, "TrainingSequence.rollout_id", "rollout/sequences"),
+    TrlName(CT, "parse_response", "rollout/episode", ("tokenizer", "ids", "prefix", "tools")),
+    TrlName(CT, "add_response_schema", "rollout/loop", ("processing_class",)),
+    TrlName(CT, "is_chat_template_prefix_preserving", "rollout/loop", ("processing_class",)),
+    TrlName(CT, "get_training_chat_template", "rollout/loop"),
+    TrlName(U, "get_callable_name", "rollout/scorer", ("func",)),
+    TrlName(U, "is_async_callable", "rollout/scorer", ("func",)),
     TrlName(
-        W,
-        "_AsyncRolloutLoop.__init__",
-        "guarded_loop, rollout_entry",
-        takes=LOOP_ARGS + LOOP_RUN_ARGS,
-        why=LOOP + "agrpo builds it in its own child with its own channels",
+        U,
+        "print_prompt_completions_sample",
+        "rollout/loop",
+        takes=("prompts", "completions", "rewards", "advantages", "step", "num_samples"),
     ),
-    _loop_member(
-        "_generate_loop", "rollout_loop, guarded_loop", "the bearer token, a failure cancels its sibling", "stop_event"
-    ),
-    _loop_member("_score_loop", "guarded_loop", "a failure cancels its sibling", "stop_event"),
-    _loop_member("_run_loops", "guarded_loop", "pending work cancelled before the event loop closes", "stop_event"),
-    _loop_member(
-        "_generate_one",
-        "rollout_loop, guarded_loop, rollout_child, agent_loop",
-        "pacing, open versions, the failing row named",
-        "prompt",
-        "tool_dict",
-        "tools",
-        "group_id",
-    ),
-    _loop_member("_generate_one_turn", "rollout_loop", "a refused later turn ends the episode", "prompt_ids"),
-    _loop_member("_execute_tool_calls", "rollout_loop, agent_loop", "tool counts", "tool_calls", "tool_dict"),
-    _loop_member("_retry", "rollout_loop, agent_loop", "refusals not retried", "coro_factory", "label", "max_attempts"),
-    _loop_member("_score_group", "rollout_loop, guarded_loop, rollout_child", "versions, unscored", "group"),
-    _loop_member("_post", "agent_loop", "the replica per turn", "path", "payload", "timeout", "max_retries"),
-    _loop_member("_push_rollout_metrics", "agent_loop", "per-episode tool figures"),
-    _loop_member("_request_model", "rollout_loop, rollout_child", "the version a rollout asks for"),
-    _loop_member("_counters", "rollout_loop, agent_loop", "counts pushed with TRL's own"),
-    _loop_member("_rates", "agent_loop", "rates pushed with TRL's own"),
-    _loop_member("session", "rollout_loop, agent_loop", "the HTTP session TRL's loop opens"),
-    TrlName(W, "RolloutGroup.group_id", "rollout_loop"),
-    TrlName(W, "RolloutGroup.completions_sequences", "rollout_child"),
-    TrlName(W, "TrainingSequence.rollout_id", "rollout_child"),
-    TrlName(W, "RolloutSample.model_version", "rollout_child"),
     # The trainer, subclassed (seam/trainer): the adapter sync (no public hook: TRL's `weight_transfer=` streams merged
     # weights, agrpo publishes adapter folders), read only there; its metrics; its worker and client
     # (read with getattr(..., None) for ranks that have none: a rename would silently turn the feature off).
@@ -132,8 +99,8 @@ TRL_NAMES: tuple[TrlName, ...] = (
     # Public names agrpo's worker is built from (TRL's public hook and what it derives in __init__).
     TrlName(T, "AsyncGRPOTrainer.__init__", "seam/trainer", takes=("rollout_worker",)),
     TrlName(T, "AsyncGRPOTrainer.eos_token_ids", "seam/trainer"),
-    TrlName(T, "AsyncGRPOTrainer.vllm_client", "seam/trainer, trl_backend, sync_mode, adapter_retention"),
-    TrlName(T, "AsyncGRPOTrainer.rollout_worker", "seam/trainer, rollout_guard, rollout_pacing, sync_mode"),
+    TrlName(T, "AsyncGRPOTrainer.vllm_client", "seam/trainer, trl_backend, sync/mode, sync/retention"),
+    TrlName(T, "AsyncGRPOTrainer.rollout_worker", "seam/trainer, rollout/guard, rollout/pacing, sync/mode"),
     TrlName(T, "AsyncGRPOTrainer.rollout_queue", "seam/trainer"),
     TrlName(T, "AsyncGRPOTrainer.model_version", "seam/trainer"),
     TrlName(T, "AsyncGRPOTrainer.log", "seam/trainer", ("logs", "start_time")),
@@ -149,7 +116,7 @@ TRL_NAMES: tuple[TrlName, ...] = (
     TrlName(C, "VLLMClient.__init__", "seam/client", ("server_url", "server_timeout")),
     TrlName(C, "VLLMClient.load_lora_adapter", "seam/client", ("lora_name", "lora_path", "timeout")),
     TrlName(C, "VLLMClient.unload_lora_adapter", "seam/client", ("lora_name", "timeout")),
-    TrlName(C, "VLLMClient.server_url", "seam/client, sync_mode"),
+    TrlName(C, "VLLMClient.server_url", "seam/client, sync/mode"),
     # Packed attention's kernel loader (seam/module_patches).
     TrlName(P, "_flash_attn", "seam/module_patches", (), why="TRL's packed attention takes no kernel argument"),
 )

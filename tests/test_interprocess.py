@@ -25,7 +25,7 @@ from agrpo.interprocess import (
     parse_record,
     read_metrics,
 )
-from agrpo.trainer.serving_metrics import proxy_figures
+from agrpo.trainer.console.serving_metrics import proxy_figures
 
 FAST = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 

@@ -94,7 +94,7 @@ def test_optuna_recipe_composes_with_the_optuna_sweeper(tmp_path):
 
 def test_points_on_a_shared_fleet_show_their_share_of_its_replica_seconds(tmp_path):
     shared = {"reward_last": 0.5, "global_step": 5}
-    # metrics.json's section as agrpo/trainer/tenant_lease.py writes it: replica_seconds_share is the run's seconds
+    # metrics.json's section as agrpo/trainer/sync/tenant_lease.py writes it: replica_seconds_share is the run's seconds
     fleet = {"fleet_replica_seconds": 200.0, "tokens": 900}
     fake_point(
         tmp_path,

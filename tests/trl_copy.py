@@ -13,7 +13,6 @@ from pathlib import Path
 from agrpo.trl_compat import trl_root
 
 REPO = Path(__file__).resolve().parents[1]
-WORKER = "experimental/async_grpo/async_rollout_worker.py"
 TRAINER = "experimental/async_grpo/async_grpo_trainer.py"
 EDITS = {  # id -> (file, old, new, what the error must name)
     "sync_weight_lora": (TRAINER, "_sync_weight_lora", "_sync_adapter", "AsyncGRPOTrainer._sync_weight_lora is gone"),
@@ -30,11 +29,11 @@ EDITS = {  # id -> (file, old, new, what the error must name)
         "_save_checkpoint now takes (model)",
     ),
     "flash_attn": ("experimental/async_grpo/packing.py", "_flash_attn", "_load_fa3", "packing._flash_attn is gone"),
-    "retry_signature": (
-        WORKER,
-        "max_attempts: int = 1):",
-        "attempts: int = 1):",
-        "_AsyncRolloutLoop._retry now takes (coro_factory, label, attempts)",
+    "parse_response": (
+        "chat_template_utils.py",
+        "    tools: list[dict | Callable] | None = None,\n) -> dict:",
+        "    tool_schemas: list[dict | Callable] | None = None,\n) -> dict:",
+        "trl.chat_template_utils.parse_response now takes (tokenizer, ids, prefix, tool_schemas)",
     ),
     "lora_dir_attribute": (TRAINER, "self._lora_dir =", "self._adapter_dir =", "AsyncGRPOTrainer._lora_dir is gone"),
 }

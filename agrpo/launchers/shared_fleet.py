@@ -35,7 +35,7 @@ from agrpo.launchers.plan import Plan, secret_placeholder, substitute
 from agrpo.proxy.settings import ADMIN_TOKEN_ENV
 
 log = logging.getLogger(__name__)
-TENANT_ENV = "AGRPO_TENANT"  # the trainer's side: agrpo/trainer/tenant_lease.py
+TENANT_ENV = "AGRPO_TENANT"  # the trainer's side: agrpo/trainer/sync/tenant_lease.py
 LEASE_ENV = "AGRPO_TENANT_LEASE_S"
 TENANT_TOKEN = secret_placeholder("tenant-token")  # bound at registration, never made by the plan's binding
 TENANT_ID = "<tenant>"

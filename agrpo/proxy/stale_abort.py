@@ -2,7 +2,7 @@
 
 Why: the trainer unloads v(N - max_staleness - 1) once vN is served, so a sample of a retired version is more than
 max_staleness versions behind the trainer and is dropped as stale when it arrives. vLLM's unload only forgets the
-name; a request already inside an engine runs to its end (agrpo/trainer/adapter_retention.py), so a slow replica kept
+name; a request already inside an engine runs to its end (agrpo/trainer/sync/retention.py), so a slow replica kept
 generating answers nobody could use while fresh requests queued behind them. Closing the connection makes vLLM abort
 the request (it frees the slot at once); the client gets the proxy's 410 for a retired version, which agrpo's rollout
 loop drops without a retry. Each abort is counted on its replica (`aborted_stale` in /proxy/stats).

@@ -17,7 +17,7 @@ from agrpo.errors import AgrpoError
 from agrpo.trainer.trainer_error import report_trainer_error
 from agrpo.cpus import apply_trainer_cpus
 
-log = logging.getLogger("agrpo.trainer")  # agrpo's namespace: the console shows it (agrpo/trainer/console.py)
+log = logging.getLogger("agrpo.trainer")  # agrpo's namespace: the console shows it (agrpo/trainer/console/callback.py)
 
 
 class Terminated(BaseException):
@@ -40,7 +40,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     cfg = load_spec(args.config)  # the run's typed spec, as prepare resolved it: nothing is derived again
     pinned = apply_trainer_cpus()  # before torch starts its threads; TRL's rollout worker inherits it
-    from agrpo.trainer.logs import setup_trainer_logging
+    from agrpo.trainer.console.logs import setup_trainer_logging
 
     setup_trainer_logging(cfg.sync.output_dir, cfg.logger.level)  # before TRL is imported (it sets env switches)
     if pinned:

@@ -3,7 +3,7 @@ there, and the knobs that make it need less.
 
 Before: exit 1 after 65 lines of chained tracebacks (peft, safetensors, TRL's sync, the trainer), none naming the
 folder. What fills it: every published adapter version (`<output_dir>/.vllm_lora/trl-policy-vN`, kept while a request
-for it can still be inside a replica: agrpo/trainer/adapter_retention.py) and the checkpoints
+for it can still be inside a replica: agrpo/trainer/sync/retention.py) and the checkpoints
 (`trainer.save_total_limit` of them). The figures are read when the error happens (pure message, I/O apart).
 """
 

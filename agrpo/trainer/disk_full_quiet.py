@@ -8,7 +8,7 @@ trainer.log could not take; trainer_error.txt was left empty. Here:
 - `thread_hook`: a disk-full error in any thread is not printed; its traceback is kept beside the paragraph (a
   folder with room, trainer_error.spill_file) and logging's own error printout is switched off (the disk is full:
   every later record would print one); the main thread meets the same error at its next write and ends the run.
-- `QuietFileHandler`: trainer.log's handler for agrpo/trainer/logs.py: its first write that fails on a full disk
+- `QuietFileHandler`: trainer.log's handler for agrpo/trainer/console/logs.py: its first write that fails on a full disk
   says one line on stderr, later ones nothing; any other logging error prints as Python prints it.
 """
 

@@ -24,19 +24,19 @@ from agrpo.errors import ConfigError
 from agrpo.models.chat_template import resolve_chat_template
 from agrpo.plot import LOG_HISTORY_FILE
 from agrpo.sync.resume import checkpoint_to_resume
-from agrpo.trainer.adapter_retention import default_retain_s, retain_adapter_files
-from agrpo.trainer.background_sync import BACKGROUND
-from agrpo.trainer.bottleneck import Verdict, diagnose, sample_accounting, without_signal
+from agrpo.trainer.sync.retention import default_retain_s, retain_adapter_files
+from agrpo.trainer.sync.background import BACKGROUND
+from agrpo.trainer.console.bottleneck import Verdict, diagnose, sample_accounting, without_signal
 from agrpo.config.schema.trainer import is_auto
 from agrpo.trainer.rollout.pacing import attach_pacing
 from agrpo.config.schema.inference import is_auto_fleet
 from agrpo.fleet.files import fleet_figures
 from agrpo.trainer.fleet_signals import FleetSignals
-from agrpo.trainer.serving_metrics import ServingCollector, log_serving_figures, summary_line
-from agrpo.trainer.summary import final_metrics
-from agrpo.trainer.sync_mode import BackgroundSyncRun
-from agrpo.trainer.logs import CONSOLE_LOGGER
-from agrpo.trainer.tenant_lease import Tenancy, leased, read_share, share_line, tenancy_from_env
+from agrpo.trainer.console.serving_metrics import ServingCollector, log_serving_figures, summary_line
+from agrpo.trainer.console.final_metrics import final_metrics
+from agrpo.trainer.sync.mode import BackgroundSyncRun
+from agrpo.trainer.console.logs import CONSOLE_LOGGER
+from agrpo.trainer.sync.tenant_lease import Tenancy, leased, read_share, share_line, tenancy_from_env
 
 log = logging.getLogger(__name__)
 
@@ -122,7 +122,8 @@ def broadcast_from_main(accelerator: Any, value: Any) -> Any:
 
 
 class BottleneckCallback(TrainerCallback):
-    """Every `every` steps and at the end, log which side of the pipeline is slow (agrpo/trainer/bottleneck.py)."""
+    """Every `every` steps and at the end, log which side of the pipeline is slow
+    (agrpo/trainer/console/bottleneck.py)."""
 
     def __init__(self, every: int):
         self.every = every
@@ -178,7 +179,7 @@ def gate_loads(trainer: Any, store: Any, timeout_s: float, gate: bool = True) ->
 
 
 def choose_sync(trainer: Any, cfg: RunConfig, store: Any, via_proxy: bool) -> Any:
-    """`sync.mode`: background (agrpo/trainer/sync_mode.py) or TRL's blocking sync with agrpo's loads. Returns the
+    """`sync.mode`: background (agrpo/trainer/sync/mode.py) or TRL's blocking sync with agrpo's loads. Returns the
     context to train in."""
     timeout_s, gate = cfg.inference.startup_timeout_s, cfg.sync.visibility_gate
     if cfg.sync.mode == BACKGROUND:
@@ -214,8 +215,8 @@ def build_trainer(cfg: RunConfig, args: Any, tenant: str | None = None) -> Any:
     from agrpo.config.data_checks import reward_problems
     from agrpo.data import load_train_dataset
     from agrpo.rewards.registry import build_reward_funcs
-    from agrpo.trainer.fsdp_compat import running_under_fsdp, untie_embeddings
     from agrpo.trainer.rollout.worker import AgrpoRolloutWorker, loop_arguments
+    from agrpo.trainer.seam.fsdp_compat import running_under_fsdp, untie_embeddings
     from agrpo.trainer.seam.trainer import AgrpoAsyncGRPOTrainer  # imports TRL: here, not at the top
 
     dataset = load_train_dataset(cfg.data, seed=cfg.trainer.seed)
@@ -253,7 +254,7 @@ def watch_run(trainer: Any, cfg: RunConfig, vllm_url: str, num_replicas: int, ba
     """(the sync context to train in, the watchers): the adapter sync, the rollout guard, the serving figures, the
     console and the bottleneck verdicts, installed on a built trainer."""
     from agrpo.sync import get_store
-    from agrpo.trainer.console import ConsoleCallback, quiet_trainer
+    from agrpo.trainer.console.callback import ConsoleCallback, quiet_trainer
     from agrpo.trainer.rollout.guard import guard_rollout_worker  # a failing reward or a hung child ends the run
 
     via_proxy = cfg.inference.use_proxy  # resolved: the plan put a proxy in front exactly then
@@ -337,7 +338,7 @@ def write_run_files(trainer: Any, summary: dict[str, Any], final_dir: Path, cons
 
 def run_training(cfg: RunConfig, vllm_url: str, num_replicas: int) -> dict[str, Any]:
     """Train with TRL's AsyncGRPOTrainer against `vllm_url`; return the summary written to metrics.json. On a shared
-    fleet (the launcher set AGRPO_TENANT) the lease is renewed from the start (agrpo/trainer/tenant_lease.py)."""
+    fleet (the launcher set AGRPO_TENANT) the lease is renewed from the start (agrpo/trainer/sync/tenant_lease.py)."""
     tenancy = tenancy_from_env(os.environ, vllm_url)
     with leased(tenancy, cfg.inference.shared_fleet):
         return train_run(cfg, vllm_url, num_replicas, tenancy)
@@ -345,7 +346,7 @@ def run_training(cfg: RunConfig, vllm_url: str, num_replicas: int) -> dict[str, 
 
 def train_run(cfg: RunConfig, vllm_url: str, num_replicas: int, tenancy: Tenancy | None) -> dict[str, Any]:
     started = time.monotonic()
-    from agrpo.trainer.attention import trainer_attention
+    from agrpo.trainer.seam.attention import trainer_attention
     from agrpo.trainer.seam.module_patches import apply_trl_patches
 
     use_gpu = cuda_available()

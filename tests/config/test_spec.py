@@ -67,7 +67,7 @@ def test_every_derived_value_is_filled(specs):
         left = {key: select(prepared, key) for key, asks in DERIVE_ME.items() if select(prepared, key) == asks}
         assert left == {}, (CASES[index], cuda)
         assert derived_values(prepared, cuda_available=cuda) == {}, (CASES[index], cuda)  # nothing left to derive
-        assert prepared.trainer.attention != "auto" or cuda  # on a CUDA machine the trainer decides (attention.py)
+        assert prepared.trainer.attention != "auto" or cuda  # on a CUDA machine the trainer decides (seam/attention.py)
 
 
 def test_a_run_dirs_config_yaml_reads_back_as_the_same_spec(specs, tmp_path):

@@ -226,7 +226,7 @@ def test_no_engine_error_and_every_version_reached_replica_0(phased_run):
         for failure in ENGINE_FAILURES:
             assert failure not in text, f"{path.name}: {failure!r} in its log"
     # v1 is published before the first step and one version per step after it; a version superseded before the
-    # background sync got to it is never written nor loaded (background_sync.py), so a few may be missing.
+    # background sync got to it is never written nor loaded (trainer/sync/background.py), so a few may be missing.
     written = {int(p.name.rsplit("v", 1)[1]) for p in (run.run_dir / ".vllm_lora").iterdir()}
     assert set(loaded_versions(read(run.replica0_log))) == written
     assert {1, STEPS + 1} <= written and len(written) >= 0.9 * STEPS, sorted(written)
@@ -330,7 +330,7 @@ def test_a_killed_replica_is_restarted_and_readmitted_with_the_current_adapters(
     second = loaded_versions(second_life)
     assert second and second[-1] == STEPS + 1, second
     # every version written after the replay's first (the background sync skips a version superseded before it was
-    # written, background_sync.py: those are missing everywhere)
+    # written, trainer/sync/background.py: those are missing everywhere)
     written = sorted(int(p.name.rsplit("v", 1)[1]) for p in (run.run_dir / ".vllm_lora").iterdir())
     assert second == [v for v in written if v >= second[0]], (second, written)
     for failure in ENGINE_FAILURES:

@@ -268,7 +268,7 @@ def test_a_trainer_killed_between_checkpoints_resumes_against_the_running_server
     checkpoint_rewards = [e["reward"] for e in checkpoint_state["log_history"] if "reward" in e]
 
     # The version the resumed run publishes at its start is kept only while a rollout can still use it (one replica,
-    # no proxy: adapter_retention.py), so the test copies it as soon as it appears (published by an atomic rename).
+    # no proxy: trainer/sync/retention.py), so the test copies it as soon as it appears (published by an atomic rename).
     first = run_dir / ".vllm_lora" / f"trl-policy-v{before + 1}"
     kept = tmp_path / "first-version"
     with ThreadPoolExecutor(1) as pool:

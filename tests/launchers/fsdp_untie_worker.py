@@ -11,7 +11,7 @@ import torch.distributed as dist
 from torch.distributed.fsdp import fully_shard
 from tiny_qwen2 import tiny_qwen2
 
-from agrpo.trainer.fsdp_compat import untie_embeddings
+from agrpo.trainer.seam.fsdp_compat import untie_embeddings
 
 
 def say(line: str) -> None:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import torch
 
-from agrpo.trainer.fsdp_compat import running_under_fsdp, untie_embeddings
+from agrpo.trainer.seam.fsdp_compat import running_under_fsdp, untie_embeddings
 from agrpo.trainer.seam.module_patches import fix_loaded_model
 from tests.launchers.tiny_qwen2 import tiny_qwen2
 

@@ -1,4 +1,4 @@
-"""The packed-attention choice (agrpo/config/attention_choice.py) and its SDPA kernel (agrpo/trainer/attention.py),
+"""The packed-attention choice (agrpo/config/attention_choice.py) and its SDPA kernel (agrpo/trainer/seam/attention.py),
 simulated for every condition on this CPU machine: the pure decision for each GPU, precision, package, cache and Hub state; the facts read from a simulated CUDA device
 and a kernel cache laid out as `kernels` leaves it; the SDPA stand-in staying on the queries' device. The CLI's
 refusal of a forced `trainer.attention=fa3` here is in tests/config/test_vllm_checks.py (one CLI run, both checks)."""
@@ -12,7 +12,7 @@ from agrpo.config import attention_choice
 from agrpo.config.attention_choice import AttentionFacts, choose_attention, fa3_blockers, gather_facts, kernel_in_cache
 from agrpo.config.schema import RunConfig
 from agrpo.config.spec import with_values
-from agrpo.trainer import attention
+from agrpo.trainer.seam import attention
 
 H100 = dict(cuda=True, capability=(9, 0), half_precision=True, kernels_installed=True)
 
@@ -160,7 +160,7 @@ def test_trl_still_loads_the_kernel_the_choice_checks_for():
 
 
 def test_the_banner_names_the_choice():
-    from agrpo.trainer.console import banner_lines
+    from agrpo.trainer.console.callback import banner_lines
 
     choice = choose_attention("auto", AttentionFacts(cuda=False))
     lines = banner_lines(

@@ -78,7 +78,7 @@ def test_a_real_full_disk_names_the_folder_and_the_retained_versions(tmp_path):
     import torch
     from peft import LoraConfig
 
-    from agrpo.trainer.adapter_snapshot import AdapterSnapshot
+    from agrpo.trainer.sync.snapshot import AdapterSnapshot
 
     run = tmp_path / "run"
     run.mkdir()

@@ -7,7 +7,7 @@ import importlib
 import pytest
 import torch
 
-from agrpo.trainer import attention
+from agrpo.trainer.seam import attention
 from agrpo.trainer.seam import module_patches
 
 

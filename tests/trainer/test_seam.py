@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from agrpo import trl_compat
-from agrpo.trainer.adapter_retention import AdapterRetention
+from agrpo.trainer.sync.retention import AdapterRetention
 from tests.http_stand_in import post_stand_in
 
 AGRPO = Path(__file__).resolve().parents[2] / "agrpo"

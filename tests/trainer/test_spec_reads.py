@@ -26,7 +26,7 @@ def test_the_trainer_builds_from_the_loaded_spec(loaded):
     from agrpo.data import load_train_dataset
     from agrpo.rewards.registry import build_reward_funcs
     from agrpo.sync import get_store
-    from agrpo.trainer.console import ConsoleCallback
+    from agrpo.trainer.console.callback import ConsoleCallback
     from agrpo.trainer.trl_backend import build_grpo_args, build_peft_config, is_paced
 
     prepared, cfg = loaded

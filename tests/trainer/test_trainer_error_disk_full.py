@@ -77,7 +77,7 @@ CHILD = textwrap.dedent(
     """
     import logging, sys
     from types import SimpleNamespace
-    from agrpo.trainer.logs import setup_trainer_logging
+    from agrpo.trainer.console.logs import setup_trainer_logging
     from agrpo.trainer.disk_full_quiet import install_thread_hook, on_disk_full
     from agrpo.trainer.__main__ import report_disk_full
     from torch.utils.tensorboard import SummaryWriter

@@ -6,7 +6,7 @@ from agrpo.config.compose import compose_run_config
 from agrpo.config.prepare import prepare
 from agrpo.errors import ConfigError
 from agrpo.config.resolve import VLLM_LORA_RANKS
-from agrpo.trainer.summary import final_metrics
+from agrpo.trainer.console.final_metrics import final_metrics
 from agrpo.trainer.trl_backend import build_grpo_args, build_peft_config
 from tests.specs import spec_for
 

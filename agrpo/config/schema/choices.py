@@ -29,7 +29,7 @@ class Choice(StrEnum):
 
 
 class SyncMode(Choice):
-    """sync.mode (agrpo/trainer/background_sync.py)."""
+    """sync.mode (agrpo/trainer/sync/background.py)."""
 
     background = "background"
     blocking = "blocking"

@@ -210,7 +210,7 @@ class InferenceConfig:
         doc="Seconds a published adapter's files outlive its unload (a request still queued inside an engine may "
         "reload it from disk; a missing folder kills that engine). None: TRL's request_timeout + 30 s, the longest "
         "such a request can live. Without a proxy (one replica) a version goes sooner: 5 s after the rollout worker "
-        "has no request left on it (trainer/adapter_retention.py).",
+        "has no request left on it (trainer/sync/retention.py).",
     )
     restart_on_failure: bool = knob(
         True,
@@ -232,7 +232,7 @@ class SyncConfig:
     mode: SyncMode = knob(
         SyncMode.background,
         doc="background: publish vN and train on, load it on the replicas without pausing them, move the rollouts to "
-        "vN once it is served (agrpo/trainer/background_sync.py). blocking: TRL's pause -> save -> load -> resume, "
+        "vN once it is served (agrpo/trainer/sync/background.py). blocking: TRL's pause -> save -> load -> resume, "
         "kept for A/B.",
     )
     output_dir: str = knob(

@@ -33,7 +33,8 @@ def launch_context() -> tuple[str | None, list[str] | None]:
 
 
 def eval_overrides(overrides: list[str]) -> list[str]:
-    """The overrides that say what was trained (as agrpo/trainer/console.py keeps them for a local run's summary)."""
+    """The overrides that say what was trained (as agrpo/trainer/console/callback.py keeps them for a local run's
+    summary)."""
     keep = ("+recipe=", "recipe=", "model", "+model", "lora", "+lora", "data", "+data", "reward", "+reward")
     return [o for o in overrides if o.startswith(keep)]
 

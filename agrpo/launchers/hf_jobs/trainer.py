@@ -38,7 +38,7 @@ JOB_LOG = "logs/trainer_job.log"  # this launcher's full log, in the run's folde
 def job_console() -> None:
     """The Job's console as a local run's: agrpo's own lines, and other libraries' warnings (not huggingface_hub's
     every HTTP request); `keep_job_log` adds the full log in the run's folder once the config says where."""
-    from agrpo.trainer.logs import ConsoleFilter, ConsoleFormatter
+    from agrpo.trainer.console.logs import ConsoleFilter, ConsoleFormatter
 
     console = logging.StreamHandler(sys.stderr)
     console.addFilter(ConsoleFilter(logging.INFO))
@@ -49,7 +49,7 @@ def job_console() -> None:
 
 
 def keep_job_log(run_dir: str) -> None:
-    from agrpo.trainer.logs import FILE_FORMAT
+    from agrpo.trainer.console.logs import FILE_FORMAT
 
     path = os.path.join(run_dir, JOB_LOG)
     try:

@@ -36,7 +36,7 @@ def _setup_child(run_dir: str | None, level: str) -> None:
     child_environment(os.environ)
     if run_dir is None:  # a worker outside a run (benchmarks/rollout_timing.py): logging as the process has it
         return
-    from agrpo.trainer.logs import setup_trainer_logging
+    from agrpo.trainer.console.logs import setup_trainer_logging
 
     log_file = setup_trainer_logging(run_dir, level)
     dump = open(log_file, "a")  # kept open for the life of the process (faulthandler writes to it)

@@ -181,7 +181,7 @@ def guard_rollout_worker(trainer: Any, run_dir: str, level: str = "INFO", log_fi
     worker = getattr(trainer, "rollout_worker", None)
     if worker is None:
         return
-    from agrpo.trainer.logs import current_log_file
+    from agrpo.trainer.console.logs import current_log_file
 
     def progress() -> tuple[int, int]:
         return trainer.state.global_step, trainer.state.max_steps

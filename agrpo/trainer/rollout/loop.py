@@ -26,7 +26,7 @@ from typing import Any
 
 from trl.chat_template_utils import add_response_schema, get_training_chat_template, is_chat_template_prefix_preserving
 
-from agrpo.trainer.adapter_retention import OPEN_VERSION_METRIC
+from agrpo.trainer.sync.retention import OPEN_VERSION_METRIC
 from agrpo.trainer.rollout.admission import Admission
 from agrpo.trainer.rollout.child import ProgressHeartbeat, RowError, exit_now, report, row_failure
 from agrpo.trainer.rollout.client import ProxyClient, VersionRetired

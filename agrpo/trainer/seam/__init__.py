@@ -12,8 +12,10 @@ whole table):
 - module_patches.py: the few names of TRL's modules replaced because TRL offers nothing to override (CPU
   workarounds, packed attention, the admin token on TRL's HTTP calls, the model fix at load, the deferred rmtree,
   the client class TRL builds).
+- attention.py: the packed attention served to TRL in place of FA3's kernel (SDPA, varlen causal) and the trainer's
+  choice between them; fsdp_compat.py: the FSDP2 untie of tied embeddings, applied to the model TRL loads.
 
-The logic each override calls stays in its own module (rollout_guard.py, rollout_pacing.py, adapter_retention.py,
-sync_mode.py, background_sync.py). Every private TRL name used is listed in agrpo/trl_compat.py and checked when a run
+The logic each override calls stays in its own module (rollout_guard.py, rollout_pacing.py, sync/retention.py,
+sync/mode.py, sync/background.py). Every private TRL name used is listed in agrpo/trl_compat.py and checked when a run
 is prepared. Nothing here is imported by `agrpo.trainer.seam` itself: importing TRL is the caller's choice.
 """

@@ -7,7 +7,7 @@ agrpo's load is one call chain, in this order (formerly three wrappers whose ins
    a new folder late; agrpo/sync/), recording `sync/visible_s`;
 2. the load itself: TRL's, or behind the proxy with `sync.mode=background` the proxy's `serve=first` form, answered
    as soon as one replica serves the version (the others catch up; agrpo/proxy/availability.py);
-3. the retention policy learns the version is loaded (agrpo/trainer/adapter_retention.py), and with the blocking sync
+3. the retention policy learns the version is loaded (agrpo/trainer/sync/retention.py), and with the blocking sync
    `sync/publish_to_loaded_s` is recorded (the background thread measures its own).
 
 An unload first tells the retention policy when the version was unloaded (its folder outlives the unload by as long as

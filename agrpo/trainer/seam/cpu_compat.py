@@ -6,7 +6,7 @@ On CPU there is no peak to compare against, so MFU is disabled (returns None), a
 (TRL's own rollout worker also refused to start without an importable `vllm` package; agrpo's worker,
 agrpo/trainer/rollout/worker.py, speaks HTTP only and has no such guard to lift.)
 Packed ("tree") attention, which TRL fetches as a FlashAttention-3 kernel from the Hub, is chosen per machine in
-agrpo/trainer/attention.py (SDPA on CPU).
+agrpo/trainer/seam/attention.py (SDPA on CPU).
 """
 
 from __future__ import annotations

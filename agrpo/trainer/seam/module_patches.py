@@ -8,7 +8,7 @@ run before anything starts instead of silently running unpatched.
 
 For the whole process, before the trainer is built (`apply_trl_patches`):
 - CPU only (cpu_compat.py here): FLOPs accounting without CUDA, and the `vllm` package-name guard.
-- Attention: SDPA packed attention (agrpo/trainer/attention.py) wherever FA3 is not chosen.
+- Attention: SDPA packed attention (agrpo/trainer/seam/attention.py) wherever FA3 is not chosen.
 - The admin token: agrpo's proxy refuses state changes (adapter loads, pause, resume) without its admin token, which
   the launcher hands to the trainer alone in AGRPO_PROXY_ADMIN_TOKEN; a replica the trainer talks to directly refuses
   every request without its API key (AGRPO_REPLICA_API_KEY, agrpo/inference/replica_guard.py). TRL's VLLMClient calls
@@ -16,9 +16,9 @@ For the whole process, before the trainer is built (`apply_trl_patches`):
   `Authorization: Bearer <token>`. (The rollout child's requests carry it from agrpo's loop, rollout_loop.py.)
 For a span (context managers, restored after):
 - `fix_loaded_model`: TRL's trainer loads its model through its module's `create_model_from_path`, then wraps it in
-  PEFT at once; the FSDP untie of tied embeddings (fsdp_compat.py) must come in between.
+  PEFT at once; the FSDP untie of tied embeddings (seam/fsdp_compat.py) must come in between.
 - `retaining_shutil`: TRL's blocking LoRA sync deletes an old version's folder with its module's `shutil.rmtree`;
-  the retention policy (adapter_retention.py) defers that deletion.
+  the retention policy (sync/retention.py) defers that deletion.
 - `building_client`: TRL's trainer builds its `VLLMClient` by its module's name inside `__init__`, with no argument
   to pass one; for that span the name is agrpo's subclass (seam/client.py), so TRL's is never built and replaced.
 """
@@ -71,8 +71,8 @@ def _patch_admin_token(token: str) -> None:
 
 def use_sdpa_tree_attention() -> None:
     """TRL's tree attention calls `packing._flash_attn().flash_attn_varlen_func`: serve it agrpo's SDPA version
-    (agrpo/trainer/attention.py) instead."""
-    from agrpo.trainer.attention import varlen_causal_attention
+    (agrpo/trainer/seam/attention.py) instead."""
+    from agrpo.trainer.seam.attention import varlen_causal_attention
 
     packing = require("trl.experimental.async_grpo.packing", "_flash_attn")
     kernel = SimpleNamespace(flash_attn_varlen_func=varlen_causal_attention)

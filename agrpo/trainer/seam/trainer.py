@@ -6,15 +6,15 @@
   `AgrpoVLLMClient` (loads wait for the store, serve first, feed retention: seam/client.py), so no client is built to
   be thrown away.
 - `_sync_weight_lora(t0)`: with `sync.mode=background` no pause, the load on a thread (the logic: `_publish_without_pause`
-  here; the thread: background_sync.py).
+  here; the thread: sync/background.py).
 - `_save_checkpoint` / `train`: TRL saves and restores the rollout position (rollout_state.json) for its own worker
   only; agrpo's worker gets the same.
 - `log(logs, start_time)`: figures measured outside TRL (serving, fleet) in every training log; a full disk met there
   (TensorBoard's writer) or in any thread ends the run with its paragraph only, no traceback (disk_full_quiet.py).
 - `rollout_queue`: `pace_with(block)` counts what the trainer consumes, for the paced child (rollout_pacing.py).
 - TRL's module `shutil.rmtree` of old versions: `retaining(retention)` defers it while a request may still need the
-  folder (adapter_retention.py).
-- TRL's module `create_model_from_path`: `fix_model=` (the FSDP untie, fsdp_compat.py).
+  folder (sync/retention.py).
+- TRL's module `create_model_from_path`: `fix_model=` (the FSDP untie, seam/fsdp_compat.py).
 (docs/architecture.md has the whole table.)
 
 Every TRL private name read here is listed in agrpo/trl_compat.py; no module outside agrpo/trainer/seam reads one.
@@ -35,9 +35,9 @@ from trl.trainer.utils import get_config_model_id
 
 from agrpo.errors import ConfigError
 from agrpo.sync.resume import ROLLOUT_STATE
-from agrpo.trainer.adapter_names import AdapterNames
-from agrpo.trainer.adapter_snapshot import snapshot_adapter
-from agrpo.trainer.background_sync import version_needed
+from agrpo.trainer.sync.names import AdapterNames
+from agrpo.trainer.sync.snapshot import snapshot_adapter
+from agrpo.trainer.sync.background import version_needed
 from agrpo.trainer.disk_full import disk_full_cause
 from agrpo.trainer.disk_full_quiet import install_thread_hook, on_disk_full
 from agrpo.trainer.rollout.pacing import note_published
@@ -62,7 +62,7 @@ class AgrpoAsyncGRPOTrainer(AsyncGRPOTrainer):
     ):
         """TRL's constructor, with agrpo's rollout worker (TRL's public hook) and client; what TRL derives as it builds
         itself (model id, adapter sync, tokenizer, EOS ids) is then handed to the worker."""
-        self.tenant = tenant  # on a shared fleet: adapters are served as `<tenant>/trl-policy-vN` (adapter_names.py)
+        self.tenant = tenant  # on a shared fleet: adapters are served as `<tenant>/trl-policy-vN` (sync/names.py)
         self.rollout_control: Any = None  # the paced child's ControlBlock while pacing (rollout_pacing.py)
         self._background: tuple[Any, float] | None = None  # (BackgroundSync or None on other ranks, timeout_s)
         self._log_figures: list[Callable[[], dict[str, float]]] = []
@@ -129,7 +129,7 @@ class AgrpoAsyncGRPOTrainer(AsyncGRPOTrainer):
         """TRL pauses every replica, saves the adapter, loads it on every replica, resumes them, unloads and deletes
         old versions, and only then trains on. With `sync.mode=background` (after `sync_in_background`): the adapter
         is snapshotted and handed to the background thread, which writes, loads and serves it; the trainer waits only
-        when it would otherwise train on nothing usable (agrpo/trainer/sync_mode.py). Same (pause, barrier, transfer)
+        when it would otherwise train on nothing usable (agrpo/trainer/sync/mode.py). Same (pause, barrier, transfer)
         marks, so TRL's `perf/weight_sync_s` keeps its meaning: the time a sync blocked the trainer."""
         if self._background is None:
             if self.tenant:  # TRL's sync pauses every replica and serves `_lora_name`-vN, outside the namespace
@@ -147,7 +147,7 @@ class AgrpoAsyncGRPOTrainer(AsyncGRPOTrainer):
     def _publish_without_pause(self, sync: Any, timeout_s: float, t0: float) -> tuple[float, float, float]:
         """TRL's (pause, barrier, transfer) marks for a sync that pauses nothing: every rank snapshots the adapter (a
         collective under FSDP; `sync` is None on the other ranks), the thread writes, loads and serves it; the trainer
-        waits only when it would otherwise train on nothing usable (background_sync.py: `version_needed`)."""
+        waits only when it would otherwise train on nothing usable (sync/background.py: `version_needed`)."""
         version = self.model_version + 1
         adapter_dir = os.path.join(self._lora_dir, f"{self._lora_name}-v{version}")
         model = self.accelerator.unwrap_model(self.model)

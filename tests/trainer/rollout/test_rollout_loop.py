@@ -8,6 +8,7 @@ against real vLLM runs in the e2e runs (tests/e2e/test_pipeline.py and the other
 
 from __future__ import annotations
 
+import logging
 import multiprocessing as mp
 import queue
 import threading
@@ -16,7 +17,7 @@ import time
 import pytest
 from datasets import Dataset
 
-from agrpo.trainer.adapter_retention import OPEN_VERSION_METRIC
+from agrpo.trainer.sync.retention import OPEN_VERSION_METRIC
 from agrpo.trainer.rollout.loop import DROPPED_COUNTER, RolloutLoop
 from agrpo.trainer.rollout.process import ChildChannels
 from tests.trainer.rollout.stand_in_vllm import completion, stand_in_vllm
@@ -114,12 +115,14 @@ def test_groups_of_samples_labelled_with_the_version_their_requests_asked_for():
     assert figures["completions/clipped_ratio"][0][0] == 0.0  # every reply ended on EOS
 
 
-def test_a_retired_versions_groups_are_dropped_unscored_and_the_loop_goes_on():
+def test_a_retired_versions_groups_are_dropped_unscored_and_the_loop_goes_on(caplog):
+    """Each dropped group is a DEBUG line (trainer.log only: the console says it once, console/events.py)."""
     def answer(request):
         if request["model"] == "trl-policy-v1":
             return 410, {"error": {"message": "retired"}}, {}
         return replies(request)
 
+    caplog.set_level(logging.DEBUG, logger="agrpo.trainer.rollout.loop")
     with stand_in_vllm(answer) as (url, server), Running(url, agrpo_max_staleness=1) as running:
         deadline = time.monotonic() + BOUNDED_S
         while "trl-policy-v1" not in server.models() and time.monotonic() < deadline:
@@ -129,6 +132,8 @@ def test_a_retired_versions_groups_are_dropped_unscored_and_the_loop_goes_on():
         figures = running.figures()
     assert {s.model_version for s in samples} == {2}  # nothing of a dropped group reached the trainer
     assert sum(figures[DROPPED_COUNTER]) >= 1
+    lines = [r for r in caplog.records if r.getMessage().startswith("dropping group")]
+    assert len(lines) >= sum(figures[DROPPED_COUNTER]) and {r.levelno for r in lines} == {logging.DEBUG}
     assert running.loop.admission.counts["scored"] >= 4  # dropped groups count as done: the pacing cannot stall
 
 

@@ -1,4 +1,4 @@
-"""The trainer as a tenant (agrpo/trainer/tenant_lease.py): its tenancy from the launcher's environment, the lease
+"""The trainer as a tenant (agrpo/trainer/sync/tenant_lease.py): its tenancy from the launcher's environment, the lease
 renewed from a daemon thread, the run ended with one paragraph when the fleet forgets it, and its share at the end.
 
 The renewal goes over real HTTP to a server on loopback standing in for the fleet's tenant API (the real proxy's
@@ -17,7 +17,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 from agrpo.errors import ConfigError
-from agrpo.trainer.tenant_lease import (
+from agrpo.trainer.sync.tenant_lease import (
     LEASE_ENV,
     TENANT_ENV,
     LeaseRenewer,
@@ -103,7 +103,7 @@ def test_a_renewal_carries_the_tenants_token_and_failures_are_logged_once(fleet,
     Fleet.answers = [200, 503, 503, 200, 404]
     gone = []
     renewer = LeaseRenewer(Tenancy("t1-a", 20.0, "secret", fleet), gone.append, fleet="shared")
-    with caplog.at_level(logging.INFO, logger="agrpo.trainer.tenant_lease"):
+    with caplog.at_level(logging.INFO, logger="agrpo.trainer.sync.tenant_lease"):
         results = [renewer.renew_once() for _ in range(5)]
     assert results == [True, True, True, True, False]
     assert Fleet.requests == [("POST", "/fleet/tenants/t1-a/lease", "Bearer secret")] * 5
@@ -116,7 +116,7 @@ def test_a_renewal_carries_the_tenants_token_and_failures_are_logged_once(fleet,
 
 def test_an_unreachable_fleet_is_a_failed_renewal_not_the_end(caplog):
     renewer = LeaseRenewer(Tenancy("t1-a", 2.0, "s", "http://127.0.0.1:9"), lambda message: None)
-    with caplog.at_level(logging.WARNING, logger="agrpo.trainer.tenant_lease"):
+    with caplog.at_level(logging.WARNING, logger="agrpo.trainer.sync.tenant_lease"):
         assert renewer.renew_once() is True and renewer.renew_once() is True
     assert renewer.failures == 2 and renewer.gone is None
     assert len(caplog.records) == 1 and "no answer" in caplog.records[0].getMessage()
@@ -185,7 +185,7 @@ def test_with_the_totals_merged_over_the_entry_the_runs_own_seconds_come_from_th
 def test_a_share_without_figures_is_none_and_a_fleet_gone_at_the_end_is_logged(caplog):
     assert fleet_share("f", {"tenant": "t1-a"}) is None
     assert fleet_share("f", {"tokens": 5, "replica_seconds": float("nan")})["share_of_fleet"] is None
-    with caplog.at_level(logging.WARNING, logger="agrpo.trainer.tenant_lease"):
+    with caplog.at_level(logging.WARNING, logger="agrpo.trainer.sync.tenant_lease"):
         assert read_share(Tenancy("t1-a", 20.0, "s", "http://127.0.0.1:9"), "f", timeout_s=2.0) is None
     assert "no shared_fleet section" in caplog.records[0].getMessage()
 

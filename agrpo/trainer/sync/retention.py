@@ -59,7 +59,7 @@ class AdapterRetention:
         served_name: str | None = None,
     ):
         self.lora_dir = os.path.abspath(lora_dir)
-        # the name loads and unloads use (`<tenant>/trl-policy` on a shared fleet: agrpo/trainer/adapter_names.py)
+        # the name loads and unloads use (`<tenant>/trl-policy` on a shared fleet: agrpo/trainer/sync/names.py)
         self._served = re.compile(rf"{re.escape(served_name or lora_name)}-v(\d+)")
         self.retain_s = retain_s
         self.clock = clock

@@ -1,12 +1,12 @@
-"""The console's one-time notices (agrpo/trainer/run_notices.py) on step logs shaped as TRL logs them: a run with no
+"""The console's one-time notices (agrpo/trainer/console/notices.py) on step logs shaped as TRL logs them: a run with no
 reward spread, an agent run that never calls its tool (issue 32: 192 episodes at 0.000 +- 0.000 and not a word), an
 episode cut short by a refused turn, a tool answer cut at the cap; and the step line's tool figure."""
 
 from __future__ import annotations
 
 from agrpo.agents.metrics import CONTEXT_FULL_COUNTER, EPISODES, MALFORMED, TRUNCATED
-from agrpo.trainer.console import step_line
-from agrpo.trainer.run_notices import NO_SIGNAL_STEPS, RunNotices, tool_calls_part
+from agrpo.trainer.console.callback import step_line
+from agrpo.trainer.console.notices import NO_SIGNAL_STEPS, RunNotices, tool_calls_part
 
 
 def notices(agent=True) -> RunNotices:

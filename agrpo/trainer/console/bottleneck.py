@@ -134,7 +134,7 @@ def diagnose(window: list[dict[str, Any]]) -> Verdict | None:
 
 
 def without_signal(verdict: Verdict, reason: str) -> Verdict:
-    """The verdict of a run that ended without a learning signal (`reason`, from agrpo/trainer/run_notices.py): its
+    """The verdict of a run that ended without a learning signal (`reason`, from agrpo/trainer/console/notices.py): its
     steps trained nothing, so "balanced: generation and training keep pace" would read as all is well. The pace's
     advice is kept, for once it learns, when there is one."""
     line = f"no learning signal ({reason}): its steps trained nothing, whatever the pace ({verdict.facts})"

@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import textwrap
 
-from agrpo.trainer.logs import HARMLESS, ONCE_IN_FILE
-from tests.trainer.test_console import run_logging_child
+from agrpo.trainer.console.logs import HARMLESS, ONCE_IN_FILE
+from tests.trainer.console.test_console import run_logging_child
 
 CHILD = textwrap.dedent("""
     import logging, sys
-    from agrpo.trainer.logs import setup_trainer_logging
+    from agrpo.trainer.console.logs import setup_trainer_logging
     log_file = setup_trainer_logging(sys.argv[1], "INFO", stream=sys.stdout)
     import trl.experimental.async_grpo.weight_transfer  # TRL's vLLM range check, from two lines of the module
     from transformers.trainer_callback import CallbackHandler, DefaultFlowCallback

@@ -17,7 +17,7 @@ What stays true:
   is what `perf/weight_sync_s` counts, as TRL's metric always did: the time a sync blocked the trainer.
 - Versions older than `served - max_staleness` are unloaded once a newer one is served (after a resume, starting
   with the one TRL would unload, left loaded by the previous run), and their folders are deleted through TRL's
-  module `shutil`, i.e. through agrpo/trainer/adapter_retention.py's deferral.
+  module `shutil`, i.e. through agrpo/trainer/sync/retention.py's deferral.
 - When several versions wait to be loaded (a slow bucket), only the newest is loaded: the others would be stale.
 
 The ordering rules are pure functions; `BackgroundSync` is the thread around them, with the loader injected.
@@ -92,7 +92,7 @@ class BackgroundSync:
     """Loads published adapter versions on a thread, newest first, and reports each once it is served.
 
     `load(name, path)` blocks until the version can be served (visibility gate included); `unload(name)` forgets it;
-    `name(v)` is the served name (`served_name`-vN: `<tenant>/trl-policy-vN` on a shared fleet, adapter_names.py),
+    `name(v)` is the served name (`served_name`-vN: `<tenant>/trl-policy-vN` on a shared fleet, sync/names.py),
     `path(v)` the folder (`lora_name`-vN, never namespaced); `delete(path)` removes its folder (deferred by the retention policy); `on_served(version)` switches the rollout
     worker. Metrics go to `metrics` (a queue drained by the trainer's thread: TRL's metric dict is not thread-safe).
     """

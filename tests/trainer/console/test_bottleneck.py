@@ -1,6 +1,6 @@
 """The bottleneck reading of TRL's metrics (pure)."""
 
-from agrpo.trainer.bottleneck import diagnose
+from agrpo.trainer.console.bottleneck import diagnose
 
 
 def steps(n=5, **metrics):
@@ -90,7 +90,7 @@ def test_a_little_stale_waste_keeps_the_generation_advice():
 
 
 def test_stale_share_counts_over_the_window_from_real_log_values():
-    from agrpo.trainer.bottleneck import stale_share
+    from agrpo.trainer.console.bottleneck import stale_share
 
     # sample/dropped_stale_total and batch/samples_per_step of steps 3-6 of a 60-step smoke run
     window = [{"sample/dropped_stale_total": d, "batch/samples_per_step": 16.0} for d in (136.0, 24.0, 0.0, 24.0)]
@@ -136,7 +136,7 @@ def test_with_auto_inflight_the_advice_is_the_bound_or_capacity_not_the_knob_the
 
 
 def test_sample_accounting_says_where_the_generated_samples_went():
-    from agrpo.trainer.bottleneck import accounting_line, sample_accounting
+    from agrpo.trainer.console.bottleneck import accounting_line, sample_accounting
 
     history = [
         {"rollout/samples_generated_total": 40.0, "batch/samples_per_step": 16.0, "sample/dropped_stale_total": 8.0},
@@ -152,7 +152,7 @@ def test_sample_accounting_says_where_the_generated_samples_went():
 
 
 def test_a_run_without_a_learning_signal_is_not_called_balanced():
-    from agrpo.trainer.bottleneck import without_signal
+    from agrpo.trainer.console.bottleneck import without_signal
 
     balanced = diagnose(steps(**{"perf/step_s": 1.0, "perf/rollout_wait_s": 0.05}))
     said = without_signal(balanced, "no tool call in 80 episodes")

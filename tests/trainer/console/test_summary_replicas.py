@@ -2,7 +2,7 @@
 
 import pytest
 
-from agrpo.trainer.summary import final_metrics, replica_costs
+from agrpo.trainer.console.final_metrics import final_metrics, replica_costs
 
 
 def test_each_replica_shows_its_pace_and_shares_from_the_latest_proxy_figures():

@@ -15,7 +15,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from agrpo.trainer.tenant_lease import (
+from agrpo.trainer.sync.tenant_lease import (
     LeaseRenewer,
     Tenancy,
     TenantGone,

@@ -17,9 +17,9 @@ import pytest
 
 from agrpo.config.schema import RunConfig
 from agrpo.config.spec import with_values
-from agrpo.trainer.console_events import ConsoleEvents
-from agrpo.trainer.run_notices import tool_calls_part
-from agrpo.trainer.console import (
+from agrpo.trainer.console.events import ConsoleEvents
+from agrpo.trainer.console.notices import tool_calls_part
+from agrpo.trainer.console.callback import (
     ConsoleCallback,
     banner_lines,
     eval_overrides,
@@ -31,7 +31,7 @@ from agrpo.trainer.console import (
     summary_lines,
 )
 
-HISTORY = json.loads((Path(__file__).parent.parent / "report" / "data" / "smoke_log_history.json").read_text())
+HISTORY = json.loads((Path(__file__).parents[2] / "report" / "data" / "smoke_log_history.json").read_text())
 
 
 def by_step(step):
@@ -47,7 +47,7 @@ def test_the_step_lines_tool_figure_is_the_logged_call_frequency():
     """Issue 46: the line said 0.10/episode where TensorBoard had 0.125. On a real agent run's steps, the window's
     started calls over its episodes (5 / 46 at step 1, 2 / 3 at step 2) differ from what TRL logged: the line shows
     the logged value."""
-    agent = json.loads((Path(__file__).parent.parent / "report" / "data" / "agent_log_history.json").read_text())
+    agent = json.loads((Path(__file__).parents[2] / "report" / "data" / "agent_log_history.json").read_text())
     steps = [e for e in agent if "reward" in e and "step" in e][:6]
     assert any(f"{tool_calls_part(e).split()[1]}" != f"{e['tools/call_frequency']:.2f}/episode" for e in steps)
     for entry in steps:
@@ -132,7 +132,7 @@ def test_summary_lines_name_the_adapter_and_the_next_commands():
 
 
 def test_a_line_every_n_steps_the_first_step_and_after_a_quiet_minute():
-    from agrpo.trainer.console import line_due
+    from agrpo.trainer.console.callback import line_due
 
     assert [s for s in range(1, 31) if line_due(s, 10, 5.0, 60.0)] == [1, 10, 20, 30]
     assert line_due(3, 10, 61.0, 60.0)  # a slow model: its pace shows within a minute, not after 10 long steps
@@ -272,7 +272,7 @@ def test_callback_says_once_that_a_replica_hung_and_once_that_it_is_back(caplog)
 def test_the_summary_counts_the_samples_metrics_json_counts(caplog):
     """TRL's last log entry (train_runtime) can carry the rollout child's last counts, which no step entry has: the
     end summary prints the accounting metrics.json holds (the whole history's), not the steps' alone."""
-    from agrpo.trainer.bottleneck import GENERATED, sample_accounting
+    from agrpo.trainer.console.bottleneck import GENERATED, sample_accounting
 
     history = [{**entry, GENERATED: 16.0} for entry in HISTORY]  # the train_runtime entry too
     callback = ConsoleCallback(config(console_every=0, progress_bar=False), num_replicas=1)
@@ -300,7 +300,7 @@ def test_callback_draws_one_bar_on_its_stream(tmp_path):
 
 CHILD = textwrap.dedent("""
     import logging, sys, warnings
-    from agrpo.trainer.logs import setup_trainer_logging
+    from agrpo.trainer.console.logs import setup_trainer_logging
     log_file = setup_trainer_logging(sys.argv[1], "INFO", stream=sys.stdout)
     logging.getLogger("trl.experimental.async_grpo.async_grpo_trainer").info("dropping stale sample (staleness=2)")
     warnings.warn("TRL currently supports vLLM versions from 0.22.0 to 0.31.0.", UserWarning)
@@ -321,7 +321,7 @@ CHILD = textwrap.dedent("""
 def run_logging_child(source: str, run_dir: Path, timeout: float) -> subprocess.CompletedProcess:
     """`python -c source run_dir` in a fresh interpreter (logging set up from nothing, as in the trainer process),
     with this checkout importable and no inherited PYTHONWARNINGS."""
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2]), "HF_HUB_OFFLINE": "1"}
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[3]), "HF_HUB_OFFLINE": "1"}
     env.pop("PYTHONWARNINGS", None)
     return subprocess.run(
         [sys.executable, "-c", source, str(run_dir)], check=False, capture_output=True, text=True, env=env,
@@ -356,9 +356,9 @@ def test_logging_routes_library_chatter_to_the_file_and_real_warnings_to_the_ter
 
 
 def test_on_log_prints_a_run_notice_once_and_the_summary_says_no_learning_signal(caplog):
-    """The run notices reach the console through on_log (agrpo/trainer/run_notices.py), and a run that ended without
-    a learning signal is not called balanced at the end (agrpo/trainer/bottleneck.py: without_signal)."""
-    from agrpo.trainer.bottleneck import diagnose, without_signal
+    """The run notices reach the console through on_log (agrpo/trainer/console/notices.py), and a run that ended without
+    a learning signal is not called balanced at the end (agrpo/trainer/console/bottleneck.py: without_signal)."""
+    from agrpo.trainer.console.bottleneck import diagnose, without_signal
 
     flat = [{**entry, "reward_std": 0.0} if "reward" in entry else entry for entry in HISTORY]
     callback = ConsoleCallback(config(console_every=0, progress_bar=False), num_replicas=1)

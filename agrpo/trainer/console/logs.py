@@ -3,7 +3,7 @@ detail to `<run_dir>/logs/trainer.log`; the terminal gets agrpo's own lines at `
 warnings and errors, minus a short list of known-harmless ones, each silenced by logger name and message with its
 reason (`HARMLESS`). trainer.log keeps each of those once, with that reason beside it (`HarmlessOnce`): TRL warns
 about its vLLM range from two import lines, and a reader of the file met the raw warnings without a word (issue 46).
-What agrpo's own console lines say is agrpo/trainer/console.py."""
+What agrpo's own console lines say is agrpo/trainer/console/callback.py."""
 
 from __future__ import annotations
 
@@ -40,22 +40,15 @@ HARMLESS: list[tuple[str, str, str]] = [
         "any callback class and keeps both, as both are needed: not a duplicate",
     ),
     (
-        "trl.experimental.async_grpo.async_rollout_worker",
-        "; retry ",
-        "TRL's warning for each retried request (hundreds when a replica dies): the step line counts them "
-        "(`requests retried N`, agrpo/trainer/console.py)",
-    ),
-    (
         "vllm.triton_utils.importing",
         "Triton is installed, but doesn't include CPU backend",
         "the trainer imports vLLM only for TRL's helpers; no Triton kernel runs in the trainer on CPU",
     ),
 ]
-# Of those, the ones a run meets at its start (imports, the trainer's construction): trainer.log keeps the first of
-# each, followed by its reason, and drops its repeats. The others (TRL's retries) are each an event worth its line.
-ONCE_IN_FILE = frozenset(
-    text for name, text, _why in HARMLESS if name != "trl.experimental.async_grpo.async_rollout_worker"
-)
+# All of them are met at a run's start (imports, the trainer's construction): trainer.log keeps the first of each,
+# followed by its reason, and drops its repeats. (agrpo's rollout loop logs each retried request itself, at DEBUG:
+# agrpo/trainer/rollout/client.py.)
+ONCE_IN_FILE = frozenset(text for _name, text, _why in HARMLESS)
 # The spawned rollout child configures no logging of its own and reads only its environment: the same version
 # warning is silenced there through PYTHONWARNINGS (a message prefix, never a whole category).
 CHILD_WARNING_FILTERS = ["ignore:TRL currently supports vLLM versions:UserWarning"]

@@ -10,7 +10,7 @@ from peft import PeftModel
 from safetensors.torch import load_file
 from transformers import AutoModelForCausalLM
 
-from agrpo.trainer.adapter_snapshot import snapshot_adapter
+from agrpo.trainer.sync.snapshot import snapshot_adapter
 
 
 def test_the_snapshot_is_peft_s_save_and_later_training_does_not_leak_into_it(

@@ -5,9 +5,9 @@ import time
 
 import pytest
 
-from agrpo.trainer.background_sync import BackgroundSync, Pending, newest, version_needed, versions_to_unload
 from agrpo.trainer.rollout.admission import worth_starting
 from agrpo.trainer.rollout.control import ControlBlock, CountingQueue, samples_ahead
+from agrpo.trainer.sync.background import BackgroundSync, Pending, newest, version_needed, versions_to_unload
 
 
 @pytest.mark.parametrize(

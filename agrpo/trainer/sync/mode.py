@@ -1,9 +1,9 @@
-"""How `sync.mode=background` plugs into TRL's AsyncGRPOTrainer (the thread and its rules: background_sync.py).
+"""How `sync.mode=background` plugs into TRL's AsyncGRPOTrainer (the thread and its rules: sync/background.py).
 
 TRL's `_sync_weight` times whatever `_sync_weight_lora(t0)` does and logs it as `perf/weight_sync_s` (plus the
 pause, barrier and transfer phases it returns). `AgrpoAsyncGRPOTrainer._sync_weight_lora`
 (agrpo/trainer/seam/trainer.py, with the logic it needs) publishes without a pause once `BackgroundSyncRun` started
-the thread: a snapshot of the adapter's tensors (agrpo/trainer/adapter_snapshot.py; the thread writes the files, with
+the thread: a snapshot of the adapter's tensors (agrpo/trainer/sync/snapshot.py; the thread writes the files, with
 TRL's atomic rename), the load handed to the thread (through `AgrpoVLLMClient`'s load: the store's visibility, the
 proxy's serve-first answer, the retention policy), and a wait only when the trainer would otherwise train on nothing
 usable.
@@ -21,7 +21,7 @@ from typing import Any
 from transformers import TrainerCallback
 
 from agrpo.interprocess import PROXY_STATS, answer_record
-from agrpo.trainer.background_sync import BackgroundSync
+from agrpo.trainer.sync.background import BackgroundSync
 
 log = logging.getLogger(__name__)
 

@@ -13,9 +13,9 @@ import threading
 import pytest
 
 from agrpo.fleet.tenancy import served_adapter_name, tenant_of
-from agrpo.trainer.adapter_names import AdapterNames, served_base
-from agrpo.trainer.adapter_retention import AdapterRetention
-from agrpo.trainer.background_sync import BackgroundSync
+from agrpo.trainer.sync.names import AdapterNames, served_base
+from agrpo.trainer.sync.retention import AdapterRetention
+from agrpo.trainer.sync.background import BackgroundSync
 from tests.http_stand_in import post_stand_in
 
 TENANT = "t3-gsm8k-lr"

@@ -8,7 +8,7 @@ from typing import Any
 
 from agrpo.rewards.unscored import UNSCORED_METRIC
 
-# per-replica figures agrpo/trainer/serving_metrics.py logs from /proxy/stats: routed, pace, stale (cumulative)
+# per-replica figures agrpo/trainer/console/serving_metrics.py logs from /proxy/stats: routed, pace, stale (cumulative)
 PER_REPLICA = re.compile(r"^proxy/replica(\d+)/(routed|pace|stale)$")
 
 

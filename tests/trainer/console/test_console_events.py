@@ -1,18 +1,16 @@
-"""One console line per event (agrpo/trainer/console_events.py): a frozen replica's dropped groups fold into its
+"""One console line per event (agrpo/trainer/console/events.py): a frozen replica's dropped groups fold into its
 lines, drops outside a hang get one line, the summary's `retried` is the proxy's figure, and the rollout loop writes
 each dropped group to trainer.log only. The steps are the real 60-step smoke run's (tests/report/data) with the
 serving figures a frozen replica gave in the multi-replica e2e run (8 groups dropped, proxy retried 0)."""
 
 from __future__ import annotations
 
-import asyncio
 import logging
 
-from trl.experimental.async_grpo.async_rollout_worker import _AsyncRolloutLoop
 
 from agrpo.proxy.metrics import Metrics
-from agrpo.trainer.console import ConsoleCallback, summary_lines
-from agrpo.trainer.console_events import (
+from agrpo.trainer.console.callback import ConsoleCallback, summary_lines
+from agrpo.trainer.console.events import (
     DROPPED_LINE,
     PROXY_RETRIED,
     RETIRED_DROPPED,
@@ -21,10 +19,8 @@ from agrpo.trainer.console_events import (
     requests_figures,
     requests_line,
 )
-from agrpo.trainer.rollout.client import VersionRetired
-from agrpo.trainer.serving_metrics import proxy_figures, summary_line
-from tests.trainer.test_console import HISTORY, config, drive
-from tests.trainer.test_rollout_loop import loop_at_version
+from agrpo.trainer.console.serving_metrics import proxy_figures, summary_line
+from tests.trainer.console.test_console import HISTORY, config, drive
 
 HUNG_FROM, HUNG_UNTIL = 20, 30  # replica 1 SIGSTOPped at step 20, answering again at step 30
 
@@ -43,7 +39,7 @@ def frozen_replica(entry: dict, drops: dict[int, int]) -> dict:
 
 
 def console_lines(caplog) -> list[str]:
-    """What the console shows of agrpo's lines (its filter: INFO and above, agrpo/trainer/logs.py)."""
+    """What the console shows of agrpo's lines (its filter: INFO and above, agrpo/trainer/console/logs.py)."""
     return [r.getMessage() for r in caplog.records if r.name.startswith("agrpo") and r.levelno >= logging.INFO]
 
 
@@ -108,18 +104,3 @@ def test_the_summarys_retried_is_the_proxys_as_the_serving_line_says_it():
     common = dict(run_dir="/r", adapter="/r/a", overrides=[], serve="vllm", base_model="m")
     with_counts = summary_lines({"steps": 3, "requests": counts}, **common)
     assert line in with_counts and len(with_counts) == len(summary_lines({"steps": 3}, **common)) + 1
-
-
-def test_the_rollout_loop_writes_each_dropped_group_to_trainer_log_only(monkeypatch, caplog):
-    async def retired(self, *args, **kwargs):
-        raise VersionRetired("trl-policy-v2: HTTP 410")
-
-    monkeypatch.setattr(_AsyncRolloutLoop, "_generate_one", retired)
-    loop = loop_at_version("http://127.0.0.1:9", 3)
-    with caplog.at_level(logging.DEBUG, logger="agrpo.trainer.rollout_loop"):
-        for group in (7, 8):
-            asyncio.run(loop._generate_one([{"role": "user", "content": "x"}], tool_dict={}, tools=[], group_id=group))
-    records = [r for r in caplog.records if r.getMessage().startswith("dropping group")]
-    assert [r.getMessage().split(":")[0] for r in records] == ["dropping group 7", "dropping group 8"]
-    assert all(r.levelno == logging.DEBUG for r in records)  # below the console's INFO: trainer.log only
-    assert loop._counters[RETIRED_DROPPED] == 2

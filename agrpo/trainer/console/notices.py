@@ -11,9 +11,9 @@ once, with vLLM's words: agrpo/trainer/rollout_loop.py):
 - a tool answer was cut at `agent.max_tool_output_chars`; replies opened a tool call TRL could not parse.
 
 `no_signal` says, at the end, whether the run was still without a signal: the end summary then says so instead of
-judging the pace (agrpo/trainer/bottleneck.py: without_signal).
+judging the pace (agrpo/trainer/console/bottleneck.py: without_signal).
 
-`tool_calls_part` is the step line's tool figure in agent runs (agrpo/trainer/console.py prints both).
+`tool_calls_part` is the step line's tool figure in agent runs (agrpo/trainer/console/callback.py prints both).
 """
 
 from __future__ import annotations
@@ -117,7 +117,7 @@ class RunNotices:
         )
 
     def no_signal(self) -> str | None:
-        """Why the run ended without a learning signal, for the end summary (agrpo/trainer/bottleneck.py:
+        """Why the run ended without a learning signal, for the end summary (agrpo/trainer/console/bottleneck.py:
         without_signal); None when its last steps had one. An agent run that never called a tool, or a run whose last
         `NO_SIGNAL_STEPS` or more steps had no reward spread."""
         if self.agent and not self.calls and self.steps_with_episodes >= NO_SIGNAL_STEPS:

@@ -5,7 +5,7 @@ on the trainer's critical path; on a bucket mount a write can take longer than t
 trainer only takes the snapshot (copies: the optimizer changes the live tensors in place at the next step), and the
 sync thread writes it the way TRL does: a dot-prefixed staging folder (`.trl-policy-vN.tmp`, which resume cleans
 up), `adapter_config.json` and `adapter_model.safetensors` as peft writes them, then one atomic rename, so a replica
-never sees a half-written adapter. tests/trainer/test_adapter_snapshot.py checks the files match peft's own save.
+never sees a half-written adapter. tests/trainer/sync/test_adapter_snapshot.py checks the files match peft's own save.
 """
 
 from __future__ import annotations

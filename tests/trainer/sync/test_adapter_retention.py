@@ -6,7 +6,7 @@ import pytest
 
 from agrpo.trainer.seam.module_patches import RetainingShutil
 
-from agrpo.trainer.adapter_retention import (
+from agrpo.trainer.sync.retention import (
     FINISHED_MARGIN_S,
     OPEN_VERSION_METRIC,
     AdapterRetention,

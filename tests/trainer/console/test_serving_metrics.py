@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from agrpo.trainer.serving_metrics import (
+from agrpo.trainer.console.serving_metrics import (
     ServingCollector,
     hit_rate_figures,
     prefix_cache,

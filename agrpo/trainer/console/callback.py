@@ -1,4 +1,4 @@
-"""What the trainer shows on the terminal (where everything else goes: agrpo/trainer/logs.py).
+"""What the trainer shows on the terminal (where everything else goes: agrpo/trainer/console/logs.py).
 
 - `quiet_trainer`: removes transformers' callbacks that print every step's metric dict.
 - `ConsoleCallback`: a start banner, a progress bar, one compact line every `logger.console_every` steps and an end
@@ -20,10 +20,10 @@ from transformers import TrainerCallback
 
 from agrpo.config.schema import RunConfig
 from agrpo.plot import CALLS_PER_EPISODE, CURVES_PNG
-from agrpo.trainer.bottleneck import accounting_line, sample_accounting, stale_share
-from agrpo.trainer.console_events import RETIRED_DROPPED, WORKER_RESENT, ConsoleEvents, requests_figures, requests_line
-from agrpo.trainer.logs import CONSOLE_LOGGER, level_number, current_log_file
-from agrpo.trainer.run_notices import RunNotices, tool_calls_part
+from agrpo.trainer.console.bottleneck import accounting_line, sample_accounting, stale_share
+from agrpo.trainer.console.events import RETIRED_DROPPED, WORKER_RESENT, ConsoleEvents, requests_figures, requests_line
+from agrpo.trainer.console.logs import CONSOLE_LOGGER, level_number, current_log_file
+from agrpo.trainer.console.notices import RunNotices, tool_calls_part
 
 TENSORBOARD_DIR = "tensorboard"  # as trl_backend.TENSORBOARD_DIR (importing it here would import TRL)
 
@@ -253,7 +253,7 @@ class ConsoleCallback(TrainerCallback):
         attention: str | None = None,
     ):
         self.cfg = cfg
-        self.attention = attention  # the packed-attention choice (agrpo/trainer/attention.py), for the banner
+        self.attention = attention  # the packed-attention choice (agrpo/trainer/seam/attention.py), for the banner
         self.num_replicas = num_replicas
         self.vllm_url = vllm_url
         self.log_file = log_file if log_file is not None else current_log_file()
