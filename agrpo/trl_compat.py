@@ -69,8 +69,8 @@ TRL_NAMES: tuple[TrlName, ...] = (
     # Public pieces agrpo's own rollout loop (agrpo/trainer/rollout/) is built from: TRL's sample and row types (what
     # TRL's trainer drains), its chat-template and response parsing, its reward calling helpers.
     TrlName(W, "RolloutSample.model_version", "rollout/scorer"),
-    TrlName(W, "RolloutSample.enqueued_at", "rollout/loop"),
-    TrlName(W, "TrainingSequence.rollout_id", "rollout/sequences"),
+    TrlName(W, "RolloutSample", "rollout/scorer, rollout/loop"),
+    TrlName(W, "TrainingSequence", "rollout/sequences"),
     TrlName(CT, "parse_response", "rollout/episode", ("tokenizer", "ids", "prefix", "tools")),
     TrlName(CT, "add_response_schema", "rollout/loop", ("processing_class",)),
     TrlName(CT, "is_chat_template_prefix_preserving", "rollout/loop", ("processing_class",)),

@@ -39,9 +39,9 @@ class CountingClient(ProxyClient):
 
     posts = 0
 
-    async def _post(self, payload):
+    async def _send(self, payload):
         self.posts += 1
-        return await super()._post(payload)
+        return await super()._send(payload)
 
 
 class ScriptedEpisodes(Episodes):

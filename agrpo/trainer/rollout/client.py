@@ -125,7 +125,7 @@ class ProxyClient:
         }
         for attempt in range(MAX_ATTEMPTS):
             try:
-                return await self._post(payload)
+                return await self._send(payload)
             except aiohttp.ClientResponseError as error:
                 if is_retired(error.status, model, current_model()):
                     raise VersionRetired(f"{model}: HTTP {error.status}") from error
@@ -138,7 +138,7 @@ class ProxyClient:
                 await self._wait(attempt, error)
         raise AssertionError("unreachable")
 
-    async def _post(self, payload: dict[str, Any]) -> Turn:
+    async def _send(self, payload: dict[str, Any]) -> Turn:
         url = f"{self.base_url}/v1/completions"
         async with self.session.post(url, json=payload, timeout=self.timeout) as response:
             if response.status in REFUSED_STATUSES:

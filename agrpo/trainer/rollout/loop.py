@@ -21,7 +21,7 @@ import logging
 import queue
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from trl.chat_template_utils import add_response_schema, get_training_chat_template, is_chat_template_prefix_preserving
@@ -177,7 +177,7 @@ class RolloutLoop:
         self.to_score = asyncio.Queue(maxsize=self.settings.score_queue_maxsize)
         await self.client.open()
         try:
-            self.main_tasks = [asyncio.create_task(self._generate()), asyncio.create_task(self._score())]
+            self.main_tasks = [asyncio.create_task(self._keep_generating()), asyncio.create_task(self._score())]
             if self.stopping:
                 self._cancel_main()
             await asyncio.gather(*self.main_tasks)
@@ -204,7 +204,7 @@ class RolloutLoop:
                 yield group
             group_id += 1
 
-    async def _generate(self) -> None:
+    async def _keep_generating(self) -> None:
         work = self._groups()
         while True:
             self.heartbeat.beat()
@@ -312,9 +312,8 @@ class RolloutLoop:
         for sample in samples:
             blocked = None
             while True:
-                sample.enqueued_at = time.time()
-                try:
-                    self.channels.samples.put_nowait(sample)
+                try:  # stamped as it goes on the queue: TRL's trainer measures `sample/time_in_queue_s` from it
+                    self.channels.samples.put_nowait(replace(sample, enqueued_at=time.time()))
                     break
                 except queue.Full:
                     blocked = blocked or time.monotonic()
