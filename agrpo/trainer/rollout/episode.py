@@ -14,6 +14,7 @@ and where its turns were routed (agents/metrics.py).
 
 from __future__ import annotations
 
+import asyncio
 import enum
 import logging
 import re
@@ -114,7 +115,7 @@ class Episodes:
         self.rules, self.client, self.toolbox, self.figures = rules, client, toolbox, figures
         self.model_for = model_for  # () -> (the model name a request names now, its adapter version)
         self.opener = tool_call_opener(rules.tokenizer) if rules.agent else None
-        self.context: tuple[int | None, int | None] | None = None  # (max_model_len, answer cap), read once
+        self.context: asyncio.Future | None = None  # (max_model_len, answer cap), read once for every episode
         self.refusal_said = False
 
     async def play(self, prompt: list[dict], schema: list[Callable], tools: dict[str, Callable]) -> EpisodeResult:
@@ -206,10 +207,14 @@ class Episodes:
         return answers
 
     async def _context(self) -> tuple[int | None, int | None]:
-        if self.context is None:
-            length = await self.client.served_context()
-            self.context = (length, answer_cap(length, max_chars_per_token(self.rules.tokenizer)))
-        return self.context
+        if self.context is None:  # the first episode's read; the others await the same one
+
+            async def read() -> tuple[int | None, int | None]:
+                length = await self.client.served_context()
+                return length, answer_cap(length, max_chars_per_token(self.rules.tokenizer))
+
+            self.context = asyncio.ensure_future(read())
+        return await self.context
 
     def _figures(self, result: EpisodeResult, tally: Any, turns: int, duration_s: float) -> None:
         """The episode's figures under TRL's names, and the agent's counters."""

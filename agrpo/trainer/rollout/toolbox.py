@@ -71,7 +71,8 @@ class Toolbox:
             members = dict(inspect.getmembers(type(probe), predicate=inspect.isfunction))
             if "reset" not in members:
                 raise ValueError(
-                    "Each environment instance returned by `environment_factory` must define a callable `reset`."
+                    f"the environment {type(probe).__name__} has no `reset` method: each episode starts with "
+                    "`reset(**row)`, so the environment class must define one"
                 )
             if "get_reward" in members and type(probe) not in self.reward_classes:
                 self.reward_classes.append(type(probe))
@@ -96,8 +97,8 @@ class Toolbox:
         name = row.get("environment")
         if name not in self.factories:
             raise ValueError(
-                f"Example has `environment={name!r}`, which is not among the environments passed to "
-                f"`environment_factory`. Expected one of: {list(self.factories)}."
+                f"a row names environment={name!r}, which is none of the run's environments "
+                f"({', '.join(map(repr, self.factories))})"
             )
         return name
 

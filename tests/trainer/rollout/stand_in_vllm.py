@@ -32,7 +32,9 @@ class StandIn:
 
 
 @contextmanager
-def stand_in_vllm(answer: Callable[[dict], tuple[int, dict, dict]], max_model_len: int | None = None) -> Iterator[tuple[str, StandIn]]:
+def stand_in_vllm(
+    answer: Callable[[dict], tuple[int, dict, dict]], max_model_len: int | None = None
+) -> Iterator[tuple[str, StandIn]]:
     """(its URL, the StandIn recording what it got); shut down on exit."""
     state = StandIn(answer, max_model_len)
 

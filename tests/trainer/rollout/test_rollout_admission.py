@@ -124,6 +124,9 @@ def test_a_cancelled_waiting_rollout_takes_no_room(block):
     asyncio.run(scenario())
 
 
-@pytest.mark.parametrize(("served", "published", "staleness", "expected"), [(1, 2, 1, False), (1, 2, 2, True), (2, 2, 1, True), (5, 0, 1, True)])
+@pytest.mark.parametrize(
+    ("served", "published", "staleness", "expected"),
+    [(1, 2, 1, False), (1, 2, 2, True), (2, 2, 1, True), (5, 0, 1, True)],
+)
 def test_worth_starting(served, published, staleness, expected):
     assert worth_starting(served, published, staleness) is expected

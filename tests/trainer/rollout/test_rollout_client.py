@@ -75,7 +75,9 @@ def test_a_turn_brings_back_ids_logprobs_and_the_replica_with_the_token_and_samp
     assert counters.get(RETRIED_COUNTER, 0) == 0
 
 
-@pytest.mark.parametrize(("status", "asked", "current"), [(410, "trl-policy-v3", "trl-policy-v3"), (404, "trl-policy-v2", "trl-policy-v3")])
+@pytest.mark.parametrize(
+    ("status", "asked", "current"), [(410, "trl-policy-v3", "trl-policy-v3"), (404, "trl-policy-v2", "trl-policy-v3")]
+)
 def test_a_retired_version_ends_after_one_request(status, asked, current):
     with stand_in_vllm(lambda request: (status, {"error": {"message": "gone"}}, {})) as (url, server):
         (error,), counters = talk(url, ([1], asked, current))

@@ -108,8 +108,15 @@ def test_groups_of_samples_labelled_with_the_version_their_requests_asked_for():
     models = server.models()
     assert "trl-policy-v1" in models and "trl-policy-v2" in models and set(models) <= {"trl-policy-v1", "trl-policy-v2"}
     assert all(s.enqueued_at is not None and s.input_ids[-1] == EOS for s in first)
-    for key in ("completions/mean_length", "rollout/turns_mean", "rollout/score_s", "rollout/generated_tok_s",
-                "rollout/samples_generated_total", OPEN_VERSION_METRIC, "completions/clipped_ratio"):
+    for key in (
+        "completions/mean_length",
+        "rollout/turns_mean",
+        "rollout/score_s",
+        "rollout/generated_tok_s",
+        "rollout/samples_generated_total",
+        OPEN_VERSION_METRIC,
+        "completions/clipped_ratio",
+    ):
         assert key in figures, key
     assert all(isinstance(v, tuple) for v in figures["completions/mean_length"])  # rates: (num, den)
     assert figures["completions/clipped_ratio"][0][0] == 0.0  # every reply ended on EOS
@@ -117,6 +124,7 @@ def test_groups_of_samples_labelled_with_the_version_their_requests_asked_for():
 
 def test_a_retired_versions_groups_are_dropped_unscored_and_the_loop_goes_on(caplog):
     """Each dropped group is a DEBUG line (trainer.log only: the console says it once, console/events.py)."""
+
     def answer(request):
         if request["model"] == "trl-policy-v1":
             return 410, {"error": {"message": "retired"}}, {}

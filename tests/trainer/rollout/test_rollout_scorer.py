@@ -59,11 +59,15 @@ def scorer(*funcs, classes=(), tools=False) -> tuple[GroupScorer, queue.Queue]:
 def result(text: str = "2", versions=(0,), rows: int = 1, calls: int = 0) -> EpisodeResult:
     ids = list(range(2, 2 + len(text)))
     sequences = [TrainingSequence([1, *ids], [0] + [1] * len(ids), [0.0] + [-0.5] * len(ids), "r") for _ in range(rows)]
-    return EpisodeResult([{"role": "assistant", "content": text}], ids, sequences, calls, 0, list(versions), EpisodeEnd.ANSWERED)
+    return EpisodeResult(
+        [{"role": "assistant", "content": text}], ids, sequences, calls, 0, list(versions), EpisodeEnd.ANSWERED
+    )
 
 
 def group(group_id: int, size: int = 4, results=None) -> Group:
-    g = Group(group_id, {"prompt": [{"role": "user", "content": f"What is {group_id} + 1?"}], "answer": group_id + 1}, size)
+    g = Group(
+        group_id, {"prompt": [{"role": "user", "content": f"What is {group_id} + 1?"}], "answer": group_id + 1}, size
+    )
     for r in results or [result() for _ in range(size)]:
         g.prompts.append(g.row["prompt"])
         g.results.append(r)
@@ -89,7 +93,9 @@ def test_rewards_sum_into_group_normalised_advantages_with_each_rollouts_own_ver
     assert [s.metrics["reward"] for s in samples] == pytest.approx(rewards)
     assert [s.advantage for s in samples] == pytest.approx(expected)
     assert [s.model_version for s in samples] == [3, 3, 4, 4]  # the oldest version each episode asked for
-    assert samples[1].metrics["rewards/by_answer"] == 1.0 and samples[1].metrics["rewards/async_length"] == pytest.approx(0.2)
+    assert samples[1].metrics["rewards/by_answer"] == 1.0 and samples[1].metrics[
+        "rewards/async_length"
+    ] == pytest.approx(0.2)
     assert samples[0].input_ids.dtype == np.int64 and samples[0].old_log_probs.dtype == np.float32
     assert "tools/call_frequency" not in samples[0].metrics  # TRL's: left out of a group without a call
 

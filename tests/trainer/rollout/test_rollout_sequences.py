@@ -75,4 +75,8 @@ def test_clean_realign_and_fork_by_hand():
 
 
 def test_shared_prefix():
-    assert shared_prefix([1, 2, 3], [1, 2, 4]) == 2 and shared_prefix([1, 2], [1, 2, 3]) == 2 and shared_prefix([], [1]) == 0
+    assert (
+        shared_prefix([1, 2, 3], [1, 2, 4]) == 2
+        and shared_prefix([1, 2], [1, 2, 3]) == 2
+        and shared_prefix([], [1]) == 0
+    )
