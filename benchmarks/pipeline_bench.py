@@ -4,7 +4,7 @@ In one invocation on this machine, against ONE real vLLM replica started here:
   async      the recipe as configured (max_staleness >= 1: generation overlaps training)
   lock-step  the same with trainer.max_staleness=0 (every sample must come from the current adapter, so the
              trainer waits for fresh rollouts after every weight sync)
-  gen-only   TRL's own rollout worker alone (chat template, requests at the trainer's concurrency, parsing, rewards)
+  gen-only   agrpo's rollout worker alone (chat template, requests at the trainer's concurrency, parsing, rewards)
              with the trained adapter loaded, no trainer running: its seconds per completion token times the tokens
              an async step trained on (the trained adapter writes longer completions than the early policy)
   train-only the trainer's own time per step (forward+backward, optimizer, weight sync) in the lock-step run
@@ -76,7 +76,7 @@ def trainer_own_time(run_dir: Path) -> float:
 
 
 def generation_only(cfg, server_url: str, adapter: str, samples_per_step: int, steps: int) -> float:
-    """Seconds per generated completion token of TRL's own rollout worker with the trained adapter, no trainer."""
+    """Seconds per generated completion token of agrpo's rollout worker with the trained adapter, no trainer."""
     from rollout_timing import time_rollouts
 
     requests.post(
@@ -119,10 +119,10 @@ def main() -> None:
     work = Path(tempfile.mkdtemp(prefix="agrpo-pipeline-bench-"))
     composed = compose_run_config([f"+recipe={args.recipe}", *args.overrides], output_dir=str(work / "compose"))
     model = args.model or prepare_model(composed.model)
-    composed.model.name_or_path, composed.model.builder = model, None  # gen-only runs TRL's worker on this config
+    composed.model.name_or_path, composed.model.builder = model, None  # gen-only runs the rollout worker on this
     cfg = prepare(composed, check_environment=False)  # the typed run spec the trainer's builders take
     # The same core split as `python -m agrpo` on this machine: the replica's worker on its own cores, the trainer
-    # (and TRL's rollout worker, its child) on the rest.
+    # (and agrpo's rollout worker, its child) on the rest.
     cpus = split_cpu_cores(sorted(os.sched_getaffinity(0)), 1, cfg.inference.cpu_cores_per_replica)
     trainer_env = {"OMP_NUM_THREADS": str(cpus.trainer_threads)}
     if cpus.trainer_cores:
@@ -139,7 +139,7 @@ def main() -> None:
             figures[mode] = metrics["step_s_mean"]
             figures[f"{mode} reward last 5"] = metrics.get("reward_last")
         figures["train-only"] = trainer_own_time(work / "lock-step")
-        apply_trainer_cpus(trainer_env)  # TRL's worker runs where it runs in training: on the trainer's cores
+        apply_trainer_cpus(trainer_env)  # the worker runs where it runs in training: the trainer's cores
         samples_per_step = cfg.trainer.per_device_train_batch_size * cfg.trainer.gradient_accumulation_steps
         seconds_per_token = generation_only(
             cfg, server.url, str(work / "async" / "final_adapter"), samples_per_step, args.steps

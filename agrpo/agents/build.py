@@ -82,7 +82,7 @@ class Agent:
 
 def prepare_agent(cfg: Any, args: Any) -> dict[str, Any]:
     """Keyword arguments for AsyncGRPOTrainer: {} without tools or an environment, so a single-turn run builds exactly
-    as before. Sets `args.max_tool_calling_iterations`. (An agent's rollout loop: agrpo/trainer/loop_install.py.)"""
+    as before. Sets `args.max_tool_calling_iterations`. (An agent's episodes: agrpo/trainer/rollout/episode.py.)"""
     agent = Agent.from_config(cfg.agent)
     if agent is None:
         return {}

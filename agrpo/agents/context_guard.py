@@ -2,13 +2,13 @@
 
 With `agent.max_tool_output_chars=null`, a tool answering 6 MB went into the next turn whole: TRL rendered six million
 tokens, posted a 40 MB body, vLLM refused it (400) and every later step took 57-61 s instead of under 1 s (issue
-46). Two cheap checks in agrpo's agent loop (agrpo/trainer/agent_loop.py) stop that where it starts:
+46). Two cheap checks in agrpo's rollout loop (agrpo/trainer/rollout/episode.py) stop that where it starts:
 
 - `cut_to_fit`: an answer longer than the context could hold at the tokenizer's longest token
   (`max_model_len x max_chars_per_token` characters) can never fit; it is cut there, with agrpo's marker, before
   TRL renders it (a string slice instead of tokenizing megabytes).
 - `overflow_detail`: a turn whose prompt leaves no token for the completion is not sent; the loop raises the refusal
-  vLLM would have answered (agrpo/trainer/rollout_loop.py ends the episode and counts it under
+  vLLM would have answered (agrpo/trainer/rollout/episode.py ends the episode and counts it under
   `rollout/context_full_total`, or, on a first turn, stops the run naming the row).
 
 Both need `max_model_len`, which the loop reads once from the replicas' `/v1/models` (`served_context`).

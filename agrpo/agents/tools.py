@@ -152,7 +152,7 @@ def call_guarded(
     if inspect.iscoroutinefunction(func):
 
         def run() -> Any:
-            return asyncio.run(func(*args, **kwargs))  # TRL's worker thread has no running loop of its own
+            return asyncio.run(func(*args, **kwargs))  # the rollout loop's tool thread: no event loop
     else:
 
         def run() -> Any:

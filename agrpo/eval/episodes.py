@@ -1,12 +1,13 @@
 """`agrpo eval` for agents: k episodes per problem with the training run's tools and environments.
 
-An episode is played as TRL's rollout worker plays it in training (trl/experimental/async_grpo/async_rollout_worker.py,
-`_generate_one`): the environment is reset with the row and what `reset` returns is appended to the last prompt
-message; then, turn after turn, the whole conversation is rendered with the tools, one completion is sampled through
-the same `/v1/completions` path, TRL's `parse_response` reads tool calls from it, each call runs (guarded as in
-training) and its answer goes back as a `tool` message, until a turn calls no tool or
-`agent.max_tool_calling_iterations` is reached. Rewards receive each episode's completion as its messages (what TRL
-passes them in training); an environment with `get_reward` adds its column, named after its class.
+An episode is played as agrpo's rollout loop plays it in training (agrpo/trainer/rollout/episode.py, `Episodes.play`, on
+the rules TRL 1.16's rollout worker defines): the environment is reset with the row and what `reset` returns is appended
+to the last prompt message; then, turn after turn, the whole conversation is rendered with the tools, one completion is
+sampled through the same `/v1/completions` path, TRL's `parse_response` reads tool calls from it, each call runs
+(guarded as in training) and its answer goes back as a `tool` message, until a turn calls no tool or
+`agent.max_tool_calling_iterations` is reached. Rewards receive each episode's completion as its messages (what the
+rollout loop passes them in training, TRL's convention); an environment with `get_reward` adds its column, named after
+its class.
 """
 
 from __future__ import annotations

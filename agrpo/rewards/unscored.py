@@ -6,7 +6,7 @@ no training signal. Now and then that is expected; group after group it means th
 returns None by mistake, a column it cannot read), and the run would train every step on nothing. Before this, such
 a run logged `reward` as None at every step and crashed in its own end summary.
 
-The policy (pure, fed by the rollout child: agrpo/trainer/guarded_loop.py):
+The policy (pure, fed by the rollout child: agrpo/trainer/rollout/scorer.py):
 - every left-out completion is counted (`rollout/unscored_total`, summed in metrics.json as `unscored_completions`);
 - the first group whose completions were all left out is one warning line;
 - UNSCORED_GROUPS_LIMIT such groups IN A ROW end the run with a RewardError naming the terms and the count.

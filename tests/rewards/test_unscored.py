@@ -1,5 +1,6 @@
 """Completions no reward scored (agrpo/rewards/unscored.py): counted, one warning, and the end of a run in which
-group after group has nothing to train on. Pure; the rollout child feeds it (tests/trainer/test_rollout_guard.py)."""
+group after group has nothing to train on. Pure; the rollout loop's scorer feeds it
+(tests/trainer/rollout/test_rollout_scorer.py)."""
 
 from __future__ import annotations
 

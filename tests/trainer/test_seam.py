@@ -25,7 +25,9 @@ from agrpo.trainer.sync.retention import AdapterRetention
 from tests.http_stand_in import post_stand_in
 
 AGRPO = Path(__file__).resolve().parents[2] / "agrpo"
-SEAM = {"trainer/seam"}  # the package, and the rollout child's loops (module-level classes the child imports)
+SEAM = {"trainer/seam"}  # the package
+# the files of the rollout child's loop classes before issue 44 (deleted: agrpo's own loop is trainer/rollout/), so
+# this exempts nothing now
 SEAM_FILES = {f"trainer/{name}.py" for name in ("rollout_loop", "guarded_loop", "rollout_child", "agent_loop")}
 # Replacements outside the seam that remain, each with why (none today); the list only shrinks.
 KNOWN_OUTSIDE: dict[tuple[str, str], str] = {}
@@ -92,8 +94,8 @@ def test_no_attribute_of_a_trl_object_is_replaced_outside_the_seam():
 
 def test_no_module_outside_the_seam_reads_a_private_trl_name():
     """TRL's private names (agrpo/trl_compat.py's list) are read, overridden or patched only in agrpo/trainer/seam/
-    and the rollout child's loop classes (issue 44: 19 reads in 6 files outside it; the FA3 kernel check in
-    agrpo/config now loads the kernel through the `kernels` package's public call)."""
+    (issue 44: 19 reads in 6 files outside it, and the rollout child's loop classes, exempt then, are gone; the FA3
+    kernel check in agrpo/config now loads the kernel through the `kernels` package's public call)."""
     from tests.trainer.test_trl_compat import files_working_with_trl, names_used, private_entries
 
     private = {entry.path.rpartition(".")[2] for entry in private_entries()} - {"__init__"}

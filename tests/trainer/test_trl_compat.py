@@ -5,10 +5,11 @@ Which private names are TRL's, read from source (ast, nothing imported): a name 
 TRL's own source defines (a def, class, assignment, attribute assignment or import anywhere under the installed `trl`
 package), used in agrpo code that works with TRL (every file of agrpo/trainer/, and any other agrpo file that imports
 trl) as an attribute (`trainer._lora_dir`, `module._flash_attn = ...`), a method defined in a class (an
-override: `async def _score_group`), a name imported from trl (`from trl... import _AsyncRolloutLoop`) or a string
-constant (`require(..., "_flash_attn")`, `getattr(x, "_name")`). The AST cannot tell which object an attribute is
-read from, so the rule goes by name: a use is covered when TRL_NAMES holds a member of that name, and agrpo's own
-private names that TRL happens to define too are listed in AGRPO_OWN with where they are agrpo's.
+override: `async def _score_group`, as the rollout loop had before issue 44), a name imported from trl (`from trl...
+import _AsyncRolloutLoop`, as it did too) or a string constant (`require(..., "_flash_attn")`, `getattr(x, "_name")`).
+The AST cannot tell which object an attribute is read from, so the rule goes by name: a use is covered when TRL_NAMES
+holds a member of that name, and agrpo's own private names that TRL happens to define too are listed in AGRPO_OWN
+with where they are agrpo's.
 """
 
 from __future__ import annotations
@@ -160,7 +161,9 @@ def test_require_refuses_a_name_the_list_does_not_hold():
     assert require("trl.experimental.async_grpo.packing", "_flash_attn").__name__.endswith("packing")
 
 
-@pytest.mark.parametrize("name", ["sync_weight_lora", "rollout_hook", "checkpoint_hook", "flash_attn", "parse_response"])
+@pytest.mark.parametrize(
+    "name", ["sync_weight_lora", "rollout_hook", "checkpoint_hook", "flash_attn", "parse_response"]
+)
 def test_a_run_on_a_changed_trl_stops_before_anything_starts(trl_copy, tmp_path, name):
     """`python -m agrpo +recipe=smoke` as a user runs it, with one name of a copy of the installed TRL (first on the
     path) renamed or changed (two private trainer methods, TRL's public hook, a module attribute, the response parser

@@ -25,7 +25,7 @@ STALE_SHARE_WORTH_FIXING = 0.10  # a tenth of the generated samples thrown away 
 
 DROPPED_STALE = "sample/dropped_stale_total"  # TRL's per-window count of samples dropped as too stale
 SAMPLES_TRAINED = "batch/samples_per_step"
-GENERATED = "rollout/samples_generated_total"  # counted by agrpo's paced rollout loop (agrpo/trainer/rollout_child.py)
+GENERATED = "rollout/samples_generated_total"  # counted by agrpo's rollout loop (agrpo/trainer/rollout/admission.py)
 INFLIGHT_TARGET = "rollout/inflight_target"  # logged while trainer.max_inflight_tasks=auto sizes it
 
 REPLICAS_KNOB = "add replicas (inference.replicas)"

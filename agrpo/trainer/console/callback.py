@@ -61,14 +61,14 @@ def step_line(logs: dict[str, Any], step: int, total: int) -> str:
     tools = tool_figure(logs)
     parts += [tools] if tools else []
     resent, dropped = logs.get(WORKER_RESENT), logs.get(RETIRED_DROPPED)
-    if resent or dropped:  # each one is a line in trainer.log (agrpo/trainer/rollout_loop.py); totals: the summary
+    if resent or dropped:  # each one is a line in trainer.log (trainer/rollout/client.py, loop.py); totals: the summary
         parts.append(f"re-sent {int(resent or 0)}, groups dropped {int(dropped or 0)} (trainer.log)")
     return "  ".join(parts)
 
 
 def tool_figure(logs: dict[str, Any]) -> str | None:
     """`tools 0.12/episode` for an agent run's step line: the logged `tools/call_frequency` itself (TRL's, over the
-    samples this step trained; agrpo logs it at 0 in a step without calls: agrpo/trainer/agent_loop.py), so the line
+    samples this step trained; agrpo logs it at 0 in a step without calls: agrpo/trainer/rollout/scorer.py), so the line
     and TensorBoard say the same. Issue 46: the line counted the calls started in the logging window over its
     episodes instead (0.10 where 0.125 was logged); that count remains only for logs without the metric."""
     logged = logs.get(CALLS_PER_EPISODE)

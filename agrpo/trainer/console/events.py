@@ -6,7 +6,7 @@ each of the 8 requests it held, whose version had been retired by the time the p
 
 - a replica the proxy finds hung (SIGSTOPped, a stuck host): one line when it leaves rotation, one when it answers
   again, which says how many groups were dropped meanwhile;
-- groups dropped because their adapter version was retired (agrpo/trainer/rollout_loop.py; each one is a line in
+- groups dropped because their adapter version was retired (agrpo/trainer/rollout/loop.py; each one is a line in
   trainer.log): one line the first time it happens outside a hang, then nothing on the console;
 - every count is in the end summary (`requests_figures`, `requests_line`), under the names of who counted it: the
   proxy's `retried` (/proxy/stats, the figure the `serving:` line and /metrics show too), the rollout worker's

@@ -2,9 +2,9 @@
 
 Issue 32: a user's tool task trained 192 episodes at reward 0.000 +- 0.000 with not one tool call, and nothing said
 so; a tool answer too long for the context stalled the run without a word. `RunNotices.observe` reads each step's
-logged figures (TRL's, and those agrpo's rollout loop adds: agrpo/trainer/rollout_loop.py, agent_loop.py) and returns
-the lines to print, each at most once per run (a later turn refused by vLLM is said by the rollout child itself, at
-once, with vLLM's words: agrpo/trainer/rollout_loop.py):
+logged figures (TRL's, and those agrpo's rollout loop adds: agrpo/trainer/rollout/episode.py, scorer.py) and
+returns the lines to print, each at most once per run (a later turn refused by vLLM is said by the rollout child
+itself, at once, with vLLM's words: agrpo/trainer/rollout/episode.py):
 
 - the reward had no spread within any group for `NO_SIGNAL_STEPS` steps in a row: GRPO's advantages were all 0;
 - an agent run called no tool in its first `NO_SIGNAL_STEPS` steps: the model does not write calls TRL can parse;
@@ -128,7 +128,7 @@ class RunNotices:
 
     def _cut_short(self, logs: dict[str, Any]) -> list[str | None]:
         """A tool answer cut at the cap (a refused later turn is said by the rollout child itself, at once:
-        agrpo/trainer/rollout_loop.py)."""
+        agrpo/trainer/rollout/episode.py)."""
         if not logs.get(TRUNCATED):
             return []
         if self.cap is None:  # the cap lifted: only the context guard cuts (agrpo/agents/context_guard.py)

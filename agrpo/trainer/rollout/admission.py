@@ -2,9 +2,9 @@
 
 TRL's worker starts every slot at once and lets its queue fill; samples then wait until they are too stale to train.
 Here a rollout starts only while the samples ahead of the trainer (started and not yet scored, plus scored and not
-yet taken) are under the budget the trainer sets (agrpo/trainer/rollout/inflight.py decides it, the shared `ControlBlock` of
-rollout_control.py carries it), and not while the newest published adapter is still loading if the served one would
-be stale by the time its sample is trained. Without a control block (`trainer.max_inflight_tasks` fixed and
+yet taken) are under the budget the trainer sets (inflight.py decides it, the shared `ControlBlock` of control.py
+carries it), and not while the newest published adapter is still loading if the served one would be stale by the
+time its sample is trained. Without a control block (`trainer.max_inflight_tasks` fixed and
 `sync.mode=pause`) every rollout is admitted at once, as TRL does; the counts are kept either way.
 """
 

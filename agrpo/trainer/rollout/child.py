@@ -1,7 +1,7 @@
 """The rollout child's process-level protocol with the trainer: its heartbeat, its failure report and its exit.
 
 Compared with TRL's child it never sleeps on a cross-process Condition (the stop watcher polls), never takes the
-shared values' locks (a process that dies holding one blocks the other side: rollout_guard.py), and once a failure is
+shared values' locks (a process that dies holding one blocks the other side: guard.py), and once a failure is
 reported it exits at once instead of waiting for threads or queues nobody will read.
 """
 

@@ -3,7 +3,7 @@ its `metrics_queue`: `{key: float}` for a gauge or a counter, `{key: (numerator,
 trainer reduces each key by its name (a `total` word is summed over the logging window, `max`/`min` are extrema,
 anything else is averaged), so counters are pushed as deltas. The key names are TRL's own where TRL's worker has the
 same figure (`completions/mean_length`, `rollout/turns_mean`, `tools/...`), so TRL's docs, agrpo's console
-(agrpo/trainer/console.py) and the curves read them alike.
+(agrpo/trainer/console/) and the curves read them alike.
 """
 
 from __future__ import annotations

@@ -10,8 +10,8 @@ changes (each piece names the failure it removes):
 
 - the child never sleeps on a cross-process Condition: its stop watcher polls the event instead, and it reads and
   writes the shared version and heartbeat values without their locks (a process that dies holding one of those locks
-  would block the other side just the same) - agrpo/trainer/guarded_loop.py (chosen by loop_install.py), its watcher
-  installed by agrpo/trainer/rollout/entry.py;
+  would block the other side just the same) - agrpo/trainer/rollout/child.py, its watcher installed by
+  agrpo/trainer/rollout/entry.py;
 - the trainer sets the stop event only while the child lives, from a helper thread it waits on for a bounded time,
   and kills a child that failed, died or hung instead of waiting 15 s for it;
 - a failure is reported as one paragraph (`RewardError` names the term, the error and the row; a row that cannot be
@@ -176,8 +176,8 @@ class RolloutWatchdog(TrainerCallback):
 
 
 def guard_rollout_worker(trainer: Any, run_dir: str, level: str = "INFO", log_file: str | None = None) -> None:
-    """Guard a built AgrpoAsyncGRPOTrainer's rollout worker (main process only; others have none). The child's half,
-    GuardedRolloutLoop, is the worker's loop class by then (agrpo/trainer/loop_install.py)."""
+    """Guard a built AgrpoAsyncGRPOTrainer's rollout worker (main process only; others have none). The child's half is
+    agrpo's rollout loop (loop.py, child.py: the heartbeat, the failure report, the exit)."""
     worker = getattr(trainer, "rollout_worker", None)
     if worker is None:
         return

@@ -71,7 +71,7 @@ class LoopSettings:
     num_completions_to_print: int | None = None
     fork_threshold_tokens: int = 1024
     dataset_start_index: int = 0
-    agrpo_control: str | None = None  # the pacing's control block (rollout_pacing.py); None: not paced
+    agrpo_control: str | None = None  # the pacing's control block (pacing.py); None: not paced
     agrpo_max_staleness: int = 0
 
     def sampling(self) -> dict[str, Any]:
@@ -91,12 +91,12 @@ def response_ready(tokenizer: Any) -> Any:
 
 
 class RolloutLoop:
-    """Built in the child on its channels (rollout_process.py's ChildChannels); `run` until stopped or failed."""
+    """Built in the child on its channels (process.py's ChildChannels); `run` until stopped or failed."""
 
     def __init__(self, channels: Any, **settings: Any):
         s = self.settings = LoopSettings(**settings)
         self.channels = channels
-        self.version_value = channels.model_version.get_obj()  # lockless: rollout_process.py says why
+        self.version_value = channels.model_version.get_obj()  # lockless: process.py says why
         self.heartbeat = ProgressHeartbeat(channels.heartbeat.get_obj())
         self.figures = Figures(channels.metrics)
         self.pool = ThreadPoolExecutor(max_workers=max(1, s.max_inflight_tasks), thread_name_prefix="agrpo-tool")

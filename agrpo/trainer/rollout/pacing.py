@@ -1,11 +1,11 @@
 """The I/O around the in-flight budget: feed the paced rollout loop, measure each step, apply the controller.
 
-`attach_pacing` (main process, before `train()`) hands the paced rollout loop (agrpo/trainer/rollout_child.py,
-chosen by loop_install.py) its control block and counts what the trainer takes off the rollout queue
-(`AgrpoAsyncGRPOTrainer.pace_with`, agrpo/trainer/seam/trainer.py), and with
-`trainer.max_inflight_tasks=auto` adds `PacingCallback`, which feeds each step's logged figures to the pure
-controller (agrpo/trainer/rollout/inflight.py) and writes its budget where the child reads it. TensorBoard gets `rollout/inflight_target` (the budget in force during
-the step) and the child's `rollout/samples_ahead`, `rollout/requests_in_flight`, `rollout/samples_generated_total`.
+`attach_pacing` (main process, before `train()`) hands the rollout loop its control block (through the worker's
+`pace`; the loop's side is admission.py) and counts what the trainer takes off the rollout queue
+(`AgrpoAsyncGRPOTrainer.pace_with`, agrpo/trainer/seam/trainer.py), and with `trainer.max_inflight_tasks=auto` adds
+`PacingCallback`, which feeds each step's logged figures to the pure controller (inflight.py) and writes its budget
+where the child reads it. TensorBoard gets `rollout/inflight_target` (the budget in force during the step) and the
+child's `rollout/samples_ahead`, `rollout/requests_in_flight`, `rollout/samples_generated_total`.
 """
 
 from __future__ import annotations

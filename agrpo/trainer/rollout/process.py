@@ -2,7 +2,7 @@
 ready signal, and a stop that cannot hang (one concern of agrpo's rollout worker, agrpo/trainer/rollout/worker.py).
 
 The child is spawned (never forked: the trainer holds CUDA and threads) and runs `ChildEntry`
-(agrpo/trainer/rollout/entry.py) with the run's loop class. What the two sides share is `ChildChannels`: the samples
+(agrpo/trainer/rollout/entry.py) with the loop's settings. What the two sides share is `ChildChannels`: the samples
 queue TRL's trainer drains (`rollout_buffer` of TRL's `RolloutWorkerProtocol`), the metrics queue it drains in `log()`,
 the policy version the trainer bumps, the child's heartbeat, and the stop / ready / failed events with the failure's
 one-item queue. The version and the heartbeat are read and written whole without their locks: a process that dies

@@ -1,6 +1,6 @@
 """What an episode can call: the run's tools and its environments (`agent.tools`, `agent.environment`), under the
 contract TRL 1.16 documents for `AsyncGRPOTrainer(tools=..., environment_factory=...)`, so a user's tools file and
-environment class work the same with TRL's worker and agrpo's.
+environment class work the same with TRL's own rollout worker and agrpo's.
 
 - An environment factory is one callable or a `{name: factory}` mapping (a row then picks its environment by its
   `environment` field). Instances are pooled: built once, `reset(**row)` before each episode (what it returns is

@@ -3,19 +3,17 @@ agrpo's subclasses, each with a docstring saying what TRL does and why agrpo dif
 whole table):
 
 - trainer.py: `AgrpoAsyncGRPOTrainer(AsyncGRPOTrainer)`: agrpo's rollout worker through TRL's public
-  `rollout_worker=` hook (agrpo/trainer/rollout/worker.py, no TRL subclass), the client below, the background sync
-  with the logic it needs, the rollout position in checkpoints, log figures, pacing, adapter retention.
+  `rollout_worker=` hook (agrpo/trainer/rollout/worker.py; it and the loop its child runs subclass nothing of TRL's),
+  the client below, the background sync with the logic it needs, the rollout position in checkpoints, log figures,
+  pacing, adapter retention.
 - client.py: `AgrpoVLLMClient(VLLMClient)`: adapter loads that wait for the store, serve first and feed retention.
-- the rollout child's loops (TRL's `_AsyncRolloutLoop`, spawned by reference, so module-level classes the child
-  imports): agrpo/trainer/rollout_loop.py, guarded_loop.py, rollout_child.py, agent_loop.py (loop_install.py picks);
-  the one part of the rollout side still built on a TRL private class.
 - module_patches.py: the few names of TRL's modules replaced because TRL offers nothing to override (CPU
   workarounds, packed attention, the admin token on TRL's HTTP calls, the model fix at load, the deferred rmtree,
   the client class TRL builds).
 - attention.py: the packed attention served to TRL in place of FA3's kernel (SDPA, varlen causal) and the trainer's
   choice between them; fsdp_compat.py: the FSDP2 untie of tied embeddings, applied to the model TRL loads.
 
-The logic each override calls stays in its own module (rollout_guard.py, rollout_pacing.py, sync/retention.py,
+The logic each override calls stays in its own module (rollout/guard.py, rollout/pacing.py, sync/retention.py,
 sync/mode.py, sync/background.py). Every private TRL name used is listed in agrpo/trl_compat.py and checked when a run
 is prepared. Nothing here is imported by `agrpo.trainer.seam` itself: importing TRL is the caller's choice.
 """

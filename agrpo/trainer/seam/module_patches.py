@@ -7,13 +7,13 @@ TRL agrpo relies on is listed there and checked when the run is prepared, so a T
 run before anything starts instead of silently running unpatched.
 
 For the whole process, before the trainer is built (`apply_trl_patches`):
-- CPU only (cpu_compat.py here): FLOPs accounting without CUDA, and the `vllm` package-name guard.
+- CPU only (cpu_compat.py here): FLOPs accounting without CUDA.
 - Attention: SDPA packed attention (agrpo/trainer/seam/attention.py) wherever FA3 is not chosen.
 - The admin token: agrpo's proxy refuses state changes (adapter loads, pause, resume) without its admin token, which
   the launcher hands to the trainer alone in AGRPO_PROXY_ADMIN_TOKEN; a replica the trainer talks to directly refuses
   every request without its API key (AGRPO_REPLICA_API_KEY, agrpo/inference/replica_guard.py). TRL's VLLMClient calls
   `requests.get/post` of its module directly, so that module gets a stand-in whose calls carry
-  `Authorization: Bearer <token>`. (The rollout child's requests carry it from agrpo's loop, rollout_loop.py.)
+  `Authorization: Bearer <token>`. (The rollout child's requests carry it from agrpo's loop: rollout/client.py.)
 For a span (context managers, restored after):
 - `fix_loaded_model`: TRL's trainer loads its model through its module's `create_model_from_path`, then wraps it in
   PEFT at once; the FSDP untie of tied embeddings (seam/fsdp_compat.py) must come in between.

@@ -11,7 +11,7 @@
   only; agrpo's worker gets the same.
 - `log(logs, start_time)`: figures measured outside TRL (serving, fleet) in every training log; a full disk met there
   (TensorBoard's writer) or in any thread ends the run with its paragraph only, no traceback (disk_full_quiet.py).
-- `rollout_queue`: `pace_with(block)` counts what the trainer consumes, for the paced child (rollout_pacing.py).
+- `rollout_queue`: `pace_with(block)` counts what the trainer consumes, for the paced child (rollout/pacing.py).
 - TRL's module `shutil.rmtree` of old versions: `retaining(retention)` defers it while a request may still need the
   folder (sync/retention.py).
 - TRL's module `create_model_from_path`: `fix_model=` (the FSDP untie, seam/fsdp_compat.py).
@@ -63,7 +63,7 @@ class AgrpoAsyncGRPOTrainer(AsyncGRPOTrainer):
         """TRL's constructor, with agrpo's rollout worker (TRL's public hook) and client; what TRL derives as it builds
         itself (model id, adapter sync, tokenizer, EOS ids) is then handed to the worker."""
         self.tenant = tenant  # on a shared fleet: adapters are served as `<tenant>/trl-policy-vN` (sync/names.py)
-        self.rollout_control: Any = None  # the paced child's ControlBlock while pacing (rollout_pacing.py)
+        self.rollout_control: Any = None  # the paced child's ControlBlock while pacing (rollout/pacing.py)
         self._background: tuple[Any, float] | None = None  # (BackgroundSync or None on other ranks, timeout_s)
         self._log_figures: list[Callable[[], dict[str, float]]] = []
         self._retention: Any = None

@@ -11,7 +11,7 @@ replica is paused.
 What stays true:
 - The trainer's `model_version` is the policy it trains (the last version it published), so the staleness check
   (`model_version - sample.model_version <= max_staleness`) measures the real lag. Samples carry the adapter that
-  generated them (agrpo/trainer/rollout_child.py).
+  generated them (agrpo/trainer/rollout/scorer.py).
 - The trainer waits only when it would otherwise train on nothing usable: after publishing vN it needs
   v(N - max_staleness) served (with max_staleness 0, vN itself; before the first step, the first version). That wait
   is what `perf/weight_sync_s` counts, as TRL's metric always did: the time a sync blocked the trainer.

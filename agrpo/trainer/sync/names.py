@@ -17,7 +17,8 @@ from agrpo.fleet.tenancy import ADAPTER_BASE, served_adapter_name
 
 
 def served_base(folder_base: str, tenant: str | None) -> str:
-    """What the rollout worker puts before `-vN` in a request's `model` (TRL's worker: `f"{lora_name}-v{N}"`)."""
+    """What the rollout worker puts before `-vN` in a request's `model` (agrpo's rollout loop, as TRL's worker did:
+    `f"{lora_name}-v{N}"`, agrpo/trainer/rollout/loop.py)."""
     return f"{tenant}/{folder_base}" if tenant else folder_base
 
 

@@ -15,7 +15,7 @@ and vLLM aborts the request), so `retain_s` defaults to TRL's `request_timeout` 
 That bound is what can still be in flight in the worst case; it kept ~44 versions (7.1 MiB of a tiny model's
 adapters, GiBs for a real model) by step 55 of the smoke run. Where the rollout worker talks to its one replica
 directly (no proxy), a version's requests are exactly the worker's own: the worker reports the oldest version any of
-its open rollouts started on (`rollout/open_version_min`, agrpo/trainer/guarded_loop.py; a rollout only ever starts
+its open rollouts started on (`rollout/open_version_min`, agrpo/trainer/rollout/loop.py; a rollout only ever starts
 on the newest version, so once that floor passes a version nothing can ask for it again), and a version below the
 floor goes FINISHED_MARGIN_S after the floor was seen (a cancelled request's abort reaches the engine within a
 scheduler step). Behind the proxy the time bound stays: a request the proxy failed over may still sit in a replica

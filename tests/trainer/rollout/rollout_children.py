@@ -1,5 +1,5 @@
-"""Targets for the processes that tests/trainer/test_rollout_guard.py spawns: a module that imports nothing heavy,
-so that a spawned child starts in a fraction of a second."""
+"""Targets for the processes that tests/trainer/rollout/test_rollout_guard.py spawns: a module that imports nothing
+heavy, so that a spawned child starts in a fraction of a second."""
 
 from __future__ import annotations
 

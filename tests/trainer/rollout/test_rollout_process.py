@@ -1,6 +1,7 @@
 """The rollout child's lifecycle (agrpo/trainer/rollout/process.py) with real processes: a stopped child that queued
 samples nobody reads exits by itself (the queues are drained while it is waited for), a child that dies before it is
-ready is reported at once, and the child's environment is single-process and GPU-free (rollout_entry.py)."""
+ready is reported at once, and the child's environment is single-process and GPU-free
+(agrpo/trainer/rollout/entry.py)."""
 
 from __future__ import annotations
 
