@@ -74,7 +74,7 @@ def format_cores(cores: Sequence[int]) -> str:
 
 
 def apply_trainer_cpus(environ: dict[str, str] | None = None) -> list[int] | None:
-    """Pin this process (and the children it starts later, e.g. TRL's rollout worker) to the cores the launcher gave
+    """Pin this process (and the children it starts later, e.g. the rollout child) to the cores the launcher gave
     the trainer. Cores this process may not use are ignored; returns the cores applied, or None."""
     value = (os.environ if environ is None else environ).get(TRAINER_CPUS_ENV, "")
     wanted = {int(core) for core in value.split(",") if core.strip()}

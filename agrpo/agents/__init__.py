@@ -1,4 +1,4 @@
-"""Agents: tools and environments from the `agent:` config, run in TRL's rollout worker (docs/your_agent.md).
+"""Agents: tools and environments from the `agent:` config, run in the rollout worker (docs/your_agent.md).
 
 tools.py and environments.py build what TRL takes (picklable, guarded); checks.py is the validation pass's part;
 build.py hands TRL its arguments; metrics.py counts where each turn of an episode was served (the trainer's rollout

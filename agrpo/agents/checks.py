@@ -1,6 +1,6 @@
 """The `agent:` checks of the one validation pass (agrpo/config/validate.py), dry run included.
 
-Before anything starts: the limits are in range; every tool and environment factory loads, pickles the way TRL's
+Before anything starts: the limits are in range; every tool and environment factory loads, pickles the way the
 spawned rollout process receives it, and can be described to the model (type hints and a docstring that
 transformers turns into a JSON schema); an environment has `reset`; some reward source exists (`reward.funcs` or an
 environment's `get_reward`); the chat template renders tools and TRL can parse tool calls from it; and with several
@@ -67,7 +67,7 @@ def schema_of(tool: Any, key: str) -> tuple[dict | None, str | None]:
 
 
 def pickles(obj: Any) -> str | None:
-    """Why `obj` does not survive the pickle round trip to TRL's spawned rollout process, or None."""
+    """Why `obj` does not survive the pickle round trip to the spawned rollout process, or None."""
     try:
         pickle.loads(pickle.dumps(obj))
         return None

@@ -1,8 +1,9 @@
-"""Environments as TRL's rollout worker needs them, built from `agent.environment`.
+"""Environments as the rollout worker needs them, built from `agent.environment`.
 
-TRL calls the factory in its spawned rollout process, pools the instances (one per concurrent rollout, `reset`
-between rollouts), offers the public methods of the instance's class as tools, folds what `reset` returns into the
-last prompt message, and, when the class has `get_reward`, adds one reward column named after the class.
+The rollout loop (agrpo/trainer/rollout/toolbox.py, under TRL's contract) calls the factory in the spawned rollout
+process, pools the instances (one per concurrent rollout, `reset` between rollouts), offers the public methods of the
+instance's class as tools, folds what `reset` returns into the last prompt message, and, when the class has
+`get_reward`, adds one reward column named after the class.
 
 `EnvironmentFactory` pickles as its `_target_` and options (a class from `my_env.py` cannot be pickled by
 reference) and hands TRL an instance of a guarded subclass of the user's class (same name, same methods): each tool

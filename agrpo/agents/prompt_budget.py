@@ -1,15 +1,15 @@
 """An agent's prompts as training renders them, and the context budget of its longest episode (the data check's part).
 
-TRL's rollout worker renders every turn of an episode with the tool list (`apply_chat_template(messages, tools=...)`,
-which puts each tool's JSON schema in the prompt, usually in a system turn) and, when the model's template does not
-keep earlier turns unchanged, with TRL's training template instead (`get_training_chat_template`). The tool list is
-often most of the prompt: a row of 181 tokens rendered alone is 1,042 with two tools and a byte-level tokenizer. So
-the data check renders sampled rows exactly that way (`TrainingRenderer`), and checks the worst episode against
-`inference.max_model_len` (`Budget`): the longest prompt, plus one completion per model turn, plus each tool round's
-answer (an answer cut at `agent.max_tool_output_chars` characters with its marker, counted with the model's own
-tokenizer on `SAMPLE_ANSWER`: `cut_answer_tokens`) and the template's own tokens around it (measured by rendering one
-round). What `reset` returns is folded into the prompt at run time and is not
-counted here: the environment is not reset during the check.
+The rollout loop (agrpo/trainer/rollout/episode.py) renders every turn of an episode with the tool list
+(`apply_chat_template(messages, tools=...)`, which puts each tool's JSON schema in the prompt, usually in a system turn)
+and, when the model's template does not keep earlier turns unchanged, with TRL's training template instead
+(`get_training_chat_template`). The tool list is often most of the prompt: a row of 181 tokens rendered alone is 1,042
+with two tools and a byte-level tokenizer. So the data check renders sampled rows exactly that way (`TrainingRenderer`),
+and checks the worst episode against `inference.max_model_len` (`Budget`): the longest prompt, plus one completion per
+model turn, plus each tool round's answer (an answer cut at `agent.max_tool_output_chars` characters with its marker,
+counted with the model's own tokenizer on `SAMPLE_ANSWER`: `cut_answer_tokens`) and the template's own tokens around it
+(measured by rendering one round). What `reset` returns is folded into the prompt at run time and is not counted here:
+the environment is not reset during the check.
 """
 
 from __future__ import annotations
@@ -66,7 +66,7 @@ def schemas_by_environment(agent: Agent) -> dict[str | None, list[dict]]:
 
 
 class TrainingRenderer:
-    """Token counts of conversations rendered as TRL's rollout worker renders them for a run with tools."""
+    """Token counts of conversations rendered as the rollout loop renders them for a run with tools."""
 
     def __init__(self, tokenizer: Any, template_kwargs: dict[str, Any] | None = None):
         from trl.chat_template_utils import get_training_chat_template, is_chat_template_prefix_preserving

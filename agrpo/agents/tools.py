@@ -1,16 +1,17 @@
-"""Tools as TRL's rollout worker needs them, built from `agent.tools` entries named as rewards are.
+"""Tools as the rollout worker needs them, built from `agent.tools` entries named as rewards are.
 
-TRL renders each tool's schema from its name, type hints and docstring (transformers' `get_json_schema` takes only
-functions and bound methods), calls it in a thread of its spawned rollout process (so every tool is pickled), and
-turns what it raises into a tool message the model sees, counted under `tools/<name>/failure_total`.
+The chat template renders each tool's schema from its name, type hints and docstring (transformers' `get_json_schema`
+takes only functions and bound methods); the rollout loop calls it in a thread of the spawned rollout process (so
+every tool is pickled) and turns what it raises into a tool message the model sees, counted under
+`tools/<name>/failure_total` (agrpo/trainer/rollout/toolbox.py).
 
 `GuardedTool` gives all three to a function from a file (`my_tools.py:search`), a dotted path or a mapping with bound
-options: `.method` is a bound method with the function's own name, signature and docstring; it pickles as its
-`_target_` and is rebuilt in the child (a function loaded from a file could not be pickled by reference); and
-`call_guarded` wraps every call, so a tool that hangs past `agent.tool_timeout_s` or returns something no tool
-message can carry raises, which TRL reports to the model and counts, instead of stalling or killing the run; and an
-answer longer than `agent.max_tool_output_chars` is cut there with a marker (`capped`), so one tool returning
-megabytes cannot push the next turn past the context (agrpo's rollout loop counts the cut answers).
+options: `.method` is a bound method with the function's own name, signature and docstring; it pickles as its `_target_`
+and is rebuilt in the child (a function loaded from a file could not be pickled by reference); and `call_guarded` wraps
+every call, so a tool that hangs past `agent.tool_timeout_s` or returns something no tool message can carry raises,
+which the rollout loop reports to the model and counts, instead of stalling or killing the run; and an answer longer
+than `agent.max_tool_output_chars` is cut there with a marker (`capped`), so one tool returning megabytes cannot push
+the next turn past the context (agrpo's rollout loop counts the cut answers).
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ argument values (`agent.warmstart.arguments`: tool argument -> column, else the 
 tool's real answer to that call, and the final answer (`agent.warmstart.answer`, default: the tool's answer). A
 guessing example is the prompt and, at once, the final answer of another row: a plausible answer that is wrong.
 
-Every example is rendered as TRL's rollout worker renders an episode (the chat template, the tool list) and only the
+Every example is rendered as the rollout loop renders an episode (the chat template, the tool list) and only the
 model's own tokens are trained: the call (but its first token, the decision to call, only in `call_share` of the
 examples), and the final answer. So the warm model writes a well-formed call with the row's arguments when it calls,
 answers from the tool's reply, and calls in only about `call_share` of its episodes: GRPO learns when to call.

@@ -88,7 +88,7 @@ def uses_proxy(cfg: DictConfig | RunConfig) -> bool:
 
 
 def inflight_slots(trainer: Any) -> int:
-    """Requests TRL's rollout worker may have in flight: the fixed number asked for, or with `auto` the most samples
+    """Requests the rollout worker may have in flight: the fixed number asked for, or with `auto` the most samples
     the controller may keep ahead of the trainer (it admits fewer; agrpo/trainer/rollout/inflight.py)."""
     fixed = fixed_inflight(trainer.max_inflight_tasks)
     if fixed is not None:

@@ -1,6 +1,6 @@
 r"""Prompt formatting for math problems: an optional system prompt, then the problem followed by an instruction.
 
-The chat template is applied later by TRL's rollout worker, so a prompt here is a list of chat messages.
+The chat template is applied later by the rollout loop, so a prompt here is a list of chat messages.
 """
 
 from __future__ import annotations

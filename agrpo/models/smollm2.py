@@ -5,7 +5,7 @@ The GGUF holds Q4_1 weights; transformers dequantizes them on load (`from_pretra
 the `gguf` package), and the folder stores them as float32, so the model is the quantized one made dense, not the
 original bf16 checkpoint. It is built once and cached, like the tiny model.
 
-Chat template: SmolLM2's own template is ChatML, but TRL's rollout worker only parses responses of templates it
+Chat template: SmolLM2's own template is ChatML, but the rollout loop only parses responses of templates it
 knows (`trl.chat_template_utils.add_response_schema` raises "Unrecognized chat template" for SmolLM2's, and the run
 stops before its first rollout). The folder therefore carries TRL's Qwen2.5 template, which renders the same ChatML
 tokens (`<|im_start|>role\\n...<|im_end|>\\n`) once a system prompt is given; recipes give SmolLM2's own system

@@ -38,7 +38,8 @@ def completion_text(completion: Any) -> str:
 def visible_text(completion: Any) -> str:
     """The completion as a user of the served model reads it: special-token markers removed.
 
-    TRL's rollout worker keeps special tokens other than EOS in the completion text, while vLLM skips them in what it
+    The rollout loop (TRL's `parse_response`, as in TRL's own worker) keeps special tokens other than EOS in the
+    completion text, while vLLM skips them in what it
     serves. A reward that scores characters would otherwise pay the policy for emitting `<|im_start|>` (mostly
     lowercase letters), which raises the training reward without improving a single served answer.
     """

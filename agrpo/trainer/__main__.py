@@ -39,7 +39,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--num-replicas", type=int, default=1, help="replicas behind the URL (scales in-flight work)")
     args = parser.parse_args(argv)
     cfg = load_spec(args.config)  # the run's typed spec, as prepare resolved it: nothing is derived again
-    pinned = apply_trainer_cpus()  # before torch starts its threads; TRL's rollout worker inherits it
+    pinned = apply_trainer_cpus()  # before torch starts its threads; the rollout child inherits it
     from agrpo.trainer.console.logs import setup_trainer_logging
 
     setup_trainer_logging(cfg.sync.output_dir, cfg.logger.level)  # before TRL is imported (it sets env switches)

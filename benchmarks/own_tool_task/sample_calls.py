@@ -1,5 +1,5 @@
 """What a run of the own tool task writes, read back without vLLM: episodes played from its model (the warm start)
-and its final adapter with transformers' sampling, as TRL's rollout worker plays them (agrpo/eval/episodes.py), on
+and its final adapter with transformers' sampling, as the rollout loop plays them (agrpo/eval/episodes.py), on
 the task's held-out rows. Printed: the reward (numeric_match) and the replies that opened a tool call TRL could not
 parse, against every reply that opened one, with their reasons (agrpo/agents/malformed.py) and a few of them as the
 model wrote them. `--adapter none` samples the model alone; `--force-call` opens every first turn with the call tag

@@ -1,5 +1,5 @@
 """docs/your_task.md's code, executed as printed: the reward example is taken from the page's own code block, built
-the way the trainer builds it, and called the way training calls it (TRL's rollout worker: chat messages) and the
+the way the trainer builds it, and called the way training calls it (the rollout loop: chat messages) and the
 way `agrpo eval` calls it; both give the same scores (the one reward contract, agrpo/rewards/contract.py)."""
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ def test_the_guides_reward_scores_training_and_eval_calls_alike(tmp_path, monkey
     texts = ["Sure, it is 7.", "7", "  certainly: 7"]
     prompt = [{"role": "user", "content": "What is 3 + 4? Reply with the number only."}]
     training = reward(
-        completions=[as_messages(t) for t in texts],  # what TRL's rollout worker passes
+        completions=[as_messages(t) for t in texts],  # what the rollout loop passes
         prompts=[prompt] * 3,
         completion_ids=[[1], [2], [3]],
         question=["What is 3 + 4?"] * 3,

@@ -1,5 +1,5 @@
 """A stand-in for the trainer process in tests/trainer/test_trainer_sigterm.py: shared multiprocessing objects and a
-spawned child (as TRL's rollout worker has), then it waits for the launcher's SIGTERM to its process group."""
+spawned child (as the rollout worker has), then it waits for the launcher's SIGTERM to its process group."""
 
 import multiprocessing as mp
 import signal

@@ -10,8 +10,8 @@ each of the 8 requests it held, whose version had been retired by the time the p
   trainer.log): one line the first time it happens outside a hang, then nothing on the console;
 - every count is in the end summary (`requests_figures`, `requests_line`), under the names of who counted it: the
   proxy's `retried` (/proxy/stats, the figure the `serving:` line and /metrics show too), the rollout worker's
-  re-sent requests (TRL's `rollout/vllm_retry_total`, which never sees the proxy's own retries) and the dropped
-  groups.
+  re-sent requests (`rollout/vllm_retry_total`, TRL's name, counted by rollout/client.py, which never sees the
+  proxy's own retries) and the dropped groups.
 
 Pure: `ConsoleEvents.observe` takes one logged step and returns the lines to print; the callback prints them.
 """
@@ -22,7 +22,7 @@ import logging
 from typing import Any
 
 PROXY_RETRIED = "proxy/retried"  # cumulative: routed requests the proxy re-sent to another replica
-WORKER_RESENT = "rollout/vllm_retry_total"  # per logging window: requests TRL's rollout worker sent again
+WORKER_RESENT = "rollout/vllm_retry_total"  # per logging window: requests the rollout worker sent again
 RETIRED_DROPPED = "rollout/retired_dropped_total"  # per logging window: groups dropped, their version retired
 
 DROPPED_LINE = (

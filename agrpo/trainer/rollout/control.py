@@ -1,9 +1,9 @@
-"""A few counters shared by the trainer and TRL's rollout child: the budget of samples ahead and how many were taken.
+"""A few counters shared by the trainer and the rollout child: the budget of samples ahead and how many were taken.
 
-TRL spawns its rollout worker as a child process and passes it a fixed set of queues and values; a new
-`multiprocessing.Value` cannot travel in its keyword arguments (TRL pickles them up front, which a synchronized value
-refuses outside of spawning). So the two processes share a small memory-mapped file instead, whose path is a plain
-string: each slot is an aligned 64-bit integer written by one side only, read by the other.
+The two processes share a small memory-mapped file whose path is a plain string, so it travels in the loop's settings
+(worker.py's `pace`). It was chosen when TRL spawned the child and pickled its keyword arguments up front, which a
+synchronized `multiprocessing.Value` refuses outside of spawning. Each slot is an aligned 64-bit integer written by one
+side only, read by the other.
 
 Written by the trainer: `budget` (samples the generator may have ahead of the trainer; 0 = no limit), `consumed`
 (samples the trainer took off the queue, trained or dropped) and `published` (the newest adapter version saved, which

@@ -1,4 +1,4 @@
-"""TRL's rollout worker, made to fail loudly and never hang: a failing reward, a bad row, a dead or hung rollout
+"""The rollout worker, made to fail loudly and never hang: a failing reward, a bad row, a dead or hung rollout
 process ends the run within seconds with one paragraph, a non-zero exit, and everything written so far kept.
 
 TRL 1.16 generates and scores in a spawned child process (`AsyncRolloutWorker`). Before this guard, a reward that
