@@ -26,9 +26,6 @@ from tests.http_stand_in import post_stand_in
 
 AGRPO = Path(__file__).resolve().parents[2] / "agrpo"
 SEAM = {"trainer/seam"}  # the package
-# the files of the rollout child's loop classes before issue 44 (deleted: agrpo's own loop is trainer/rollout/), so
-# this exempts nothing now
-SEAM_FILES = {f"trainer/{name}.py" for name in ("rollout_loop", "guarded_loop", "rollout_child", "agent_loop")}
 # Replacements outside the seam that remain, each with why (none today); the list only shrinks.
 KNOWN_OUTSIDE: dict[tuple[str, str], str] = {}
 TRL_CLASSES = (
@@ -81,7 +78,7 @@ def test_no_attribute_of_a_trl_object_is_replaced_outside_the_seam():
     outside = []
     for path in sorted(AGRPO.rglob("*.py")):
         rel = path.relative_to(AGRPO).as_posix()
-        if rel.rpartition("/")[0] in SEAM or rel in SEAM_FILES or rel == "trl_compat.py":
+        if rel.rpartition("/")[0] in SEAM or rel == "trl_compat.py":
             continue
         tree = ast.parse(path.read_text(), str(path))
         outside += [(rel, name, line) for name, line in replaced_attributes(tree, names)]
@@ -102,7 +99,7 @@ def test_no_module_outside_the_seam_reads_a_private_trl_name():
     outside = [
         f"agrpo/{rel}:{line} uses {name}"
         for rel, tree in files_working_with_trl()
-        if rel.rpartition("/")[0] not in SEAM and rel not in SEAM_FILES
+        if rel.rpartition("/")[0] not in SEAM
         for name, line in names_used(tree)
         if name in private
     ]
