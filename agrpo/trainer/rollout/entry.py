@@ -58,14 +58,14 @@ class ChildEntry:
     def __reduce__(self):
         return (_child_entry_in_child, (self.run_dir, self.level))
 
-    def __call__(self, settings: dict[str, Any], channels: Any) -> None:
+    def __call__(self, loop_settings: dict[str, Any], channels: Any) -> None:
         """Build the loop on the channels (a loop that cannot be built - a chat template TRL's parser does not know,
         say - is reported like any failure), say ready, watch the stop event, run."""
         from agrpo.trainer.rollout.child import exit_now, poll_stop_event, report
         from agrpo.trainer.rollout.loop import RolloutLoop
 
         try:
-            rollout_loop = RolloutLoop(channels, **settings)
+            rollout_loop = RolloutLoop(channels, **loop_settings)
         except Exception as error:
             logging.getLogger(__name__).debug("the rollout loop could not be built", exc_info=True)
             report(channels.failure, channels.failed, error)

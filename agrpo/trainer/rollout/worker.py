@@ -61,8 +61,8 @@ def loop_arguments(args: Any, dataset: Any, reward_funcs: list[Any], tools: Any,
 class AgrpoRolloutWorker:
     """TRL's `RolloutWorkerProtocol`, agrpo's way (the module docstring has its parts)."""
 
-    def __init__(self, settings: dict[str, Any], queue_maxsize: int = 0, ready_timeout_s: float = READY_TIMEOUT_S):
-        self.settings = settings  # the loop's (loop.py's LoopSettings, by name); every value picklable
+    def __init__(self, loop_settings: dict[str, Any], queue_maxsize: int = 0, ready_timeout_s: float = READY_TIMEOUT_S):
+        self.settings = loop_settings  # the loop's (loop.py's LoopSettings, by name); every value picklable
         self.child = ChildProcess()
         self.channels = ChildChannels.create(self.child.context, queue_maxsize)
         self.ready_timeout_s = ready_timeout_s

@@ -90,12 +90,24 @@ class Running:
         assert not self.thread.is_alive(), "the loop did not end after the stop"
 
 
+def by_version(request) -> tuple:
+    """A reply whose tokens say which adapter version was asked for (65 + N for `trl-policy-vN`), ending on EOS."""
+    version = int(request["model"].rpartition("-v")[2])
+    return completion([65 + version] * (1 + len(request["prompt"]) % 4) + [EOS])
+
+
 def test_groups_of_samples_labelled_with_the_version_their_requests_asked_for():
-    with stand_in_vllm(replies) as (url, server), Running(url) as running:
+    with stand_in_vllm(by_version) as (url, server), Running(url) as running:
         first = running.samples(8)
         running.channels.set_version(2)
-        later = running.samples(24)
+        later = []  # until 8 samples of v2 came (what is queued of v1 comes first)
+        while sum(s.model_version == 2 for s in later) < 8 and len(later) < 400:
+            later += running.samples(1)
         figures = running.figures()
+    for sample in first + later:  # the version a sample is labelled with is the one its tokens were sampled from
+        asked = {int(t) - 65 for t, m in zip(sample.input_ids, sample.completion_mask) if m and t != EOS}
+        assert asked == {sample.model_version}
+    assert {s.model_version for s in first} == {1} and sum(s.model_version == 2 for s in later) == 8
     by_group: dict[int, list] = {}
     for sample in first + later:
         by_group.setdefault(sample.group_id, []).append(sample)
@@ -104,7 +116,6 @@ def test_groups_of_samples_labelled_with_the_version_their_requests_asked_for():
     for group in complete:
         assert len({s.prompt[0]["content"] for s in group}) == 1  # one dataset row per group
         assert abs(sum(s.advantage for s in group)) < 1e-5  # group-normalised
-    assert {s.model_version for s in first} == {1} and {s.model_version for s in later[-8:]} == {2}
     models = server.models()
     assert "trl-policy-v1" in models and "trl-policy-v2" in models and set(models) <= {"trl-policy-v1", "trl-policy-v2"}
     assert all(s.enqueued_at is not None and s.input_ids[-1] == EOS for s in first)
