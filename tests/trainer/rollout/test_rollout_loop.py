@@ -87,6 +87,10 @@ class Running:
     def __exit__(self, *exc):
         self.loop.request_stop()
         self.thread.join(BOUNDED_S)
+        # samples nobody will read stay in the queues' pipes: without this, their feeder threads would hold this
+        # process at exit, writing into a full pipe (the child's exit_now does the same; process.py drains instead)
+        for channel in (self.channels.samples, self.channels.metrics):
+            channel.cancel_join_thread()
         assert not self.thread.is_alive(), "the loop did not end after the stop"
 
 
