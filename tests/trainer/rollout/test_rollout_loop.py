@@ -161,22 +161,22 @@ def test_a_retired_versions_groups_are_dropped_unscored_and_the_loop_goes_on(cap
 
 
 def test_the_trainers_stop_ends_the_loop_at_once_with_requests_hanging():
+    """The requests hang three times longer than the loop is given to end: it ends without waiting for them."""
     hang = threading.Event()
 
     def answer(request):
-        hang.wait(BOUNDED_S)
+        hang.wait(3 * BOUNDED_S)
         return replies(request)
 
     with stand_in_vllm(answer) as (url, server), Running(url) as running:
         deadline = time.monotonic() + BOUNDED_S
         while len(server.seen) < 8 and time.monotonic() < deadline:
             time.sleep(0.01)
-        started = time.monotonic()
         running.loop.request_stop()
         running.thread.join(BOUNDED_S)
-        stopped_in = time.monotonic() - started
+        ended = not running.thread.is_alive()
         hang.set()
-    assert not running.thread.is_alive() and stopped_in < BOUNDED_S / 2
+    assert ended  # within BOUNDED_S, while every request was still hanging
     assert len(server.seen) == 8  # max_inflight_tasks requests, none after the stop
 
 
