@@ -22,18 +22,14 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from agrpo.agents.environments import tool_methods
 from agrpo.trainer.rollout.figures import Figures
-
-CONTROL_METHODS = ("reset", "get_reward")
 
 
 def offered_methods(instance: Any) -> list[Callable]:
-    """The bound methods of `instance` the model may call."""
-    return [
-        getattr(instance, name)
-        for name, _ in inspect.getmembers(type(instance), predicate=inspect.isfunction)
-        if name not in CONTROL_METHODS and not name.startswith("_")
-    ]
+    """The bound methods of `instance` the model may call (the names agents/environments.py's `tool_methods` gives,
+    which the validation pass and `agrpo eval` use too)."""
+    return [getattr(instance, name) for name in tool_methods(type(instance))]
 
 
 def with_observation(prompt: list[dict[str, Any]], observation: Any) -> list[dict[str, Any]]:
