@@ -67,6 +67,7 @@ def report_disk_full(error: Exception, cfg: RunConfig) -> int:
     """A full disk is one paragraph (agrpo/trainer/disk_full.py), its traceback in trainer.log if it still fits;
     any other error is raised as it is."""
     from agrpo.trainer.disk_full import disk_figures, disk_full_cause, disk_full_message
+    from agrpo.trainer.disk_full_quiet import settle_thread_hooks
 
     cause = disk_full_cause(error)
     if cause is None:
@@ -74,6 +75,7 @@ def report_disk_full(error: Exception, cfg: RunConfig) -> int:
     logging.raiseExceptions = False  # a log file on the full disk: no "--- Logging error ---" tracebacks
     log.debug("the disk is full", exc_info=error)
     report_trainer_error(disk_full_message(disk_figures(cfg.sync.output_dir, cfg.trainer.save_total_limit), cause))
+    settle_thread_hooks()
     return 1
 
 

@@ -22,9 +22,11 @@ import traceback
 from typing import Any
 
 from agrpo.trainer.disk_full import disk_full_cause
-from agrpo.trainer.trainer_error import TRAINER_ERROR_ENV, spill_file
+from agrpo.trainer.trainer_error import TRAINER_ERROR_ENV, spill_file, write_whole
 
 _previous_hook = threading.excepthook
+_hooks_running = threading.Condition()
+_hooks_in_flight = 0
 
 
 def on_disk_full(error: BaseException, where: str) -> None:
@@ -32,21 +34,31 @@ def on_disk_full(error: BaseException, where: str) -> None:
     logging.raiseExceptions = False  # each record trainer.log can no longer take would print a traceback
     path = os.environ.get(TRAINER_ERROR_ENV)
     target = spill_file(path, f".{where}.traceback.txt") if path else None
-    if target is not None:
-        try:
-            flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_NOFOLLOW", 0)
-            with os.fdopen(os.open(target, flags, 0o600), "w") as out:
-                out.write("".join(traceback.format_exception(error)))
-        except OSError:
-            pass  # the temp disk is full too: the paragraph still says what happened
+    if target is not None:  # whole or not at all; when the temp disk is full too, the paragraph still says it
+        write_whole(target, "".join(traceback.format_exception(error)))
 
 
 def thread_hook(args: Any) -> None:
     """threading.excepthook: a thread that died of a full disk (TensorBoard's writer) is not printed."""
-    if args.exc_value is not None and disk_full_cause(args.exc_value) is not None:
-        on_disk_full(args.exc_value, "thread")
+    global _hooks_in_flight
+    if args.exc_value is None or disk_full_cause(args.exc_value) is None:
+        _previous_hook(args)
         return
-    _previous_hook(args)
+    with _hooks_running:
+        _hooks_in_flight += 1
+    try:
+        on_disk_full(args.exc_value, "thread")
+    finally:
+        with _hooks_running:
+            _hooks_in_flight -= 1
+            _hooks_running.notify_all()
+
+
+def settle_thread_hooks(timeout: float = 2.0) -> bool:
+    """Wait (bounded) for threads still keeping their disk-full traceback: TensorBoard's writer thread hands its
+    error to the main thread before its hook runs, and the main thread's exit would otherwise cut that write short."""
+    with _hooks_running:
+        return _hooks_running.wait_for(lambda: _hooks_in_flight == 0, timeout)
 
 
 def install_thread_hook() -> None:

@@ -49,7 +49,7 @@ def spill_file(error_file: str | Path, suffix: str = ".txt") -> Path | None:
     return folder / f"{key}{suffix}" if folder else None
 
 
-def _write_whole(path: Path, text: str) -> bool:
+def write_whole(path: Path, text: str) -> bool:
     """`text` into `path` whole or not at all (never an empty file); False when it cannot be written."""
     partial = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
@@ -70,13 +70,13 @@ def report_trainer_error(message: str) -> None:
     path = os.environ.get(TRAINER_ERROR_ENV)
     text = message.strip() + "\n"
     if path:
-        if _write_whole(Path(path), text):
+        if write_whole(Path(path), text):
             return
         spilled = spill_file(path)
         handling = sys.exc_info()[1]
-        if spilled is not None and _write_whole(spilled, text):
+        if spilled is not None and write_whole(spilled, text):
             if handling is not None:
-                _write_whole(spill_file(path, ".traceback.txt"), "".join(traceback.format_exception(handling)))
+                write_whole(spill_file(path, ".traceback.txt"), "".join(traceback.format_exception(handling)))
             return
     print(f"agrpo trainer: {message}", file=sys.stderr)
 

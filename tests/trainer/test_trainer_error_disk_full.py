@@ -145,3 +145,38 @@ def test_trainer_log_on_a_full_disk_says_so_once(full_run, capsys):
     assert err.splitlines() == [
         f"agrpo trainer: {full_run}/logs/trainer.log: the disk is full; no more lines are written there"
     ]
+
+
+def test_the_exit_waits_for_a_thread_still_keeping_its_traceback(tmp_path, monkeypatch):
+    """CI once read an empty .thread.traceback.txt: the main thread exited while TensorBoard's thread was writing it.
+    Now the write is whole or nothing, and the main thread's exit path waits (bounded) for a hook in flight."""
+    import errno
+    import logging
+    import threading
+    import time
+
+    from agrpo.trainer import disk_full_quiet
+
+    monkeypatch.setenv(TRAINER_ERROR_ENV, str(trainer_error_file(tmp_path)))
+    entered, slow_write = threading.Event(), disk_full_quiet.on_disk_full
+
+    def slow(error, where):
+        entered.set()
+        time.sleep(0.5)  # a write the exit would cut short
+        slow_write(error, where)
+
+    monkeypatch.setattr(disk_full_quiet, "on_disk_full", slow)
+    monkeypatch.setattr(threading, "excepthook", disk_full_quiet.thread_hook)
+    monkeypatch.setattr(logging, "raiseExceptions", True)  # on_disk_full switches it off for the process
+
+    def writer():
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    worker = threading.Thread(target=writer, daemon=True)
+    worker.start()
+    assert entered.wait(5)
+    traced = spill_file(trainer_error_file(tmp_path), ".thread.traceback.txt")
+    assert disk_full_quiet.settle_thread_hooks(timeout=5)
+    assert "OSError: [Errno 28] No space left on device" in traced.read_text()
+    clear_trainer_error(tmp_path)
+    assert not traced.exists()
