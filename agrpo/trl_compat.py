@@ -51,7 +51,7 @@ class TrlChanged(AgrpoError):
 class TrlName:
     module: str
     path: str  # "name" in the module, or "Class.member"
-    used_by: str  # the agrpo module that relies on it (agrpo/trainer/...)
+    used_by: str  # the agrpo module that relies on it: under agrpo/trainer/, or a path from agrpo/ itself
     params: tuple[str, ...] | None = None  # a function's parameters, exactly (self left out)
     takes: tuple[str, ...] = ()  # keywords it must still take
     why: str = ""  # for a private name: why no public hook of TRL serves (tests/trainer/test_trl_compat.py)
@@ -72,9 +72,9 @@ TRL_NAMES: tuple[TrlName, ...] = (
     TrlName(W, "RolloutSample", "rollout/scorer, rollout/loop"),
     TrlName(W, "TrainingSequence", "rollout/sequences"),
     TrlName(CT, "parse_response", "rollout/episode", ("tokenizer", "ids", "prefix", "tools")),
-    TrlName(CT, "add_response_schema", "rollout/loop", ("processing_class",)),
-    TrlName(CT, "is_chat_template_prefix_preserving", "rollout/loop", ("processing_class",)),
-    TrlName(CT, "get_training_chat_template", "rollout/loop"),
+    TrlName(CT, "add_response_schema", "agrpo/models/chat_template", ("processing_class",)),
+    TrlName(CT, "is_chat_template_prefix_preserving", "agrpo/models/chat_template", ("processing_class",)),
+    TrlName(CT, "get_training_chat_template", "agrpo/models/chat_template"),
     TrlName(U, "get_callable_name", "rollout/scorer", ("func",)),
     TrlName(U, "is_async_callable", "rollout/scorer", ("func",)),
     TrlName(
@@ -239,7 +239,8 @@ def parameters(func: ast.FunctionDef | ast.AsyncFunctionDef, method: bool) -> tu
 
 
 def _file(entry: TrlName) -> str:
-    return f"agrpo/trainer/{entry.used_by.split(',')[0]}.py"
+    first = entry.used_by.split(",")[0]
+    return f"{first}.py" if first.startswith("agrpo/") else f"agrpo/trainer/{first}.py"
 
 
 def locate(root: Path, entry: TrlName) -> ast.AST | bool | None:

@@ -69,23 +69,13 @@ class TrainingRenderer:
     """Token counts of conversations rendered as the rollout loop renders them for a run with tools."""
 
     def __init__(self, tokenizer: Any, template_kwargs: dict[str, Any] | None = None):
-        from trl.chat_template_utils import get_training_chat_template, is_chat_template_prefix_preserving
+        from agrpo.models.chat_template import TurnRenderer
 
         self.tokenizer = copy.copy(tokenizer)
-        self.kwargs = dict(template_kwargs or {})
-        preserving = is_chat_template_prefix_preserving(self.tokenizer)
-        self.chat_template = None if preserving else get_training_chat_template(self.tokenizer)
+        self.render = TurnRenderer(self.tokenizer, template_kwargs)
 
     def length(self, messages: list[dict[str, Any]], schemas: list[dict], generation: bool = True) -> int:
-        ids = self.tokenizer.apply_chat_template(
-            messages,
-            return_dict=False,
-            add_generation_prompt=generation,
-            tools=schemas or None,
-            chat_template=self.chat_template,
-            **self.kwargs,
-        )
-        return len(ids)
+        return len(self.render(messages, schemas, generation))
 
     def answer_tokens(self, max_chars: int | None) -> int | None:
         return None if max_chars is None else cut_answer_tokens(self.tokenizer, int(max_chars))
@@ -158,11 +148,10 @@ class AgentPrompts:
     environment's tools listed), and the budget paragraph for the longest."""
 
     def __init__(self, cfg: Any, dataset: Any, tokenizer: Any, agent: Agent):
-        from omegaconf import OmegaConf
+        from agrpo.models.chat_template import run_template_kwargs
 
-        extra = OmegaConf.to_container(cfg.trainer.extra, resolve=True) if cfg.trainer.extra else {}
         self.cfg, self.prompts = cfg, dataset["prompt"]
-        self.renderer = TrainingRenderer(tokenizer, (extra or {}).get("chat_template_kwargs"))
+        self.renderer = TrainingRenderer(tokenizer, run_template_kwargs(cfg))
         self.schemas = schemas_by_environment(agent)
         multi = None not in self.schemas
         self.environments = dataset["environment"] if multi and "environment" in dataset.column_names else None

@@ -280,14 +280,12 @@ def check_tokenizer(cfg: Any, tokenizer: Any) -> Any:
 
 
 def example_rows(tokenizer: Any, episodes: list[ex.Episode], schemas: list[dict]) -> list[tuple]:
-    from agrpo.agents.prompt_budget import TrainingRenderer
+    from agrpo.models.chat_template import TurnRenderer
 
-    template = TrainingRenderer(tokenizer).chat_template  # TRL's training template where the model's own drifts
+    renderer = TurnRenderer(tokenizer)  # TRL's training template where the model's own drifts, as in training
 
     def render(messages: list[dict], generation: bool) -> list[int]:
-        return tokenizer.apply_chat_template(
-            messages, tools=schemas, add_generation_prompt=generation, return_dict=False, chat_template=template
-        )
+        return renderer(messages, schemas, generation)
 
     def encode(text: str) -> list[int]:
         return tokenizer.encode(text, add_special_tokens=False)

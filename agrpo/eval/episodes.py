@@ -72,19 +72,16 @@ def folded_prompt(prompt: list[dict[str, Any]], observation: Any) -> list[dict[s
 class AgentEpisodes:
     """Plays and scores agent episodes for `agrpo eval` (agrpo/eval/runner.py)."""
 
-    def __init__(self, agent: Agent, tokenizer: Any, params: dict[str, Any]):
-        from trl.chat_template_utils import add_response_schema, get_training_chat_template
-        from trl.chat_template_utils import is_chat_template_prefix_preserving
+    def __init__(
+        self, agent: Agent, tokenizer: Any, params: dict[str, Any], template_kwargs: dict[str, Any] | None = None
+    ):
+        from agrpo.models.chat_template import TurnRenderer, response_ready
 
         self.agent, self.params = agent, params
-        if (
-            getattr(tokenizer, "response_template", None) is None
-            and getattr(tokenizer, "response_schema", None) is None
-        ):
-            tokenizer = add_response_schema(tokenizer)
-        self.tokenizer = tokenizer
-        preserving = is_chat_template_prefix_preserving(tokenizer)
-        self.chat_template = None if preserving else get_training_chat_template(tokenizer)
+        self.tokenizer = response_ready(tokenizer)
+        classes = agent.environment_classes().values()
+        any_tools = bool(agent.tools) or any(tool_methods(cls) for cls in classes)  # training's Toolbox.any_tools
+        self.render = TurnRenderer(self.tokenizer, template_kwargs, keep_prefix=any_tools)
         self.factories = agent.factories()
         self.reward_names = agent.reward_names()
 
@@ -111,13 +108,7 @@ class AgentEpisodes:
         messages = list(prompt)
         limit = self.agent.max_tool_calling_iterations
         while True:
-            prompt_ids = self.tokenizer.apply_chat_template(
-                messages,
-                return_dict=False,
-                add_generation_prompt=True,
-                tools=tools or None,
-                chat_template=self.chat_template,
-            )
+            prompt_ids = self.render(messages, tools)
             choice = complete(prompt_ids, seed + episode.turns * TURN_SEED_STRIDE)
             turn_ids = list(choice.get("token_ids") or [])
             reply = parse_response(self.tokenizer, turn_ids, prefix=prompt_ids, tools=tools)

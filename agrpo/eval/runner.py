@@ -24,6 +24,7 @@ from agrpo.config.spec import with_values
 from agrpo.errors import ConfigError, LaunchError
 from agrpo.eval.scoring import ProblemResult, is_correct, problem_of, summarize, term_names, total_rewards
 from agrpo.inference.replica_guard import trainer_bearer
+from agrpo.models.chat_template import TurnRenderer, resolve_chat_template, run_template_kwargs
 from agrpo.rewards.contract import as_messages, call_reward
 
 log = logging.getLogger(__name__)
@@ -205,16 +206,9 @@ def eval_prompts(cfg: RunConfig, problems: Any) -> tuple[Any, list[list[int]]]:
     model_path = prepare_model(cfg.model)
     tokenizer = AutoTokenizer.from_pretrained(model_path, trust_remote_code=cfg.model.trust_remote_code)
     if cfg.model.chat_template:  # the prompts the policy was trained on
-        from agrpo.models.chat_template import resolve_chat_template
-
         tokenizer.chat_template = resolve_chat_template(cfg.model.chat_template)
-    prompts = [
-        tokenizer(
-            tokenizer.apply_chat_template(p, tokenize=False, add_generation_prompt=True), add_special_tokens=False
-        )["input_ids"]
-        for p in problems["prompt"]
-    ]
-    return tokenizer, prompts
+    render = TurnRenderer(tokenizer, run_template_kwargs(cfg), keep_prefix=False)  # as training renders a tool-less run
+    return tokenizer, [render(p) for p in problems["prompt"]]
 
 
 def sample_served(
@@ -265,7 +259,7 @@ def run_eval(cfg: RunConfig, out_dir: Path) -> dict[str, Any]:
     if agent is not None:
         from agrpo.eval.episodes import AgentEpisodes
 
-        episodes = AgentEpisodes(agent, tokenizer, params)
+        episodes = AgentEpisodes(agent, tokenizer, params, run_template_kwargs(cfg))
     out_dir.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
 

@@ -15,7 +15,6 @@ paths, and the cases a real replica cannot be made to answer on cue, against a s
 from __future__ import annotations
 
 import asyncio
-import time
 
 import pytest
 import requests
@@ -78,29 +77,28 @@ def real_loop(user_code, rollout_loop, vllm_server):
     return loop
 
 
-def run(loop, scenario) -> tuple[object, float]:
-    """`scenario()` on the loop's open client, against the replica: (what it returned or raised, seconds it took)."""
+def run(loop, scenario) -> object:
+    """`scenario()` on the loop's open client, against the replica: what it returned or raised (TimeoutError past
+    issue 32's bound: the cause is named within WITHIN_S, not after a timeout of the client's own)."""
 
     async def opened():
         await loop.client.open()
         try:
-            return await asyncio.wait_for(scenario(), 120)
+            return await asyncio.wait_for(scenario(), WITHIN_S)
         finally:
             await loop.client.close()
 
-    start = time.monotonic()
     try:
-        result = asyncio.run(opened())
+        return asyncio.run(opened())
     except Exception as error:  # the caller asserts on it
-        result = error
-    return result, time.monotonic() - start
+        return error
 
 
 def test_a_prompt_that_overflows_with_its_tool_list_stops_the_run_after_one_request(real_loop):
     """The row's rollout as the loop runs it (`_rollout`): the refusal of its first turn becomes the run's
     paragraph naming the row."""
     row = {"prompt": [{"role": "user", "content": "Convert 3 blorps."}]}  # 30 tokens; the two tools' list 700 more
-    result, took = run(real_loop, lambda: real_loop._rollout(Group(0, row, 1)))
+    result = run(real_loop, lambda: real_loop._rollout(Group(0, row, 1)))
     assert isinstance(result, RowError), result
     refused = result.__cause__
     assert isinstance(refused, RequestRefused) and refused.status == 400 and refused.too_long, refused
@@ -109,7 +107,6 @@ def test_a_prompt_that_overflows_with_its_tool_list_stops_the_run_after_one_requ
     assert paragraph.startswith("generating a completion for the row [prompt 'Convert 3 blorps.'] failed: ")
     assert "256" in paragraph and "inference.max_model_len" in paragraph  # vLLM's figure, and the key to change
     assert real_loop.client.posts == 0 and counted(real_loop)[RETRIED_COUNTER] == 0  # unsent (TRL sent it 90 times)
-    assert took < WITHIN_S
 
 
 def test_a_six_megabyte_tool_answer_ends_its_episode_counted_with_one_line(real_loop, caplog):
@@ -117,7 +114,7 @@ def test_a_six_megabyte_tool_answer_ends_its_episode_counted_with_one_line(real_
     real_loop.episodes.scripted = (CALL,)
     toolbox = real_loop.toolbox
     prompt = [{"role": "user", "content": "Hi."}]
-    result, took = run(
+    result = run(
         real_loop, lambda: real_loop.episodes.play(prompt, toolbox.schema_tools(None), toolbox.callable_tools(None))
     )
     assert isinstance(result, EpisodeResult), result
@@ -136,4 +133,3 @@ def test_a_six_megabyte_tool_answer_ends_its_episode_counted_with_one_line(real_
     assert "agent.max_tool_output_chars" in said[0].getMessage()  # the keys to change
     assert len(sequences) == 1 and sum(sequences[0].completion_mask) == len(completion_ids)  # the call, trained
     assert len(sequences[0].input_ids) < 2000  # the 6 MB context is neither trained on nor forwarded
-    assert took < WITHIN_S, took

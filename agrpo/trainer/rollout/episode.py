@@ -42,6 +42,7 @@ from agrpo.agents.metrics import (
 )
 from agrpo.agents.prompt_budget import BUDGET_KEYS
 from agrpo.agents.tools import CUT_MARK
+from agrpo.models.chat_template import TurnRenderer
 from agrpo.trainer.rollout.client import ProxyClient, RequestRefused
 from agrpo.trainer.rollout.figures import Figures
 from agrpo.trainer.rollout.sequences import TurnTokens, rows_from_turns
@@ -93,8 +94,7 @@ class EpisodeRules:
     """What every episode of a run shares."""
 
     tokenizer: Any
-    chat_template: str | None
-    chat_template_kwargs: dict[str, Any]
+    render: TurnRenderer  # messages + tools -> prompt ids (agrpo/models/chat_template.py)
     max_tool_calls: int | None  # TRL's max_tool_calling_iterations
     fork_threshold: int
     eos_ids: tuple[int, ...]
@@ -125,14 +125,7 @@ class Episodes:
         messages, turns = list(prompt), []
         result = EpisodeResult([], [], [], 0, 0, [], EpisodeEnd.ANSWERED)
         while True:
-            prompt_ids = rules.tokenizer.apply_chat_template(
-                messages,
-                return_dict=False,
-                add_generation_prompt=True,
-                tools=schema or None,
-                chat_template=rules.chat_template,
-                **rules.chat_template_kwargs,
-            )
+            prompt_ids = rules.render(messages, schema)
             try:
                 turn = await self._turn(prompt_ids)
             except RequestRefused as refused:

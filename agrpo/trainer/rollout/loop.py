@@ -24,8 +24,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from typing import Any
 
-from trl.chat_template_utils import add_response_schema, get_training_chat_template, is_chat_template_prefix_preserving
-
+from agrpo.models.chat_template import TurnRenderer, response_ready
 from agrpo.trainer.sync.retention import OPEN_VERSION_METRIC
 from agrpo.trainer.rollout.admission import Admission
 from agrpo.trainer.rollout.child import ProgressHeartbeat, RowError, exit_now, report, row_failure
@@ -82,14 +81,6 @@ class LoopSettings:
         return values
 
 
-def response_ready(tokenizer: Any) -> Any:
-    """The tokenizer with a response template set (TRL's `add_response_schema`, which knows the common chat templates),
-    so replies' tool calls can be parsed; as it is when it has one."""
-    if getattr(tokenizer, "response_template", None) is None and getattr(tokenizer, "response_schema", None) is None:
-        return add_response_schema(tokenizer)
-    return tokenizer
-
-
 class RolloutLoop:
     """Built in the child on its channels (process.py's ChildChannels); `run` until stopped or failed."""
 
@@ -103,11 +94,9 @@ class RolloutLoop:
         self.toolbox = Toolbox(s.tools, s.environment_factory, self.pool, self.figures)
         agent = self.toolbox.any_tools or bool(self.toolbox.factories)
         tokenizer = response_ready(s.processing_class)
-        keep_prefix = self.toolbox.any_tools and not is_chat_template_prefix_preserving(tokenizer)
         rules = EpisodeRules(
             tokenizer=tokenizer,
-            chat_template=get_training_chat_template(tokenizer) if keep_prefix else None,
-            chat_template_kwargs=dict(s.chat_template_kwargs or {}),
+            render=TurnRenderer(tokenizer, s.chat_template_kwargs, keep_prefix=self.toolbox.any_tools),
             max_tool_calls=s.max_tool_calling_iterations,
             fork_threshold=s.fork_threshold_tokens,
             eos_ids=(*s.eos_token_ids, tokenizer.pad_token_id),
