@@ -247,24 +247,50 @@ def _held_after_undo(replica: Replica, reply: Reply, undo: Reply | None, retry: 
     return f"{who} answered {reply.summary()}"
 
 
-async def unload_adapter(replicas: Sequence[Replica], body: bytes, send: Send) -> Outcome:
-    """Unload everywhere; any replica that did not confirm makes the answer a failure."""
+@dataclass
+class _Split:
+    """A broadcast's replies once it is not settled by them: the replicas that confirmed, those that refused (with
+    the reply), and the refusals in words."""
+
+    confirmed: list[Replica]
+    failed: list[tuple[Replica, Reply]]
+
+    @property
+    def details(self) -> str:
+        return "; ".join(f"{_name(r)} answered {p.summary()}" for r, p in self.failed)
+
+    @property
+    def status(self) -> int:
+        return _failure_status(self.failed[0][1])
+
+
+async def _to_every_replica(
+    replicas: Sequence[Replica], method: str, path_qs: str, body: bytes, send: Send, what: str, no_replica: str
+) -> Outcome | _Split:
+    """Send to every replica at once. The Outcome when the replies settle it (no replica to send to, none answered,
+    every one that answered confirmed), else how they split."""
     if not replicas:
-        return error_outcome(503, "no healthy replica to unload the adapter from")
-    all_replies = await asyncio.gather(*(send(r, "POST", "/v1/unload_lora_adapter", body) for r in replicas))
+        return error_outcome(503, no_replica)
+    all_replies = await asyncio.gather(*(send(r, method, path_qs, body) for r in replicas))
     up, replies = answered(replicas, all_replies)
     if not up:
-        return _none_answered(replicas, all_replies, "the adapter unload")
-    replicas = up
-    failed = [(r, p) for r, p in zip(replicas, replies) if not p.ok]
+        return _none_answered(replicas, all_replies, what)
+    failed = [(r, p) for r, p in zip(up, replies) if not p.ok]
     if not failed:
         return _success(replies)
-    done = [r for r, p in zip(replicas, replies) if p.ok]
-    details = "; ".join(f"{_name(r)} answered {p.summary()}" for r, p in failed)
-    message = f"adapter {_adapter_name(body)!r} was not unloaded everywhere: {details}"
-    if done:
-        message += f" (unloaded from replica(s) {_names(done)})"
-    return error_outcome(_failure_status(failed[0][1]), message, "AdapterUnloadError")
+    return _Split([r for r, p in zip(up, replies) if p.ok], failed)
+
+
+async def unload_adapter(replicas: Sequence[Replica], body: bytes, send: Send) -> Outcome:
+    """Unload everywhere; any replica that did not confirm makes the answer a failure."""
+    what, none = "the adapter unload", "no healthy replica to unload the adapter from"
+    sent = await _to_every_replica(replicas, "POST", "/v1/unload_lora_adapter", body, send, what, none)
+    if isinstance(sent, Outcome):
+        return sent
+    message = f"adapter {_adapter_name(body)!r} was not unloaded everywhere: {sent.details}"
+    if sent.confirmed:
+        message += f" (unloaded from replica(s) {_names(sent.confirmed)})"
+    return error_outcome(sent.status, message, "AdapterUnloadError")
 
 
 async def everywhere_or_undo(
@@ -275,26 +301,17 @@ async def everywhere_or_undo(
     undo_path_qs: str,
 ) -> Outcome:
     """Pause or resume all replicas; if some fail, send `undo_path_qs` to those that obeyed."""
-    if not replicas:
-        return error_outcome(503, f"no healthy replica for {path_qs}")
-    all_replies = await asyncio.gather(*(send(r, "POST", path_qs, body) for r in replicas))
-    up, replies = answered(replicas, all_replies)
-    if not up:
-        return _none_answered(replicas, all_replies, path_qs)
-    replicas = up
-    failed = [(r, p) for r, p in zip(replicas, replies) if not p.ok]
-    if not failed:
-        return _success(replies)
-    obeyed = [r for r, p in zip(replicas, replies) if p.ok]
-    details = "; ".join(f"{_name(r)} answered {p.summary()}" for r, p in failed)
-    message = f"{path_qs} failed on some replicas: {details}"
-    if obeyed:
-        undone = await asyncio.gather(*(send(r, "POST", undo_path_qs, b"") for r in obeyed))
-        stuck = [r for r, p in zip(obeyed, undone) if not p.ok]
-        message += f"; sent {undo_path_qs} to replica(s) {_names(obeyed)} to undo it"
+    sent = await _to_every_replica(replicas, "POST", path_qs, body, send, path_qs, f"no healthy replica for {path_qs}")
+    if isinstance(sent, Outcome):
+        return sent
+    message = f"{path_qs} failed on some replicas: {sent.details}"
+    if sent.confirmed:
+        undone = await asyncio.gather(*(send(r, "POST", undo_path_qs, b"") for r in sent.confirmed))
+        stuck = [r for r, p in zip(sent.confirmed, undone) if not p.ok]
+        message += f"; sent {undo_path_qs} to replica(s) {_names(sent.confirmed)} to undo it"
         if stuck:
             message += f", which FAILED on replica(s) {_names(stuck)}"
-    return error_outcome(_failure_status(failed[0][1]), message, "BroadcastError")
+    return error_outcome(sent.status, message, "BroadcastError")
 
 
 async def everywhere(
@@ -305,20 +322,10 @@ async def everywhere(
     send: Send,
 ) -> Outcome:
     """Send to all replicas (reset_prefix_cache, sleep, wake_up); report every failure."""
-    if not replicas:
-        return error_outcome(503, f"no healthy replica for {path_qs}")
-    all_replies = await asyncio.gather(*(send(r, method, path_qs, body) for r in replicas))
-    up, replies = answered(replicas, all_replies)
-    if not up:
-        return _none_answered(replicas, all_replies, path_qs)
-    replicas = up
-    failed = [(r, p) for r, p in zip(replicas, replies) if not p.ok]
-    if not failed:
-        return _success(replies)
-    details = "; ".join(f"{_name(r)} answered {p.summary()}" for r, p in failed)
-    return error_outcome(
-        _failure_status(failed[0][1]), f"{path_qs} failed on some replicas: {details}", "BroadcastError"
-    )
+    sent = await _to_every_replica(replicas, method, path_qs, body, send, path_qs, f"no healthy replica for {path_qs}")
+    if isinstance(sent, Outcome):
+        return sent
+    return error_outcome(sent.status, f"{path_qs} failed on some replicas: {sent.details}", "BroadcastError")
 
 
 def _adapter_name(body: bytes) -> str:
