@@ -11,6 +11,5 @@ is pure (a step's logged figures in, lines out) and tested on real log values; t
 - serving_metrics.py: the proxy's routing and the replicas' prefix-cache figures, logged beside TRL's.
 - final_metrics.py: the run's figures for metrics.json, read from the trainer's log history.
 - logs.py: where every library's output goes (trainer.log in full, the terminal filtered, known-harmless lines kept
-  off it with their reason).
-- child_logging.py: the rollout child's logging when nobody set it up (imports neither TRL nor torch).
+  off it with their reason); the rollout child's own logging is set up by rollout/entry.py.
 """

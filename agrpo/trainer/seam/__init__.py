@@ -10,6 +10,8 @@ whole table):
 - module_patches.py: the few names of TRL's modules replaced because TRL offers nothing to override (CPU
   workarounds, packed attention, the admin token on TRL's HTTP calls, the model fix at load, the deferred rmtree,
   the client class TRL builds).
+- cpu_compat.py: what lets TRL's trainer run without CUDA (MFU accounting off, where TRL asks CUDA unconditionally),
+  applied by module_patches.py only where it is needed.
 - attention.py: the packed attention served to TRL in place of FA3's kernel (SDPA, varlen causal) and the trainer's
   choice between them; fsdp_compat.py: the FSDP2 untie of tied embeddings, applied to the model TRL loads.
 
