@@ -33,6 +33,7 @@ from omegaconf import OmegaConf
 from agrpo.agents import warmstart_examples as ex
 from agrpo.agents.sharing import TOOLS_FILE
 from agrpo.errors import ConfigError
+from agrpo.models.chat_template import TurnRenderer, run_template_kwargs
 
 VERSION = 4  # of the examples and the training: a change that makes another model bumps it (a new cache entry)
 MARKER = "agrpo_warmstart.json"  # written last: a folder without it is an interrupted build
@@ -85,9 +86,13 @@ def spec_of(cfg: Any, rows: list[dict[str, Any]]) -> dict[str, Any]:
     settings = {k: v for k, v in _plain(cfg.agent.warmstart).items() if k not in ("enabled", "base_model")}
     settings["tool"] = called_tools(settings["tool"], list(functions))
     agent_entry = {k: v for k, v in _plain(cfg.agent).items() if k not in ("warmstart", "max_tool_output_chars")}
+    base = {k: _plain(cfg.model[k]) for k in ("name_or_path", "builder", "chat_template", "trust_remote_code")}
+    template_kwargs = run_template_kwargs(cfg)
+    if template_kwargs:  # the examples are rendered as training renders; absent when empty (earlier folders kept)
+        base["chat_template_kwargs"] = template_kwargs
     return {
         "version": VERSION,
-        "base": {k: _plain(cfg.model[k]) for k in ("name_or_path", "builder", "chat_template", "trust_remote_code")},
+        "base": base,
         "agent": agent_entry,
         "tools": {n: [_schema(f), source_hash(f)] for n, f in functions.items()},
         "rows": rows,
@@ -279,10 +284,11 @@ def check_tokenizer(cfg: Any, tokenizer: Any) -> Any:
     return tokenizer
 
 
-def example_rows(tokenizer: Any, episodes: list[ex.Episode], schemas: list[dict]) -> list[tuple]:
-    from agrpo.models.chat_template import TurnRenderer
-
-    renderer = TurnRenderer(tokenizer)  # TRL's training template where the model's own drifts, as in training
+def example_rows(
+    tokenizer: Any, episodes: list[ex.Episode], schemas: list[dict], template_kwargs: dict[str, Any] | None = None
+) -> list[tuple]:
+    """Each episode as (ids, labels, where the tool's answer starts), rendered as training renders the run's turns."""
+    renderer = TurnRenderer(tokenizer, template_kwargs)  # TRL's training template where the model's own drifts
 
     def render(messages: list[dict], generation: bool) -> list[int]:
         return renderer(messages, schemas, generation)
@@ -390,7 +396,7 @@ def build_warm_model(output_dir: str, builder_input: str | None = None) -> str:
         tokenizer.add_tokens(added)
         torch.manual_seed(spec["seed"])
         model.resize_token_embeddings(len(tokenizer), mean_resizing=False)
-    rows = example_rows(tokenizer, episodes, schemas)
+    rows = example_rows(tokenizer, episodes, schemas, spec["base"].get("chat_template_kwargs"))
     tokens = (tokenizer.pad_token_id, tokenizer.eos_token_id, len(tokenizer))
     train(model, rows, spec["settings"], tokens, spec["seed"])
     saved = save_model_folder(model, tokenizer, folder, MARKER, marker)

@@ -179,6 +179,28 @@ def test_the_plan_points_the_run_at_a_folder_named_by_its_content(task, tiny_mod
     assert planned(task, tiny_model_dir).model.name_or_path != folder  # the tool's source changed
 
 
+def test_the_runs_chat_template_kwargs_reach_the_examples_and_name_another_folder(task, tiny_model_dir):
+    """The examples are rendered as training renders the run's turns, `trainer.extra.chat_template_kwargs` included
+    (a Qwen3 run with `{enable_thinking: false}` would otherwise warm-start on prompts it never sees); a run without
+    them keeps the folder it had."""
+    from transformers import AutoTokenizer
+
+    from agrpo.agents.warmstart import example_rows, planned_spec
+
+    kwargs = "+trainer.extra.chat_template_kwargs={enable_thinking: false}"
+    plain, switched = planned(task, tiny_model_dir), planned(task, tiny_model_dir, kwargs)
+    assert "chat_template_kwargs" not in planned_spec(plain.model)["base"]
+    assert planned_spec(switched.model)["base"]["chat_template_kwargs"] == {"enable_thinking": False}
+    assert switched.model.name_or_path != plain.model.name_or_path
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
+    tokenizer.chat_template += "{%- if enable_thinking is defined and enable_thinking is false %}NO-THINK{%- endif %}"
+    prompt = [{"role": "user", "content": "How many zorbs is 3 quib?"}]
+    episode = ex.Episode(prompt, "39")
+    [(with_kwargs, _, _)] = example_rows(tokenizer, [episode], [], {"enable_thinking": False})
+    [(without, _, _)] = example_rows(tokenizer, [episode], [])
+    assert "NO-THINK" in tokenizer.decode(with_kwargs) and "NO-THINK" not in tokenizer.decode(without)
+
+
 def test_the_build_calls_the_tool_for_real_and_is_reused(task, tiny_model_dir, monkeypatch):
     from agrpo.agents import warmstart
     from agrpo.models.resolve import prepare_model

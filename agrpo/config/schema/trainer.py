@@ -105,6 +105,6 @@ class TrainerConfig:
     extra: dict[str, Any] = knob(
         factory=dict,
         doc="Any other AsyncGRPOConfig field, passed through verbatim (validated against TRL's dataclass). Its "
-        "`chat_template_kwargs` (e.g. `{enable_thinking: false}`) reach every render of the run's prompts: training, "
-        "the agent data check, `agrpo eval`.",
+        "`chat_template_kwargs` (e.g. `{enable_thinking: false}`) reach every render of the run's prompts: training, the "
+        "agent data check, the warm start's examples, `agrpo eval`.",
     )
