@@ -7,9 +7,9 @@ into a spec, and points `model.name_or_path` at a folder named by the spec's has
 `build_warm_model` as `model.builder` and the spec as `model.builder_input` (JSON text: prepare writes nothing, the
 spec travels in the run's config). The builder (run before any process starts, like every model builder) writes the
 spec beside the folder (`<folder>.spec.json`, what the model card reads), calls the tool for real on each row, with
-the row's own argument values, and trains the base model for
-`agent.warmstart.steps` supervised steps on the episodes of agrpo/agents/warmstart_examples.py. The folder is reused
-while the base model, the tools (their schemas and source), the rows and the settings are the same.
+the row's own argument values, and trains the base model for `agent.warmstart.steps` supervised steps on the episodes
+of agrpo/agents/warmstart_examples.py. The folder is reused while the base model, the tools (their schemas and
+source), the rows, the settings and the run's chat_template_kwargs are the same.
 
 A byte-level toy tokenizer (the tiny model's, under 1,000 tokens) gets single tokens for what a real tokenizer's
 merges would shorten: the tool list of the system turn, the call's JSON pieces, the tool and argument names, and
@@ -19,6 +19,7 @@ recurring short strings among the argument values and the tools' answers (unit n
 from __future__ import annotations
 
 import copy
+import functools
 import hashlib
 import inspect
 import json
@@ -85,15 +86,13 @@ def spec_of(cfg: Any, rows: list[dict[str, Any]]) -> dict[str, Any]:
     functions = tool_functions(agent)
     settings = {k: v for k, v in _plain(cfg.agent.warmstart).items() if k not in ("enabled", "base_model")}
     settings["tool"] = called_tools(settings["tool"], list(functions))
-    agent_entry = {k: v for k, v in _plain(cfg.agent).items() if k not in ("warmstart", "max_tool_output_chars")}
     base = {k: _plain(cfg.model[k]) for k in ("name_or_path", "builder", "chat_template", "trust_remote_code")}
-    template_kwargs = run_template_kwargs(cfg)
-    if template_kwargs:  # the examples are rendered as training renders; absent when empty (earlier folders kept)
+    if template_kwargs := run_template_kwargs(cfg):  # rendered as training renders; absent when empty (folders kept)
         base["chat_template_kwargs"] = template_kwargs
     return {
         "version": VERSION,
         "base": base,
-        "agent": agent_entry,
+        "agent": {k: v for k, v in _plain(cfg.agent).items() if k not in ("warmstart", "max_tool_output_chars")},
         "tools": {n: [_schema(f), source_hash(f)] for n, f in functions.items()},
         "rows": rows,
         "settings": settings,
@@ -284,18 +283,15 @@ def check_tokenizer(cfg: Any, tokenizer: Any) -> Any:
     return tokenizer
 
 
-def example_rows(
-    tokenizer: Any, episodes: list[ex.Episode], schemas: list[dict], template_kwargs: dict[str, Any] | None = None
-) -> list[tuple]:
-    """Each episode as (ids, labels, where the tool's answer starts), rendered as training renders the run's turns."""
-    renderer = TurnRenderer(tokenizer, template_kwargs)  # TRL's training template where the model's own drifts
+def example_rows(tokenizer: Any, episodes: list[ex.Episode], schemas: list[dict], kwargs: dict | None) -> list[tuple]:
+    """Each episode as (ids, labels, where the tool's answer starts), rendered as training renders the run's turns
+    (`kwargs`: the run's chat_template_kwargs; TRL's training template where the model's own drifts)."""
+    renderer = TurnRenderer(tokenizer, kwargs)
 
     def render(messages: list[dict], generation: bool) -> list[int]:
         return renderer(messages, schemas, generation)
 
-    def encode(text: str) -> list[int]:
-        return tokenizer.encode(text, add_special_tokens=False)
-
+    encode = functools.partial(tokenizer.encode, add_special_tokens=False)
     return [ex.tokens(render, encode, tokenizer.eos_token_id, episode) for episode in episodes]
 
 

@@ -197,7 +197,7 @@ def test_the_runs_chat_template_kwargs_reach_the_examples_and_name_another_folde
     prompt = [{"role": "user", "content": "How many zorbs is 3 quib?"}]
     episode = ex.Episode(prompt, "39")
     [(with_kwargs, _, _)] = example_rows(tokenizer, [episode], [], {"enable_thinking": False})
-    [(without, _, _)] = example_rows(tokenizer, [episode], [])
+    [(without, _, _)] = example_rows(tokenizer, [episode], [], None)
     assert "NO-THINK" in tokenizer.decode(with_kwargs) and "NO-THINK" not in tokenizer.decode(without)
 
 
